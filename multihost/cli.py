@@ -1,0 +1,70 @@
+"""The ``multihost`` command: parses arguments, dispatches to a command module, and is
+the one place where errors become a single line and an exit code.
+
+Command modules live in ``multihost.commands``; each has ``register(subparsers)`` and
+``main(args) -> int``. Their top-level imports stay light (argparse only) so that
+``multihost exec -- true`` does not pay for rich or the dashboard.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+from typing import List, Optional
+
+from . import __version__
+from .errors import EXIT_INTERRUPTED, MultihostError
+
+# The order is the order of `multihost --help`.
+COMMANDS = ["check", "sync", "run", "logs", "status", "stop", "exec", "lab"]
+
+DESCRIPTION = """\
+Run one distributed training job across several machines from one controller, over SSH.
+
+  multihost check --ips=a,b                       preflight: is this cluster ready?
+  multihost run --ips=a,b -- train.py -c cfg.yml  check, sync, launch in ip order, follow
+  multihost logs --follow                         reattach to the logs of the last run
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="multihost", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"multihost {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"multihost.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"multihost.commands.{name}":
+                raise
+            continue  # a command not built yet
+        command_parser = module.register(sub)
+        command_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = getattr(args, "_module", None)
+    if module is None:
+        parser.print_help()
+        return 2
+    # A closed pipe (`multihost logs | head`) is not an error worth a traceback.
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        return int(module.main(args) or 0)
+    except MultihostError as err:
+        print(f"multihost: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("multihost: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def run() -> None:
+    sys.exit(main())

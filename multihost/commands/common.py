@@ -1,0 +1,54 @@
+"""Options every host-facing command shares, and turning them into hosts and a cluster."""
+from __future__ import annotations
+
+import argparse
+from typing import Tuple
+
+from ..hosts import Host, HostOptions, load_hosts, parse_port
+
+HOST_OPTIONS_HELP = """\
+hosts:
+  --ips=a,b,c          hosts in node-rank order ([user@]host[:port], [ipv6]:port)
+  --hostfile FILE      INI hostfile (see hosts.example.ini); order = node rank
+  neither              this machine alone, without ssh
+"""
+
+
+def _port(text: str) -> int:
+    return parse_port(text, "--port")
+
+
+def add_host_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("hosts and ssh")
+    group.add_argument("--ips", metavar="A,B,...",
+                       help="comma-separated hosts, in node-rank order (never sorted)")
+    group.add_argument("--hostfile", metavar="FILE", help="hostfile (INI); order = node rank")
+    group.add_argument("--user", help="ssh user for every host")
+    group.add_argument("--port", type=_port, help="ssh port for every host")
+    group.add_argument("-i", "--identity", metavar="FILE", help="ssh private key for every host")
+    group.add_argument("--workdir", help="remote working directory for every host")
+    group.add_argument("--python", help="python interpreter on the hosts (default python3)")
+    group.add_argument("--accept-new-host-keys", action="store_true",
+                       help="record unknown host keys in ~/.ssh/known_hosts "
+                            "(like StrictHostKeyChecking=accept-new); changed keys are "
+                            "always refused")
+    group.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                       help="seconds to wait for a host to answer (default 10)")
+    group.add_argument("--fanout", type=int, default=64, metavar="N",
+                       help="hosts worked on at once (default 64)")
+
+
+def hosts_from_args(args: argparse.Namespace) -> Tuple[Host, ...]:
+    options = HostOptions(user=args.user, port=args.port, identity_file=args.identity,
+                          workdir=args.workdir, python=args.python,
+                          data=tuple(getattr(args, "data", None) or ()))
+    return load_hosts(args.ips, args.hostfile, options)
+
+
+def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
+    from ..fanout import Cluster
+    from ..transport import SshOptions
+
+    options = SshOptions(connect_timeout=args.connect_timeout,
+                         accept_new_host_keys=args.accept_new_host_keys)
+    return Cluster(hosts or hosts_from_args(args), options, workers=args.fanout)

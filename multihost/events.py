@@ -1,0 +1,81 @@
+"""What a run tells its listeners: small frozen records, produced by the run monitor and
+the log follower, consumed by the views (dashboard, plain lines, JSON lines).
+
+Data flows one way: hosts -> spec -> per-node records -> events -> views. A view never
+reaches back into the run; it only renders what it was told.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional, Protocol, Tuple
+
+
+class NodeState(str, enum.Enum):
+    """The life of one node (one host) of a run, in the order it normally goes."""
+
+    PENDING = "pending"
+    SYNCING = "syncing"
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LOST = "lost"        # the controller cannot reach the host any more
+    STOPPED = "stopped"  # ended by multihost (teardown after another failure, Ctrl-C, stop)
+
+    @property
+    def finished(self) -> bool:
+        return self in (NodeState.SUCCEEDED, NodeState.FAILED, NodeState.STOPPED)
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    run_id: str
+    hosts: Tuple[str, ...]          # labels, in node-rank order
+    nproc_per_node: int
+    command: str                    # for display; secrets already masked
+    time: float
+
+
+@dataclass(frozen=True)
+class NodeChanged:
+    node_rank: int
+    host: str
+    state: NodeState
+    exit_code: Optional[int] = None
+    detail: str = ""
+    time: float = 0.0
+
+
+@dataclass(frozen=True)
+class LogLine:
+    node_rank: int
+    host: str
+    local_rank: int
+    rank: int                       # global rank
+    text: str                       # one line, without its newline, decoded safely
+    time: float = 0.0
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """The first failure by time: the failure that explains the run's end."""
+
+    host: str
+    node_rank: int
+    rank: Optional[int]             # global rank when known
+    exit_code: Optional[int]
+    reason: str                     # decoded: "exit 3", "killed by SIGKILL (out of memory?)", "host lost"
+    tail: Tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    run_id: str
+    exit_code: int
+    root_cause: Optional[RootCause] = None
+    time: float = 0.0
+
+
+class Listener(Protocol):
+    def __call__(self, event: object) -> None: ...

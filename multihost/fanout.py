@@ -1,0 +1,108 @@
+"""Run one operation on every host in parallel and collect a result or an error for each.
+
+Like fabric's GroupResult and ClusterShell's workers, a fan-out never stops at the first
+failure: every host gets its turn, and the caller sees every outcome, in rank order.
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
+
+from .errors import ConnectError, MultihostError, RemoteError
+from .hosts import Host
+from .transport import SshOptions, Transport, open_transport
+
+T = TypeVar("T")
+DEFAULT_FANOUT = 64
+
+
+@dataclass(frozen=True)
+class HostResult(Generic[T]):
+    host: Host
+    value: Optional[T] = None
+    error: Optional[MultihostError] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def fan_out(hosts: Sequence[Host], operation: Callable[[Host], T],
+            workers: int = DEFAULT_FANOUT) -> List[HostResult[T]]:
+    """``operation(host)`` on every host at once (at most ``workers`` at a time).
+
+    A MultihostError (or an OSError escaping a transport) becomes that host's error;
+    anything else is a bug and is raised after every host has finished.
+    """
+    def one(host: Host) -> HostResult[T]:
+        try:
+            return HostResult(host, value=operation(host))
+        except MultihostError as err:
+            return HostResult(host, error=err)
+        except OSError as err:
+            return HostResult(host, error=RemoteError(f"{type(err).__name__}: {err}",
+                                                      host=host.label))
+
+    if len(hosts) == 1:  # no thread for the common single-host case
+        return [one(hosts[0])]
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
+        return list(pool.map(one, hosts))
+
+
+class Cluster:
+    """The hosts of one command and their connections: opened once per host, reused.
+
+    ``transport(host)`` connects on first use (thread-safe), and remembers a failure so a
+    dead host is not retried by every later step of the same command.
+    """
+
+    def __init__(self, hosts: Sequence[Host], options: SshOptions = SshOptions(),
+                 workers: int = DEFAULT_FANOUT):
+        self.hosts: Tuple[Host, ...] = tuple(hosts)
+        self.options = options
+        self.workers = workers
+        self._transports: Dict[int, Transport] = {}
+        self._errors: Dict[int, MultihostError] = {}
+        self._locks = {host.rank: threading.Lock() for host in self.hosts}
+
+    def transport(self, host: Host) -> Transport:
+        with self._locks[host.rank]:
+            if host.rank in self._errors:
+                raise self._errors[host.rank]
+            if host.rank not in self._transports:
+                try:
+                    self._transports[host.rank] = open_transport(host, self.options)
+                except ConnectError as err:
+                    self._errors[host.rank] = err
+                    raise
+            return self._transports[host.rank]
+
+    def forget(self, host: Host) -> None:
+        """Drop a host's connection (after it was lost) so the next use reconnects."""
+        with self._locks[host.rank]:
+            self._errors.pop(host.rank, None)
+            transport = self._transports.pop(host.rank, None)
+        if transport:
+            transport.close()
+
+    def map(self, operation: Callable[[Host, Transport], T],
+            hosts: Optional[Sequence[Host]] = None) -> List[HostResult[T]]:
+        """``operation(host, transport)`` on every host (or the given ones), in parallel."""
+        return fan_out(hosts if hosts is not None else self.hosts,
+                       lambda host: operation(host, self.transport(host)), self.workers)
+
+    def connect_all(self) -> List[HostResult[Transport]]:
+        return fan_out(self.hosts, self.transport, self.workers)
+
+    def close(self) -> None:
+        for transport in list(self._transports.values()):
+            transport.close()
+        self._transports.clear()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,246 @@
+"""The inventory: ``--ips`` or a hostfile become an ordered tuple of frozen Host records.
+
+The order the user gave is the node rank order and is never sorted: host k is node
+rank k, and the first host's first GPU is global rank 0. Every parse error names the
+item or the hostfile line, the cause and the fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .errors import ConfigError
+
+HOST_KEYS = ("user", "port", "identity_file", "workdir", "python", "gpus", "iface", "data")
+
+
+@dataclass(frozen=True)
+class Host:
+    """One machine of the job. ``name`` is what the user wrote: an address or an ssh alias."""
+
+    name: str
+    rank: int = 0
+    user: Optional[str] = None
+    port: Optional[int] = None
+    identity_file: Optional[str] = None
+    workdir: Optional[str] = None       # None: the command's default (see workdir_for)
+    python: str = "python3"
+    gpus: Optional[Tuple[int, ...]] = None   # None: not said; (): no GPUs
+    iface: Optional[str] = None
+    data: Tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """How the host is shown to the user: its name, with the port when not 22."""
+        if self.port and self.port != 22:
+            name = f"[{self.name}]" if ":" in self.name else self.name
+            return f"{name}:{self.port}"
+        return self.name
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """Flags that apply to every host; a flag given on the command line beats the hostfile."""
+
+    user: Optional[str] = None
+    port: Optional[int] = None
+    identity_file: Optional[str] = None
+    workdir: Optional[str] = None
+    python: Optional[str] = None
+    data: Tuple[str, ...] = ()
+
+
+def parse_port(text: str, where: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{where}: port {text!r} is not a number from 1 to 65535",
+                          fix="give a port like 22 or 2222")
+    return port
+
+
+def parse_gpus(text: str, where: str) -> Tuple[int, ...]:
+    text = text.strip()
+    if text.lower() in ("", "none", "cpu"):
+        return ()
+    gpus: List[int] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit():
+            raise ConfigError(f"{where}: gpu {item!r} is not a device index",
+                              fix="list device indexes like 0,1,2,3 (or 'none' for CPU)")
+        if int(item) in gpus:
+            raise ConfigError(f"{where}: gpu {item} is listed twice", fix="list each device once")
+        gpus.append(int(item))
+    return tuple(gpus)
+
+
+def parse_host_item(item: str, where: str) -> Tuple[str, Optional[str], Optional[int]]:
+    """``[user@]host[:port]``, ``[user@][v6addr]:port`` or a bare IPv6 address."""
+    original = item
+    if item != item.strip() or any(ch.isspace() for ch in item):
+        raise ConfigError(f"{where}: host {original!r} contains white space",
+                          fix="separate hosts with commas only, e.g. --ips=10.0.0.1,10.0.0.2")
+    if not item:
+        raise ConfigError(f"{where}: empty host name",
+                          fix="remove the extra comma, e.g. --ips=10.0.0.1,10.0.0.2")
+    user = None
+    if "@" in item:
+        user, item = item.rsplit("@", 1)
+        if not user or not item:
+            raise ConfigError(f"{where}: {original!r} is not user@host", fix="write user@host")
+    port = None
+    if item.startswith("["):
+        end = item.find("]")
+        if end < 0:
+            raise ConfigError(f"{where}: {original!r} has '[' without ']'",
+                              fix="write an IPv6 address with a port as [fe80::1]:22")
+        name, rest = item[1:end], item[end + 1:]
+        if rest:
+            if not rest.startswith(":"):
+                raise ConfigError(f"{where}: unexpected {rest!r} after ']' in {original!r}",
+                                  fix="write [address]:port")
+            port = parse_port(rest[1:], where)
+        _require_ipv6(name, original, where)
+    elif item.count(":") > 1:
+        name = item  # a bare IPv6 address can carry no port
+        _require_ipv6(name, original, where)
+    elif ":" in item:
+        name, port_text = item.split(":", 1)
+        port = parse_port(port_text, where)
+    else:
+        name = item
+    if not name or name.startswith("-") or not all(ch.isalnum() or ch in "._-:%" for ch in name):
+        raise ConfigError(f"{where}: {original!r} is not a host name or address",
+                          fix="use a name, an IPv4 address, or [IPv6]:port")
+    return name, user, port
+
+
+def _require_ipv6(name: str, original: str, where: str) -> None:
+    try:
+        ipaddress.IPv6Address(name.split("%", 1)[0])
+    except ValueError:
+        raise ConfigError(f"{where}: {original!r} is not a valid IPv6 address",
+                          fix="check the address, and bracket it with a port: [fe80::1]:22") from None
+
+
+def parse_ips(text: str) -> List[Dict[str, object]]:
+    """``--ips`` into one dict of fields per host, in the given order."""
+    if not text.strip():
+        raise ConfigError("--ips is empty", fix="list hosts like --ips=10.0.0.1,10.0.0.2")
+    entries = []
+    for index, item in enumerate(text.split(","), start=1):
+        name, user, port = parse_host_item(item, f"--ips item {index}")
+        entries.append({"name": name, "user": user, "port": port, "_where": f"--ips item {index}"})
+    return entries
+
+
+def parse_hostfile(path: Path) -> List[Dict[str, object]]:
+    """A hostfile into one dict per host (the defaults section already merged in)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read hostfile {path}: {exc.strerror}",
+                          fix="check the path given to --hostfile") from None
+    defaults: Dict[str, object] = {}
+    hosts: List[Dict[str, object]] = []
+    section: Optional[Dict[str, object]] = None
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        where = f"{path}:{lineno}"
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            if not line.endswith("]") or len(line) < 3:
+                raise ConfigError(f"{where}: bad section {line!r}",
+                                  fix="write [defaults] or [HOST], one per line")
+            title = line[1:-1].strip()
+            if title == "defaults":
+                if hosts:
+                    raise ConfigError(f"{where}: [defaults] must come before the hosts",
+                                      fix="move the [defaults] section to the top")
+                section = defaults
+            else:
+                name, user, port = parse_host_item(title, where)
+                section = {"name": name, "user": user, "port": port, "_where": where}
+                hosts.append(section)
+            continue
+        if "=" not in line:
+            raise ConfigError(f"{where}: expected 'key = value', got {line!r}",
+                              fix=f"keys are: {', '.join(HOST_KEYS)}")
+        if section is None:
+            raise ConfigError(f"{where}: {line!r} is outside any section",
+                              fix="put it under [defaults] or under a [HOST] section")
+        key, value = (part.strip() for part in line.split("=", 1))
+        if key not in HOST_KEYS:
+            raise ConfigError(f"{where}: unknown key {key!r}", fix=f"keys are: {', '.join(HOST_KEYS)}")
+        section[key] = _parse_value(key, value, where, section.get(key))
+    if not hosts:
+        raise ConfigError(f"{path}: no hosts", fix="add one [HOST] section per machine")
+    merged = []
+    for host in hosts:
+        entry = dict(defaults)
+        entry.update({k: v for k, v in host.items() if v is not None})
+        if "data" in defaults and "data" in host:
+            entry["data"] = tuple(defaults["data"]) + tuple(host["data"])  # type: ignore[arg-type]
+        merged.append(entry)
+    return merged
+
+
+def _parse_value(key: str, value: str, where: str, previous: object) -> object:
+    if key == "port":
+        return parse_port(value, where)
+    if key == "gpus":
+        return parse_gpus(value, where)
+    if key == "data":  # repeatable, and comma-separated
+        paths = tuple(p.strip() for p in value.split(",") if p.strip())
+        return tuple(previous or ()) + paths  # type: ignore[arg-type]
+    if not value:
+        raise ConfigError(f"{where}: {key} is empty", fix=f"give a value or remove the {key} line")
+    return value
+
+
+def build_hosts(entries: Sequence[Dict[str, object]], options: HostOptions) -> Tuple[Host, ...]:
+    """Apply the command-line flags and check for duplicates; ranks follow the order."""
+    hosts = []
+    seen: Dict[Tuple[str, int], str] = {}
+    for rank, entry in enumerate(entries):
+        fields = {k: v for k, v in entry.items() if not k.startswith("_") and v is not None}
+        for flag in ("user", "port", "identity_file", "workdir", "python"):
+            value = getattr(options, flag)
+            if value is not None:
+                fields[flag] = value
+        if options.data:
+            fields["data"] = tuple(fields.get("data", ())) + tuple(options.data)  # type: ignore[arg-type]
+        host = Host(rank=rank, **fields)  # type: ignore[arg-type]
+        key = (host.name.lower(), host.port or 22)
+        where = str(entry.get("_where", host.name))
+        if key in seen:
+            raise ConfigError(f"{where}: host {host.label} is listed twice (first at {seen[key]})",
+                              fix="list every machine once; its position is its node rank")
+        seen[key] = where
+        hosts.append(host)
+    return tuple(hosts)
+
+
+def load_hosts(ips: Optional[str], hostfile: Optional[str],
+               options: HostOptions = HostOptions()) -> Tuple[Host, ...]:
+    """The hosts of a command: ``--ips``, ``--hostfile``, or this machine alone."""
+    if ips is not None and hostfile is not None:
+        raise ConfigError("both --ips and --hostfile were given", fix="use one of them")
+    if hostfile is not None:
+        entries = parse_hostfile(Path(hostfile).expanduser())
+    elif ips is not None:
+        entries = parse_ips(ips)
+    else:
+        entries = [{"name": "127.0.0.1"}]  # the single-machine case of the reference docs
+    return build_hosts(entries, options)
+
+
+def with_rank(host: Host, rank: int) -> Host:
+    return dataclasses.replace(host, rank=rank)

@@ -1,0 +1,19 @@
+"""Transports: how a command reaches a host (SSH, or this machine directly)."""
+from __future__ import annotations
+
+from ..hosts import Host
+from .base import Command, CommandResult, Process, SshOptions, Transport, quote_path, to_shell
+from .local import LocalTransport, is_local_host
+
+
+def open_transport(host: Host, options: SshOptions = SshOptions()) -> Transport:
+    """A connected transport for the host: local for this machine, SSH otherwise."""
+    if is_local_host(host):
+        return LocalTransport(host)
+    from .ssh import SshTransport  # imports paramiko: only when a host needs it
+
+    return SshTransport.connect(host, options)
+
+
+__all__ = ["Command", "CommandResult", "Process", "SshOptions", "Transport", "LocalTransport", "open_transport",
+           "is_local_host", "quote_path", "to_shell"]

@@ -1,0 +1,104 @@
+"""The transport interface: run a command on one host, or start one and stream it.
+
+Two implementations share it: SSH (``ssh.py``, the only module that imports paramiko)
+and local (``local.py``, for a host that is this machine). Commands are either an argv
+list, which is quoted with ``shlex`` so no element is ever re-parsed by a shell, or a
+string, which is a shell command line on purpose (``multihost exec -- 'cmd | grep x'``).
+"""
+from __future__ import annotations
+
+import shlex
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import IO, Optional, Sequence, Union
+
+from ..hosts import Host
+
+Command = Union[str, Sequence[str]]
+
+
+def to_shell(command: Command, cwd: Optional[str] = None) -> str:
+    """The one place a command becomes a shell line: argv is quoted element by element."""
+    line = command if isinstance(command, str) else shlex.join(command)
+    if cwd:
+        line = f"cd {quote_path(cwd)} && {line}"
+    return line
+
+
+def quote_path(path: str) -> str:
+    """Quote a remote path, keeping a leading ``~/`` expandable by the remote shell."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to connect; the same for every host of a command."""
+
+    connect_timeout: float = 10.0
+    accept_new_host_keys: bool = False
+    config_file: str = "~/.ssh/config"
+    keepalive: int = 5
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    host: str
+    command: str
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    duration: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def text(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+
+class Process(ABC):
+    """A command started on a host whose output is read as it comes."""
+
+    stdout: IO[bytes]
+    stdin: IO[bytes]
+
+    @abstractmethod
+    def read_stderr(self) -> bytes:
+        """Everything the command wrote to stderr (call after stdout reached EOF)."""
+
+    @abstractmethod
+    def wait(self, timeout: Optional[float] = None) -> int:
+        """The exit status (waits); raises CommandTimeout when it does not come in time."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop reading. Over SSH this closes the channel; the remote command may live on."""
+
+
+class Transport(ABC):
+    host: Host
+    is_local: bool = False
+
+    @abstractmethod
+    def run(self, command: Command, *, input: Optional[bytes] = None,
+            timeout: Optional[float] = None, cwd: Optional[str] = None) -> CommandResult:
+        """Run to completion; stdout and stderr are collected. Never raises on exit status."""
+
+    @abstractmethod
+    def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
+        """Start a command and return it running, with its streams."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection. Safe to call twice."""
+
+    def __enter__(self) -> "Transport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,94 @@
+"""The local transport: a host that is this machine runs its commands as subprocesses,
+so the single-machine case needs no sshd. Commands go through ``/bin/sh -c`` exactly as
+a remote login shell would run them, so both transports behave the same.
+"""
+from __future__ import annotations
+
+import getpass
+import socket
+import subprocess
+import time
+from typing import Optional
+
+from ..errors import CommandTimeout
+from ..hosts import Host
+from .base import Command, CommandResult, Process, Transport, to_shell
+
+LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+def is_local_host(host: Host) -> bool:
+    """This machine, reached without ssh: localhost, a loopback or own address, our name.
+
+    An explicit port or another user means the user wants sshd, so that is never local.
+    Names are not resolved (an ssh alias may point anywhere); literal addresses are
+    tested by binding a socket to them, which sends nothing.
+    """
+    if host.port is not None or (host.user is not None and host.user != getpass.getuser()):
+        return False
+    name = host.name.lower()
+    if name in LOCAL_NAMES or name == socket.gethostname().lower():
+        return True
+    family = socket.AF_INET6 if ":" in name else socket.AF_INET
+    try:
+        socket.inet_pton(family, name.split("%", 1)[0])
+    except OSError:
+        return False
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((name, 0))
+        except OSError:
+            return False
+    return True
+
+
+class LocalProcess(Process):
+    def __init__(self, popen: "subprocess.Popen[bytes]", label: str):
+        self._popen = popen
+        self._label = label
+        assert popen.stdout is not None and popen.stdin is not None
+        self.stdout = popen.stdout
+        self.stdin = popen.stdin
+
+    def read_stderr(self) -> bytes:
+        return self._popen.stderr.read() if self._popen.stderr else b""
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        try:
+            return self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise CommandTimeout(f"command still running after {timeout:.0f}s",
+                                 host=self._label) from None
+
+    def close(self) -> None:
+        for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
+            if stream:
+                stream.close()
+
+
+class LocalTransport(Transport):
+    is_local = True
+
+    def __init__(self, host: Host):
+        self.host = host
+
+    def run(self, command: Command, *, input: Optional[bytes] = None,
+            timeout: Optional[float] = None, cwd: Optional[str] = None) -> CommandResult:
+        line = to_shell(command, cwd)
+        started = time.monotonic()
+        try:
+            done = subprocess.run(["/bin/sh", "-c", line], input=input, capture_output=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CommandTimeout(f"command did not finish within {timeout:.0f}s: {line[:80]}",
+                                 host=self.host.label) from None
+        return CommandResult(self.host.label, line, done.returncode, done.stdout, done.stderr,
+                             time.monotonic() - started)
+
+    def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
+        popen = subprocess.Popen(["/bin/sh", "-c", to_shell(command, cwd)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return LocalProcess(popen, self.host.label)
+
+    def close(self) -> None:
+        pass
