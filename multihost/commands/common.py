@@ -52,3 +52,20 @@ def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
     options = SshOptions(connect_timeout=args.connect_timeout,
                          accept_new_host_keys=args.accept_new_host_keys)
     return Cluster(hosts or hosts_from_args(args), options, workers=args.fanout)
+
+
+def add_job_options(parser: argparse.ArgumentParser) -> None:
+    """The job's shape, shared by check, sync and run so check checks what run starts."""
+    group = parser.add_argument_group("job")
+    group.add_argument("--gpus", metavar="LIST",
+                       help="devices per host, e.g. 0,1,2,3 (sets CUDA_VISIBLE_DEVICES and "
+                            "the processes per node); default: the hostfile's, else CPU")
+    group.add_argument("--nproc_per_node", "--nproc-per-node", dest="nproc_per_node",
+                       metavar="N", help="processes per host (CPU jobs); default len(--gpus) or 1")
+    group.add_argument("--start-port", "--start_port", dest="start_port", metavar="N|auto",
+                       help="FLAGS_START_PORT for every host (default: the controller's "
+                            "FLAGS_START_PORT, else 17000); 'auto' picks a range free on all")
+    group.add_argument("--data", action="append", metavar="PATH",
+                       help="a dataset that must be identical on every host (repeatable)")
+    group.add_argument("--code", metavar="DIR", default=".",
+                       help="the code directory to sync to every host's workdir (default .)")

@@ -1,0 +1,80 @@
+"""What the job asks of every host: processes per node, GPUs, ports, data, code.
+
+``check``, ``sync`` and ``run`` take the same job options so that ``check`` checks
+exactly the job that ``run`` would start. This is the blueprint; the runtime state of a
+started run lives elsewhere (``runs.py``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from .errors import ConfigError
+from .hosts import Host, parse_gpus, parse_port
+
+# The reference docs recommend one FLAGS_START_PORT in 10000-20000 on every machine.
+DEFAULT_START_PORT = 17000
+AUTO_PORT_RANGE = (10000, 20000)
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    gpus: Optional[Tuple[int, ...]] = None     # --gpus; None: the hostfile's, else CPU
+    nproc_per_node: Optional[int] = None       # --nproc_per_node; None: len(gpus) or 1
+    start_port: Optional[int] = DEFAULT_START_PORT  # None means "auto": check picks one
+    data: Tuple[str, ...] = ()
+    code: str = "."
+
+    def gpus_for(self, host: Host) -> Tuple[int, ...]:
+        """The devices this host's ranks use: --gpus beats the hostfile; () is CPU."""
+        if self.gpus is not None:
+            return self.gpus
+        return host.gpus or ()
+
+    def nproc_for(self, host: Host) -> int:
+        if self.nproc_per_node is not None:
+            return self.nproc_per_node
+        return len(self.gpus_for(host)) or 1
+
+    def ports(self, start_port: int, host: Host) -> Tuple[int, ...]:
+        """The ports a node needs: the master/rendezvous port, then one per local trainer."""
+        return tuple(range(start_port, start_port + self.nproc_for(host) + 1))
+
+
+def parse_start_port(text: Optional[str]) -> Optional[int]:
+    """``--start-port``: a number, ``auto``, or (absent) the controller's FLAGS_START_PORT."""
+    if text is None:
+        text = os.environ.get("FLAGS_START_PORT") or str(DEFAULT_START_PORT)
+        where = "FLAGS_START_PORT"
+    else:
+        where = "--start-port"
+    if text.strip().lower() == "auto":
+        return None
+    return parse_port(text.strip(), where)
+
+
+def parse_nproc(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 1024:
+        raise ConfigError(f"--nproc_per_node {text!r} is not a number from 1 to 1024",
+                          fix="give the number of processes per host, e.g. --nproc_per_node 2")
+    return int(text)
+
+
+def job_options_from_args(args) -> JobOptions:
+    return JobOptions(
+        gpus=parse_gpus(args.gpus, "--gpus") if getattr(args, "gpus", None) is not None else None,
+        nproc_per_node=parse_nproc(args.nproc_per_node) if getattr(args, "nproc_per_node", None)
+        else None,
+        start_port=parse_start_port(getattr(args, "start_port", None)),
+        data=tuple(getattr(args, "data", None) or ()),
+        code=getattr(args, "code", None) or ".",
+    )
+
+
+def workdir_for(host: Host, code: str = ".") -> str:
+    """Where the code lives on the host: its workdir, else ~/multihost/<code dir name>."""
+    if host.workdir:
+        return host.workdir
+    name = os.path.basename(os.path.abspath(code)) or "job"
+    return f"~/multihost/{name}"
