@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up everything multihost's tests and demo need on a fresh Debian/Ubuntu machine:
+# system tools for the namespace lab (apt-get, as root, only what is missing) and a
+# virtualenv in .venv with multihost, its test extras and torch (CPU) for the examples.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
+command -v ping >/dev/null 2>&1 || need+=(iputils-ping)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v rsync >/dev/null 2>&1 || need+=(rsync)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+command -v ps >/dev/null 2>&1 || need+=(procps)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 'torch==2.13.0' 2>&1 \
+  | grep -v -e '^WARNING: Location' -e 'is ignored' || true
+.venv/bin/python -c 'import multihost, paramiko, rich, torch' \
+  || { echo "setup: the virtualenv is incomplete" >&2; exit 1; }
+echo "setup: ready (.venv)"

@@ -1,0 +1,55 @@
+"""The local transport: the single-machine case needs no sshd, and quoting is exact."""
+import socket
+
+import pytest
+
+from multihost.errors import CommandTimeout
+from multihost.hosts import Host
+from multihost.transport import LocalTransport, is_local_host, to_shell
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1", "localhost", "127.0.0.2", socket.gethostname()])
+def test_this_machine_is_local(name):
+    assert is_local_host(Host(name=name))
+
+
+@pytest.mark.parametrize("host", [
+    Host(name="198.18.0.99"), Host(name="127.0.0.1", port=2222),
+    Host(name="127.0.0.1", user="somebody-else"), Host(name="gpu-node-3"),
+])
+def test_other_hosts_or_explicit_ssh_are_not_local(host):
+    assert not is_local_host(host)
+
+
+def test_argv_reaches_the_command_verbatim():
+    hostile = ["a b", "it's", "$(touch /tmp/pwned)", "`id`", "x; rm -rf /", "line1\nline2"]
+    result = LocalTransport(Host(name="127.0.0.1")).run(
+        ["python3", "-c", "import sys; print(repr(sys.argv[1:]))", *hostile])
+    assert result.ok and result.text().strip() == repr(hostile)
+
+
+def test_string_commands_are_shell_lines_on_purpose():
+    result = LocalTransport(Host(name="127.0.0.1")).run("echo $((6*7)) | tr 4 X")
+    assert result.text() == "X2\n"
+
+
+def test_cwd_is_quoted(tmp_path):
+    odd = tmp_path / "dir with 'quote'"
+    odd.mkdir()
+    result = LocalTransport(Host(name="127.0.0.1")).run(["pwd"], cwd=str(odd))
+    assert result.text().strip() == str(odd)
+
+
+def test_home_relative_paths_stay_expandable():
+    assert to_shell(["ls"], cwd="~/my dir") == "cd \"$HOME\"/'my dir' && ls"
+
+
+def test_exit_status_and_stderr_are_kept():
+    result = LocalTransport(Host(name="127.0.0.1")).run("echo out; echo err >&2; exit 7")
+    assert (result.exit_code, result.stdout, result.stderr) == (7, b"out\n", b"err\n")
+
+
+def test_timeout_names_the_host():
+    with pytest.raises(CommandTimeout) as info:
+        LocalTransport(Host(name="127.0.0.1")).run("sleep 5", timeout=0.2)
+    assert info.value.host == "127.0.0.1"
