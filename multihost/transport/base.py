@@ -79,6 +79,10 @@ class Process(ABC):
     def close(self) -> None:
         """Stop reading. Over SSH this closes the channel; the remote command may live on."""
 
+    def set_timeout(self, seconds: Optional[float]) -> None:
+        """Make a read that waits longer than this raise ``socket.timeout`` (an OSError),
+        so a dead link is noticed; locally a pipe cannot go silent that way."""
+
 
 class Transport(ABC):
     host: Host

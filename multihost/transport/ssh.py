@@ -121,6 +121,9 @@ class SshProcess(Process):
     def close(self) -> None:
         self._channel.close()
 
+    def set_timeout(self, seconds: Optional[float]) -> None:
+        self._channel.settimeout(seconds)
+
 
 class SshTransport(Transport):
     def __init__(self, host: Host, client: paramiko.SSHClient, target: SshTarget,

@@ -1,0 +1,34 @@
+"""Presentation: listeners of run events. Only this package (and commands/) import rich."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import IO, Optional
+
+
+def wants_plain(stream: IO[str]) -> bool:
+    """Plain text when the output is not a terminal, or the user said NO_COLOR / dumb."""
+    return (not getattr(stream, "isatty", lambda: False)() or "NO_COLOR" in os.environ
+            or os.environ.get("TERM") == "dumb")
+
+
+def make_view(mode: str = "auto", out: Optional[IO[str]] = None, err: Optional[IO[str]] = None,
+              **dashboard_options):
+    """The listener for a run: ``auto`` (dashboard on a terminal, else plain), ``plain``,
+    ``json``, or ``dashboard``."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if mode == "json":
+        from .jsonl import JsonView
+
+        return JsonView(out)
+    if mode == "dashboard" or (mode == "auto" and not wants_plain(out)):
+        try:
+            from .dashboard import Dashboard
+        except ImportError:
+            pass
+        else:
+            return Dashboard(out, **dashboard_options)
+    from .plain import PlainView
+
+    return PlainView(out, err, colour=mode == "auto" and not wants_plain(out))

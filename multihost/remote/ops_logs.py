@@ -1,0 +1,121 @@
+"""Stream a run's log files from given byte offsets: the host side of `multihost logs`.
+
+Frames on stdout, each a header line and, for data, the raw bytes that follow it:
+  ``D <name> <offset> <length>``  then exactly <length> bytes of file <name> at <offset>
+  ``S <json>``                    node.json changed (the node's state)
+  ``H <time>``                    heartbeat, so the controller can tell a dead link
+  ``E <json>``                    everything is sent and the node has finished: the end
+Data is cut at the last newline so that lines are never split between frames, except
+at the end of a finished node (a last line without newline) or a line longer than a chunk.
+The controller resumes from the sizes of its mirror files: nothing is lost or repeated.
+"""
+import json
+import os
+import sys
+import time
+
+from .proto import op
+
+CHUNK = 1 << 20
+FINAL_STATES = ("succeeded", "failed", "stopped")
+
+
+def _log_files(run_dir):
+    """Every file worth streaming: the launcher's output and one log per local rank."""
+    names = []
+    log_dir = os.path.join(run_dir, "log")
+    try:
+        names = ["log/" + n for n in sorted(os.listdir(log_dir)) if not n.startswith(".")]
+    except OSError:
+        pass
+    if os.path.exists(os.path.join(run_dir, "launcher.log")):
+        names.insert(0, "launcher.log")
+    return names
+
+
+def _read_state(run_dir):
+    try:
+        with open(os.path.join(run_dir, "node.json")) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+class Streamer(object):
+    def __init__(self, out, run_dir, offsets):
+        self.out = out
+        self.run_dir = run_dir
+        self.offsets = dict(offsets)
+
+    def frame(self, header, payload=b""):
+        self.out.write(header.encode("utf-8") + b"\n" + payload)
+
+    def sweep(self, final):
+        """Send what is new in every file; returns the number of bytes sent."""
+        sent = 0
+        for name in _log_files(self.run_dir):
+            path = os.path.join(self.run_dir, name)
+            offset = self.offsets.get(name, 0)
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                continue
+            while size > offset:
+                with open(path, "rb") as handle:
+                    handle.seek(offset)
+                    data = handle.read(min(size - offset, CHUNK))
+                cut = data.rfind(b"\n") + 1
+                if cut == 0 and not final and len(data) < CHUNK:
+                    break  # a line still being written: wait for its end
+                if cut and not (final and cut < len(data)):
+                    data = data[:cut]
+                self.frame("D %s %d %d" % (name, offset, len(data)), data)
+                offset += len(data)
+                sent += len(data)
+            self.offsets[name] = offset
+        if sent:
+            self.out.flush()
+        return sent
+
+
+@op("tail", stream=True)
+def tail(request):
+    run_dir = os.path.expanduser(request["run_dir"])
+    follow = bool(request.get("follow", True))
+    interval = float(request.get("interval", 0.1))
+    heartbeat = float(request.get("heartbeat", 2.0))
+    wait_for_dir = float(request.get("wait_for_dir", 30.0))
+    out = sys.stdout.buffer
+    streamer = Streamer(out, run_dir, request.get("offsets") or {})
+    started = time.time()
+    while not os.path.isdir(run_dir):
+        if not follow or time.time() - started > wait_for_dir:
+            streamer.frame("E " + json.dumps({"error": "no run directory %s" % run_dir}))
+            out.flush()
+            return 1
+        time.sleep(interval)
+    last_state = None
+    last_beat = 0.0
+    try:
+        while True:
+            state = _read_state(run_dir)
+            finished = bool(state) and state.get("state") in FINAL_STATES
+            sent = streamer.sweep(final=finished or not follow)
+            if state != last_state:
+                streamer.frame("S " + json.dumps(state))
+                out.flush()
+                last_state = state
+            if not sent and (finished or not follow):
+                streamer.sweep(final=True)
+                streamer.frame("E " + json.dumps(state))
+                out.flush()
+                return 0
+            now = time.time()
+            if now - last_beat >= heartbeat:
+                streamer.frame("H %.3f" % now)
+                out.flush()
+                last_beat = now
+            if not sent:
+                time.sleep(interval)
+    except (BrokenPipeError, IOError):
+        return 0  # the controller went away; the files are all still here

@@ -1,0 +1,68 @@
+"""Plain prefixed lines: the view for pipes, CI, `--plain` and NO_COLOR.
+
+Log lines go to ``out`` as ``HOST [RANK]: text``; what multihost itself says about the
+run (starts, state changes, the root cause) goes to ``err`` prefixed ``multihost:``, so
+a pipe into grep sees only the job's lines. Called from several threads: one lock.
+"""
+from __future__ import annotations
+
+import threading
+from typing import IO, Dict
+
+from ..events import LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
+
+_COLOURS = ["36", "33", "35", "32", "34", "91", "96", "93"]
+
+
+def describe_root_cause(cause: RootCause) -> str:
+    rank = f" rank {cause.rank}" if cause.rank is not None and cause.rank >= 0 else ""
+    return f"{cause.host} (node {cause.node_rank}){rank}: {cause.reason}"
+
+
+class PlainView:
+    def __init__(self, out: IO[str], err: IO[str], colour: bool = False):
+        self.out = out
+        self.err = err
+        self.colour = colour
+        self._lock = threading.Lock()
+        self._hosts: Dict[str, str] = {}
+
+    def _prefix(self, event: LogLine) -> str:
+        who = f"{event.host} [{event.rank}]" if event.rank >= 0 else f"{event.host} [launcher]"
+        if not self.colour:
+            return who
+        code = self._hosts.setdefault(event.host, _COLOURS[len(self._hosts) % len(_COLOURS)])
+        return f"\x1b[{code}m{who}\x1b[0m"
+
+    def say(self, text: str) -> None:
+        with self._lock:
+            self.err.write(f"multihost: {text}\n")
+            self.err.flush()
+
+    def __call__(self, event: object) -> None:
+        if isinstance(event, LogLine):
+            with self._lock:
+                self.out.write(f"{self._prefix(event)}: {event.text}\n")
+                self.out.flush()
+        elif isinstance(event, RunStarted):
+            self.say(f"run {event.run_id}: {len(event.hosts)} hosts x {event.nproc_per_node} "
+                     f"processes: {event.command}")
+        elif isinstance(event, NodeChanged):
+            code = f" (exit {event.exit_code})" if event.exit_code not in (None, 0) else ""
+            detail = f": {event.detail}" if event.detail else ""
+            if event.state in (NodeState.PENDING,):
+                return
+            self.say(f"{event.host} (node {event.node_rank}) {event.state.value}{code}{detail}")
+        elif isinstance(event, RunFinished):
+            self._finished(event)
+
+    def _finished(self, event: RunFinished) -> None:
+        if event.exit_code == 0:
+            self.say(f"run {event.run_id} succeeded")
+            return
+        if event.root_cause is None:
+            self.say(f"run {event.run_id} failed (exit {event.exit_code})")
+            return
+        lines = [f"run {event.run_id} failed; root cause: {describe_root_cause(event.root_cause)}"]
+        lines += [f"  | {line}" for line in event.root_cause.tail]
+        self.say("\n".join(lines))

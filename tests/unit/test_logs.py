@@ -1,0 +1,106 @@
+"""The log follower against real files through the local transport and the real helper."""
+import json
+import sys
+import threading
+import time
+
+import pytest
+
+from multihost.events import LogLine, NodeChanged, NodeState
+from multihost.fanout import Cluster
+from multihost.hosts import Host
+from multihost.logs import LogFollower, clean_line
+
+RUN = "20260101-000000-abcd"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    run_dir = tmp_path / "home" / ".multihost" / "runs" / RUN
+    (run_dir / "log").mkdir(parents=True)
+    return run_dir
+
+
+def follow(tmp_path, follow=False, nproc=2, timeout=20):
+    host = Host(name="127.0.0.1", python=sys.executable)
+    events = []
+    lock = threading.Lock()
+
+    def listener(event):
+        with lock:
+            events.append(event)
+
+    with Cluster([host]) as cluster:
+        follower = LogFollower(cluster, RUN, [(host, nproc)], tmp_path / "mirror", listener,
+                               follow=follow).start()
+        assert follower.drain(timeout)
+        follower.stop()
+    return events
+
+
+def lines(events):
+    return [(e.rank, e.text) for e in events if isinstance(e, LogLine)]
+
+
+def test_every_line_once_with_its_rank_and_a_byte_exact_mirror(home, tmp_path):
+    (home / "log" / "workerlog.0").write_bytes(b"a0\na1\n")
+    (home / "log" / "workerlog.1").write_bytes(b"b0\n")
+    (home / "launcher.log").write_bytes(b"launcher says hi\n")
+    assert sorted(lines(follow(tmp_path))) == [(-1, "launcher says hi"), (0, "a0"), (0, "a1"),
+                                               (1, "b0")]
+    mirror = tmp_path / "mirror" / "127.0.0.1"
+    assert (mirror / "log" / "workerlog.0").read_bytes() == b"a0\na1\n"
+
+
+def test_a_second_pass_resumes_from_the_mirror_without_repeating(home, tmp_path):
+    log = home / "log" / "workerlog.0"
+    log.write_bytes(b"one\ntwo\n")
+    follow(tmp_path)
+    with open(log, "ab") as handle:
+        handle.write(b"three\n")
+    assert lines(follow(tmp_path)) == [(0, "three")]
+    assert (tmp_path / "mirror" / "127.0.0.1" / "log" / "workerlog.0").read_bytes() == \
+        b"one\ntwo\nthree\n"
+
+
+def test_follow_streams_until_the_node_finishes(home, tmp_path):
+    log = home / "log" / "workerlog.1"
+
+    def writer():
+        for i in range(50):
+            with open(log, "ab") as handle:
+                handle.write(b"line %d\n" % i)
+            time.sleep(0.005)
+        with open(log, "ab") as handle:
+            handle.write(b"no newline at the end")
+        (home / "node.json").write_text(json.dumps({"state": "failed", "exit_code": 3}))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    events = follow(tmp_path, follow=True)
+    thread.join()
+    got = lines(events)
+    assert got == [(1, f"line {i}") for i in range(50)] + [(1, "no newline at the end")]
+    finished = [e for e in events if isinstance(e, NodeChanged)]
+    assert finished and finished[-1].state == NodeState.FAILED and finished[-1].exit_code == 3
+
+
+def test_global_rank_counts_the_processes_of_earlier_nodes(home, tmp_path):
+    from multihost.logs import nodes_of
+
+    nodes = nodes_of([(Host(name="a", rank=0), 4), (Host(name="b", rank=1), 2),
+                      (Host(name="c", rank=2), 2)])
+    assert [n.first_rank for n in nodes] == [0, 4, 6]
+
+
+@pytest.mark.parametrize("raw, shown", [
+    (b"plain", "plain"),
+    (b"10%\r50%\r100%", "100%"),
+    (b"\xff\xfebad utf8", "\ufffd\ufffdbad utf8"),
+    (b"\x1b[31mred\x1b[0m", "red"),
+    (b"bell\x07", "bell\ufffd"),
+    (b"tab\tkept", "tab\tkept"),
+])
+def test_lines_are_shown_safely(raw, shown):
+    assert clean_line(raw) == shown
