@@ -1,0 +1,161 @@
+"""The live dashboard: one row per host (or rank) in rank order, recent lines below, the
+root cause when something failed, and the keys in a footer.
+
+It redraws at a steady rate from a snapshot of the model, however fast lines arrive;
+receiving an event only updates the model (``BoardModel.apply``), never draws.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import IO, Callable, Optional
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..events import NodeState, RunFinished
+from .board import BoardModel, BoardSnapshot
+from .plain import describe_root_cause
+
+STATE_STYLE = {
+    NodeState.PENDING: "dim", NodeState.SYNCING: "cyan", NodeState.LAUNCHING: "cyan",
+    NodeState.RUNNING: "green", NodeState.SUCCEEDED: "bold green", NodeState.FAILED: "bold red",
+    NodeState.LOST: "bold magenta", NodeState.STOPPED: "yellow",
+}
+KEYS = "[1-9] show a host's log  [a] all  [d] detach (the run goes on)  [s] stop the run  [q] quit view"
+
+
+def _uptime(since: Optional[float], until: Optional[float], now: float) -> str:
+    if since is None:
+        return "-"
+    seconds = int((until or now) - since)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def _num(value: Optional[float], digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if float(value).is_integer() and abs(value) < 1e9:
+        return str(int(value))
+    return f"{value:.{digits}g}"
+
+
+def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = True):
+    """The whole screen for one snapshot (a pure function: tests render it to text)."""
+    now = time.time() if now is None else now
+    table = Table(expand=True, title=f"multihost run {snapshot.run_id}" if snapshot.run_id else None,
+                  caption=snapshot.command or None, title_justify="left")
+    for name, kwargs in (("#", {"justify": "right"}), ("host", {}), ("state", {}),
+                         ("uptime", {"justify": "right"}), ("epoch", {"justify": "right"}),
+                         ("step", {"justify": "right"}), ("loss", {"justify": "right"}),
+                         ("speed", {"justify": "right"}), ("last line", {"ratio": 1, "no_wrap": True})):
+        table.add_column(name, overflow="ellipsis", **kwargs)
+    for row in snapshot.rows:
+        state = row.state.value + (f" ({row.exit_code})" if row.exit_code not in (None, 0) else "")
+        style = "red" if row.state in (NodeState.FAILED, NodeState.LOST) else None
+        table.add_row(str(row.rank if row.rank is not None else row.node_rank), row.key,
+                      Text(state, style=STATE_STYLE.get(row.state, "")),
+                      _uptime(row.since, row.until, now), _num(row.metrics.epoch),
+                      _num(row.metrics.step), _num(row.metrics.loss), _num(row.metrics.speed),
+                      Text(row.last_line), style=style)
+    if snapshot.total_speed is not None:
+        table.add_section()
+        table.add_row("", "all", "", "", "", "", "", _num(snapshot.total_speed), "summed speed")
+    parts = [table]
+    if snapshot.selected:
+        body = Text("\n".join(snapshot.selected_lines[-30:]) or "(no lines yet)")
+        parts.append(Panel(body, title=f"log of {snapshot.selected}", border_style="blue"))
+    else:
+        entries = [Text.assemble((f"{line.who}: ", "cyan" if line.count == 1 else "bold cyan"),
+                                 line.text) for line in snapshot.recent]
+        recent = Text("\n").join(entries)
+        parts.append(Panel(recent or Text("(no output yet)", style="dim"), title="recent lines",
+                           border_style="dim"))
+    if snapshot.root_cause is not None:
+        cause = snapshot.root_cause
+        body = Text(describe_root_cause(cause), style="bold")
+        for line in cause.tail:
+            body.append("\n  " + line, style="not bold")
+        parts.append(Panel(body, title="root cause: the first failure", border_style="red"))
+    elif snapshot.exit_code == 0:
+        parts.append(Text("run succeeded", style="bold green"))
+    if keys and snapshot.exit_code is None:
+        parts.append(Text(KEYS, style="dim"))
+    return Group(*parts)
+
+
+class Dashboard:
+    """A run listener that shows a rich Live view on a terminal."""
+
+    def __init__(self, out: IO[str], by_rank: bool = False, on_stop: Optional[Callable[[], None]] = None,
+                 on_detach: Optional[Callable[[], None]] = None, keys: bool = True,
+                 refresh_per_second: float = 4):
+        self.model = BoardModel(by_rank=by_rank)
+        self.console = Console(file=out)
+        self.on_stop = on_stop
+        self.on_detach = on_detach
+        self.keys = keys and (on_stop is not None or on_detach is not None) and sys.stdin.isatty()
+        self._live = Live(console=self.console, get_renderable=self._frame,
+                          refresh_per_second=refresh_per_second, transient=False,
+                          redirect_stdout=False, redirect_stderr=False)
+        self._started = False
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+
+    def _frame(self):
+        return render(self.model.snapshot(), keys=self.keys)
+
+    def __call__(self, event: object) -> None:
+        self.model.apply(event)
+        with self._lock:
+            if not self._started and not self._closed.is_set():
+                self._started = True
+                self._live.start()
+                if self.keys:
+                    threading.Thread(target=self._read_keys, daemon=True).start()
+        if isinstance(event, RunFinished):
+            self.close()
+
+    def say(self, text: str) -> None:
+        self.console.print(f"multihost: {text}", highlight=False)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._started and not self._closed.is_set():
+                self._live.refresh()
+                self._live.stop()
+            self._closed.set()
+
+    def _read_keys(self) -> None:
+        """Single keys without Enter, until the view closes; the terminal is restored."""
+        import select
+        import termios
+        import tty
+
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+        try:
+            tty.setcbreak(fd)
+            while not self._closed.is_set():
+                ready, _, _ = select.select([fd], [], [], 0.2)
+                if ready:
+                    self._key(os.read(fd, 1).decode(errors="ignore"))
+        finally:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+    def _key(self, key: str) -> None:
+        keys = self.model.keys()
+        if key.isdigit() and key != "0" and int(key) <= len(keys):
+            self.model.select(keys[int(key) - 1])
+        elif key == "a":
+            self.model.select(None)
+        elif key == "s" and self.on_stop:
+            self.on_stop()
+        elif key in ("d", "q") and self.on_detach:
+            self.on_detach()

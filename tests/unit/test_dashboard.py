@@ -1,0 +1,86 @@
+"""The dashboard rendered to a capture console, as a user would see it."""
+import io
+
+from rich.console import Console
+
+from multihost.events import LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
+from multihost.views.board import BoardModel
+from multihost.views.dashboard import render
+
+HOSTS = ("198.18.0.11", "198.18.0.12", "198.18.0.13")
+T0 = 1_000_000.0
+
+
+def screen(model, now=T0 + 75, width=160):
+    console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=True)
+    console.print(render(model.snapshot(), now=now))
+    return console.file.getvalue()
+
+
+def started(by_rank=False):
+    model = BoardModel(by_rank=by_rank)
+    model.apply(RunStarted("20260101-000000-abcd", HOSTS, 2, "train_ddp.py --epochs 3", T0))
+    for node, host in enumerate(HOSTS):
+        model.apply(NodeChanged(node, host, NodeState.RUNNING, time=T0))
+    return model
+
+
+def line(node, local, text, t=T0 + 1):
+    return LogLine(node, HOSTS[node], local, node * 2 + local, text, t)
+
+
+def test_rows_in_rank_order_with_state_uptime_and_metrics():
+    model = started()
+    for node in (2, 0, 1):
+        model.apply(line(node, 0, f"epoch: 1, step:{100 + node}, train_loss: 0.5{node}, speed: 100.0"))
+    text = screen(model)
+    rows = [l for l in text.splitlines() if "198.18.0.1" in l and "running" in l]
+    cells = [[c.strip() for c in r.split("│")] for r in rows]
+    assert [c[2] for c in cells] == list(HOSTS)
+    assert "1:15" in rows[0] and "101" in rows[1] and "0.52" in rows[2]
+    assert "300" in text and "summed speed" in text
+    assert "20260101-000000-abcd" in text
+
+
+def test_a_failure_turns_the_row_red_and_shows_the_root_cause():
+    model = started()
+    model.apply(line(1, 1, "Traceback (most recent call last):"))
+    model.apply(NodeChanged(1, HOSTS[1], NodeState.FAILED, exit_code=3, time=T0 + 5))
+    model.apply(NodeChanged(0, HOSTS[0], NodeState.STOPPED, time=T0 + 6))
+    cause = RootCause(HOSTS[1], 1, 3, 3, "exit 3", ("ValueError: bad batch",))
+    model.apply(RunFinished("20260101-000000-abcd", 3, cause, T0 + 7))
+    text = screen(model)
+    assert "failed (3)" in text and "stopped" in text
+    assert "root cause" in text and "198.18.0.12 (node 1) rank 3: exit 3" in text
+    assert "ValueError: bad batch" in text
+    console = Console(file=io.StringIO(), width=160, force_terminal=True, color_system="standard")
+    console.print(render(model.snapshot(), now=T0 + 75))
+    assert "\x1b[31m" in console.file.getvalue() or "\x1b[1;31m" in console.file.getvalue()
+
+
+def test_identical_lines_from_many_ranks_fold_with_a_count():
+    model = started()
+    for node in range(3):
+        for local in range(2):
+            model.apply(line(node, local, "NCCL INFO Bootstrap : Using eth0"))
+    text = screen(model)
+    recent = text[text.index("recent lines"):]
+    assert recent.count("Bootstrap : Using eth0") == 1 and "6 ranks: NCCL INFO" in recent
+
+
+def test_per_rank_rows():
+    model = started(by_rank=True)
+    for node in range(3):
+        for local in range(2):
+            model.apply(line(node, local, f"step {node * 2 + local}"))
+    text = screen(model)
+    assert all(f"rank {r}" in text for r in range(6))
+
+
+def test_showing_one_hosts_full_log():
+    model = started()
+    for i in range(40):
+        model.apply(line(0, 0, f"line {i}"))
+    model.select(model.keys()[0])
+    text = screen(model)
+    assert "log of 198.18.0.11" in text and "line 39" in text and "line 10" in text
