@@ -28,6 +28,8 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-i", "--identity", metavar="FILE", help="ssh private key for every host")
     group.add_argument("--workdir", help="remote working directory for every host")
     group.add_argument("--python", help="python interpreter on the hosts (default python3)")
+    group.add_argument("-F", "--ssh-config", metavar="FILE", default="~/.ssh/config",
+                       help="ssh client config to read (default ~/.ssh/config)")
     group.add_argument("--accept-new-host-keys", action="store_true",
                        help="record unknown host keys in ~/.ssh/known_hosts "
                             "(like StrictHostKeyChecking=accept-new); changed keys are "
@@ -50,7 +52,8 @@ def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
     from ..transport import SshOptions
 
     options = SshOptions(connect_timeout=args.connect_timeout,
-                         accept_new_host_keys=args.accept_new_host_keys)
+                         accept_new_host_keys=args.accept_new_host_keys,
+                         config_file=args.ssh_config)
     return Cluster(hosts or hosts_from_args(args), options, workers=args.fanout)
 
 

@@ -18,15 +18,20 @@ SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 _record_lock = threading.Lock()
 
 
-def known_hosts_files(user_known_hosts: Optional[object]) -> List[str]:
-    """The files to trust, the first being where accepted keys are recorded."""
-    if isinstance(user_known_hosts, str):
-        user_files = user_known_hosts.split()
-    elif user_known_hosts:
-        user_files = list(user_known_hosts)  # type: ignore[arg-type]
-    else:
-        user_files = ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]
-    return [os.path.expanduser(p) for p in user_files] + [SYSTEM_KNOWN_HOSTS]
+def _paths(value: Optional[object]) -> List[str]:
+    if isinstance(value, str):
+        return value.split()
+    return list(value) if value else []  # type: ignore[arg-type]
+
+
+def known_hosts_files(user_known_hosts: Optional[object] = None,
+                      global_known_hosts: Optional[object] = None) -> List[str]:
+    """The files to trust (ssh_config's UserKnownHostsFile and GlobalKnownHostsFile, or
+    OpenSSH's defaults), the first being where accepted keys are recorded."""
+    user_files = _paths(user_known_hosts) or ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]
+    global_files = _paths(global_known_hosts) or [SYSTEM_KNOWN_HOSTS]
+    return [os.path.expanduser(p) for p in user_files + global_files if p != "/dev/null"] \
+        or [os.path.expanduser("~/.ssh/known_hosts")]
 
 
 class UnknownHostKey(Exception):

@@ -42,6 +42,7 @@ class SshTarget:
     connect_timeout: float
     known_hosts: tuple
     accept_new: bool
+    use_agent: bool
 
 
 def load_ssh_config(path: str) -> paramiko.SSHConfig:
@@ -65,8 +66,10 @@ def resolve_target(host: Host, options: SshOptions,
         identity_files=tuple(os.path.expanduser(p) for p in identity),
         proxy_jump=None if proxy in (None, "none") else proxy,
         connect_timeout=float(entry.get("connecttimeout", options.connect_timeout)),
-        known_hosts=tuple(known_hosts_files(entry.get("userknownhostsfile"))),
+        known_hosts=tuple(known_hosts_files(entry.get("userknownhostsfile"),
+                                            entry.get("globalknownhostsfile"))),
         accept_new=options.accept_new_host_keys or strict in ("accept-new", "no", "off"),
+        use_agent=str(entry.get("identitiesonly", "no")).lower() != "yes",
     )
 
 
@@ -164,7 +167,7 @@ class SshTransport(Transport):
             client.connect(
                 target.hostname, target.port, username=target.user,
                 key_filename=[p for p in target.identity_files if os.path.exists(p)] or None,
-                look_for_keys=not target.identity_files, allow_agent=True,
+                look_for_keys=not target.identity_files, allow_agent=target.use_agent,
                 sock=sock, timeout=target.connect_timeout, banner_timeout=target.connect_timeout,
                 auth_timeout=target.connect_timeout, passphrase=None)
         except BaseException as exc:
