@@ -134,3 +134,15 @@ def test_plain_streams_every_line_with_its_host(lab, hosts):
     for address in targets:
         assert [l.split(": ")[1] for l in lines if l.startswith(address + ":")] == \
             [str(i) for i in range(1, 201)]
+
+
+def test_proxyjump_reaches_a_host_through_another(lab, tmp_path):
+    config = tmp_path / "ssh_config"
+    base = ssh_config(tmp_path, lab)
+    config.write_text(f"Host behind\n    HostName {lab.address(2)}\n    ProxyJump {lab.address(1)}\n\n"
+                      + open(base).read())
+    done = exec_(lab, "-F", str(config), "--plain", "--", "sh -c 'echo $SSH_CONNECTION'",
+                 hosts=["behind"])
+    assert done.returncode == 0, done.stderr
+    # the connection came from the jump host, not from the controller
+    assert done.stdout.startswith(f"behind: {lab.address(1)} ")
