@@ -44,6 +44,11 @@ def mirror_path(mirror_dir: Path, host: Host) -> Path:
     return mirror_dir / host.label.replace("/", "_")
 
 
+def times_path(log_file: Path) -> Path:
+    """Beside each mirror file: when each chunk arrived, for ``logs --since``."""
+    return log_file.with_name(f".{log_file.name}.times")
+
+
 def local_rank_of(name: str) -> int:
     """workerlog.3 -> 3; the launcher's own log -> -1."""
     match = re.search(r"(\d+)$", name)
@@ -182,6 +187,8 @@ class LogFollower:
             if mirror.tell() != offset:  # never write a byte twice or leave a hole
                 return
             mirror.write(data)
+        with open(times_path(path), "a") as index:
+            index.write(f"{offset} {time.time():.3f}\n")
         pending = buffers.get(name, b"") + data
         *lines, rest = pending.split(b"\n")
         buffers[name] = rest
@@ -211,7 +218,8 @@ def _mirror_names(directory: Path) -> List[str]:
         names.append("launcher.log")
     log = directory / "log"
     if log.is_dir():
-        names += [f"log/{p.name}" for p in sorted(log.iterdir()) if p.is_file()]
+        names += [f"log/{p.name}" for p in sorted(log.iterdir())
+                  if p.is_file() and not p.name.startswith(".")]
     return names
 
 

@@ -1,0 +1,112 @@
+"""Read a run's log mirror on the controller: the lines of every rank, filtered.
+
+The mirror (``<log_dir>/<run_id>/<host>/log/workerlog.N``, written by ``logs.py``) is a
+byte-exact copy of each rank's log; beside each file, ``.<name>.times`` records when each
+chunk arrived (``offset epoch`` per line), which is what ``--since`` filters on: the
+controller saw those lines within a fraction of a second of their writing.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Set, Tuple
+
+from .events import LogLine
+from .logs import Node, clean_line, local_rank_of, mirror_path, times_path
+
+
+@dataclass(frozen=True)
+class LineFilter:
+    ranks: Optional[Set[int]] = None        # global ranks (-1: the launcher's own lines)
+    hosts: Optional[Set[str]] = None        # host labels or names
+    pattern: Optional["re.Pattern[str]"] = None
+    since: Optional[float] = None           # epoch seconds
+
+    def accepts(self, line: LogLine) -> bool:
+        if self.ranks is not None and line.rank not in self.ranks:
+            return False
+        if self.hosts is not None and line.host not in self.hosts:
+            return False
+        if self.pattern is not None and not self.pattern.search(line.text):
+            return False
+        return self.since is None or line.time >= self.since
+
+
+def _arrivals(log_file: Path) -> Tuple[List[int], List[float]]:
+    offsets: List[int] = []
+    times: List[float] = []
+    try:
+        for entry in times_path(log_file).read_text().splitlines():
+            offset, when = entry.split()
+            offsets.append(int(offset))
+            times.append(float(when))
+    except (OSError, ValueError):
+        pass
+    return offsets, times
+
+
+def read_node(mirror_dir: Path, node: Node) -> Iterator[LogLine]:
+    """Every mirrored line of one host, file by file (each file's lines in order)."""
+    directory = mirror_path(mirror_dir, node.host)
+    files = [directory / "launcher.log"] + sorted((directory / "log").glob("workerlog.*"),
+                                                  key=lambda p: local_rank_of(f"log/{p.name}"))
+    for path in files:
+        if not path.is_file():
+            continue
+        name = "launcher.log" if path.name == "launcher.log" else f"log/{path.name}"
+        local = local_rank_of(name)
+        rank = node.first_rank + local if local >= 0 else -1
+        offsets, times = _arrivals(path)
+        position = 0
+        with open(path, "rb") as handle:
+            for raw in handle:
+                slot = bisect.bisect_right(offsets, position) - 1
+                when = times[slot] if slot >= 0 else 0.0
+                yield LogLine(node.host.rank, node.host.label, local, rank, clean_line(raw), when)
+                position += len(raw)
+
+
+def read_mirror(mirror_dir: Path, nodes: Sequence[Node], keep: LineFilter,
+                tail: Optional[int] = None) -> List[LogLine]:
+    """The lines that pass the filter, in rank order; ``tail`` keeps the last N per rank."""
+    lines: List[LogLine] = []
+    for node in nodes:
+        per_rank: dict = {}
+        for line in read_node(mirror_dir, node):
+            if keep.accepts(line):
+                per_rank.setdefault(line.rank, []).append(line)
+        for rank in sorted(per_rank):
+            chosen = per_rank[rank]
+            lines.extend(chosen[-tail:] if tail else chosen)
+    return lines
+
+
+def parse_since(text: str, now: float) -> float:
+    """``--since``: ``90s``, ``15m``, ``2h``, ``1d`` ago, or an epoch time."""
+    from .errors import ConfigError
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not match:
+        raise ConfigError(f"--since {text!r} is not a duration",
+                          fix="write it like 90s, 15m, 2h or 1d")
+    value, unit = float(match.group(1)), match.group(2)
+    if not unit and value > 10**9:
+        return value
+    return now - value * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+
+
+def parse_ranks(text: str) -> Set[int]:
+    from .errors import ConfigError
+
+    ranks: Set[int] = set()
+    for item in text.split(","):
+        item = item.strip()
+        bounds = item.split("-", 1)
+        if not all(b.isdigit() for b in bounds):
+            raise ConfigError(f"--rank {text!r}: {item!r} is not a rank or range",
+                              fix="write ranks like 0,3 or 0-7")
+        low, high = int(bounds[0]), int(bounds[-1])
+        ranks.update(range(low, high + 1))
+    return ranks

@@ -1,0 +1,59 @@
+"""Reading the controller's log mirror with the filters of `multihost logs`."""
+import re
+
+import pytest
+
+from multihost.errors import ConfigError
+from multihost.hosts import Host
+from multihost.logs import nodes_of, times_path
+from multihost.mirror import LineFilter, parse_ranks, parse_since, read_mirror
+
+HOSTS = [Host(name="198.18.0.11", rank=0), Host(name="198.18.0.12", rank=1)]
+
+
+@pytest.fixture
+def mirror(tmp_path):
+    for node, host in enumerate(HOSTS):
+        log = tmp_path / host.label / "log"
+        log.mkdir(parents=True)
+        for local in range(2):
+            path = log / f"workerlog.{local}"
+            path.write_bytes(b"".join(b"n%d r%d line %d\n" % (node, local, i) for i in range(5)))
+            times_path(path).write_text("0 100.0\n24 200.0\n")  # lines 0-1 early, 2-4 late
+        (tmp_path / host.label / "launcher.log").write_bytes(b"launcher up\n")
+    return tmp_path
+
+
+def texts(lines):
+    return [(l.rank, l.text) for l in lines]
+
+
+def test_all_lines_in_rank_order_with_global_ranks(mirror):
+    lines = read_mirror(mirror, nodes_of([(h, 2) for h in HOSTS]), LineFilter())
+    assert [l.rank for l in lines] == [-1] + [0] * 5 + [1] * 5 + [-1] + [2] * 5 + [3] * 5
+    assert lines[6].text == "n0 r1 line 0" and lines[-1].host == "198.18.0.12"
+
+
+def test_rank_host_grep_and_tail_filters(mirror):
+    nodes = nodes_of([(h, 2) for h in HOSTS])
+    assert texts(read_mirror(mirror, nodes, LineFilter(ranks={3}), tail=2)) == \
+        [(3, "n1 r1 line 3"), (3, "n1 r1 line 4")]
+    assert {l.host for l in read_mirror(mirror, nodes, LineFilter(hosts={"198.18.0.12"}))} == \
+        {"198.18.0.12"}
+    assert len(read_mirror(mirror, nodes, LineFilter(pattern=re.compile(r"line [34]")))) == 8
+
+
+def test_since_uses_the_arrival_times(mirror):
+    nodes = nodes_of([(HOSTS[0], 2)])
+    late = read_mirror(mirror, nodes, LineFilter(ranks={0}, since=150.0))
+    assert texts(late) == [(0, f"n0 r0 line {i}") for i in (2, 3, 4)]
+
+
+def test_since_and_ranks_parsing():
+    assert parse_since("15m", now=1000.0) == 100.0
+    assert parse_since("2h", now=10000.0) == 2800.0
+    assert parse_ranks("0,3-5") == {0, 3, 4, 5}
+    with pytest.raises(ConfigError, match="not a duration"):
+        parse_since("yesterday", now=0)
+    with pytest.raises(ConfigError, match="not a rank"):
+        parse_ranks("0,x")
