@@ -26,6 +26,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 'torch==2.13.0' 2>&1 \
   | grep -v -e '^WARNING: Location' -e 'is ignored' || true
-.venv/bin/python -c 'import multihost, paramiko, rich, torch' \
+.venv/bin/python -W ignore -c 'import multihost, paramiko, rich, torch' \
   || { echo "setup: the virtualenv is incomplete" >&2; exit 1; }
 echo "setup: ready (.venv)"

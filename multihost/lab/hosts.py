@@ -104,10 +104,13 @@ def launch(name: str, paths: LabPaths, indexes: Sequence[int]) -> Dict[int, proc
                 inits[i] = found
         if len(inits) == len(outer):
             break
-        if time.monotonic() > deadline:
-            missing = sorted(set(outer) - set(inits))
-            raise LabError(f"host h{missing[0]} did not start: {tail(paths.host_log(missing[0]) / 'init.log')}",
-                           fix="see the host's init.log in the lab dir")
+        missing = sorted(set(outer) - set(inits))
+        gone = [i for i in missing if not procs.running(outer[i])]
+        if gone or time.monotonic() > deadline:
+            missing = gone or missing
+            raise LabError(f"host h{missing[0]} did not start: "
+                           f"{tail(paths.host_log(missing[0]) / 'init.log')}",
+                           fix="check that `ip netns exec` and `unshare --pid --fork` work here")
         time.sleep(0.005)
     return inits
 
@@ -128,12 +131,16 @@ def sshd_state(paths: LabPaths, i: int) -> Optional[dict]:
         return None
 
 
-def _failure(paths: LabPaths, i: int, inits: Dict[int, procs.Proc]) -> Optional[str]:
+def _failure(paths: LabPaths, i: int, inits: Dict[int, procs.Proc]) -> Optional[LabError]:
+    # A failed `up` removes the lab dir, logs included: the error carries their last line.
     if not procs.alive(inits[i]):
-        return f"host h{i} died while booting: {tail(paths.host_log(i) / 'init.log')}"
+        return LabError(f"host h{i} died while booting: {tail(paths.host_log(i) / 'init.log')}",
+                        fix="that is the end of its init.log; check that unshare and mount work here")
     state = sshd_state(paths, i)
     if state is not None and not state.get("running"):
-        return f"sshd of h{i} exited ({state.get('exit')}): {tail(paths.host_log(i) / 'sshd.log')}"
+        return LabError(f"sshd of h{i} exited ({state.get('exit')}): "
+                        f"{tail(paths.host_log(i) / 'sshd.log')}",
+                        fix=f"that is the end of its sshd.log; check that `{SSHD} -t` passes")
     return None
 
 
@@ -150,7 +157,7 @@ def wait_sshd(name: str, paths: LabPaths, inits: Dict[int, procs.Proc],
             for i in sorted(inits):
                 problem = _failure(paths, i, inits)
                 if problem:
-                    raise LabError(problem, fix=f"see {paths.host_log(i)}")
+                    raise problem
             time.sleep(0.02)
     finally:
         if probe.poll() is None:
@@ -158,7 +165,7 @@ def wait_sshd(name: str, paths: LabPaths, inits: Dict[int, procs.Proc],
         out, _ = probe.communicate()
     if probe.returncode != 0:
         raise LabError(f"sshd did not come up in {timeout:g}s: {out.strip()}",
-                       fix=f"see the sshd.log files under {paths.dir / 'hosts'}")
+                       fix="is the machine overloaded? retry, or bring up fewer hosts")
 
 
 def signal_init(init: procs.Proc, sig: int, i: int) -> None:

@@ -26,6 +26,7 @@ WATCHED = {signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signa
 # sessions it starts must see every signal at its default, as on a real machine.
 DEFAULT_SIGNALS = WATCHED | {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGQUIT}
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+HOSTNAME = "?"  # for log lines, set once the config is read
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -181,9 +182,6 @@ def serve(sshd):
         elif info.si_signo in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             log("ending the host")
             return 0  # PID 1 exiting makes the kernel kill the whole namespace
-
-
-HOSTNAME = "?"
 
 
 def main(argv):

@@ -11,21 +11,22 @@ per-host boot in hosts.py, the hosts' PID 1 in init.py. The state of a running l
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
 import shutil
-import time
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import multihost
 
 from ..errors import LabError
 from . import hosts, netns, procs
-from .config import (DEFAULT_NAME, ENV_DIR, LabPaths, check_count, check_name, ctl_netns,
-                     etc_hosts, host_address, host_name, host_netns, hostfile, known_hosts,
+from .config import (DEFAULT_NAME, LabPaths, check_count, check_name, ctl_netns,
+                     etc_hosts, host_address, host_name, hostfile, known_hosts,
                      parse_rate, resolv_conf, resolve_location, share_paths, ssh_client_config)
 
 TOOLS = {"ip": "iproute2", "unshare": "util-linux", "nsenter": "util-linux",
@@ -42,7 +43,7 @@ class HostStatus:
     link: bool              # the host's cable is up
 
 
-@dataclass
+@dataclass(frozen=True)
 class LabState:
     """What <dir>/lab.json holds: enough to find and tear down every piece."""
     name: str
@@ -51,7 +52,13 @@ class LabState:
     shares: List[str] = field(default_factory=list)
     python: str = ""
     inits: dict = field(default_factory=dict)  # "i" -> [pid, start time]
-    ready: bool = False
+    ready: bool = False                         # every sshd answered
+
+
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (namespaces, mounts, sshd)",
+                       fix="run it as root, e.g. sudo multihost lab up 4")
 
 
 def _which(tool: str) -> Optional[str]:
@@ -111,6 +118,7 @@ class Lab:
         os.replace(tmp, self.paths.state)
 
     def _init(self, i: int) -> procs.Proc:
+        _need_root()
         state = self.state()
         if not 1 <= i <= state.n:
             raise LabError(f"lab {self.name!r} has no host {i}", fix=f"hosts are 1..{state.n}")
@@ -119,9 +127,7 @@ class Lab:
 
     # -- up / down -------------------------------------------------------------------
     def preflight(self, rate: Optional[str]) -> None:
-        if os.geteuid() != 0:
-            raise LabError("the lab needs root (namespaces, mounts, sshd)",
-                           fix="run it as root, e.g. sudo multihost lab up 4")
+        _need_root()
         needed = dict(TOOLS, **({"tc": "iproute2"} if rate else {}))
         for tool, package in needed.items():
             if not _which(tool):
@@ -140,10 +146,15 @@ class Lab:
                 raise LabError(f"lab {self.name!r} already exists ({self.dir})",
                                fix=f"multihost lab down --name {self.name}, or lab up --replace")
             self.down()
+        if self.dir.exists() and any(self.dir.iterdir()):
+            raise LabError(f"{self.dir} exists and is not a lab", fix="pick another --dir or --name")
         try:
             return self._build(n, rate, burst, shares)
         except BaseException:
-            self.down()
+            try:
+                self.down()
+            except LabError:
+                pass  # the first failure is the one worth reporting
             raise
 
     def exists(self) -> bool:
@@ -151,14 +162,12 @@ class Lab:
 
     def _build(self, n: int, rate: Optional[str], burst: int, shares: Sequence[str]) -> LabState:
         p = self.paths
-        if p.dir.exists() and any(p.dir.iterdir()):
-            raise LabError(f"{p.dir} exists and is not a lab", fix="pick another --dir or --name")
         p.dir.mkdir(parents=True, exist_ok=True)
         repo = str(Path(multihost.__file__).resolve().parent.parent)
         # The python that built the lab runs in the hosts too: share its venv, the real
         # interpreter the venv links to (pitfall 3) and the repo holding multihost.
-        shared = share_paths([os.sys.prefix, os.sys.base_prefix, repo, *shares])
-        state = LabState(self.name, n, rate, shared, os.sys.executable)
+        shared = share_paths([sys.prefix, sys.base_prefix, repo, *shares])
+        state = LabState(self.name, n, rate, shared, sys.executable)
         self._save(state)  # from here on, `down` knows this dir is a lab's
 
         ctl_key = p.ctl_ssh / "id_ed25519"
@@ -182,17 +191,18 @@ class Lab:
             hosts.prepare(p, i, cluster_pub, ctl_pub, known, shared)
 
         inits = hosts.launch(self.name, p, range(1, n + 1))
-        state.inits = {str(i): [proc.pid, proc.start] for i, proc in inits.items()}
+        state = dataclasses.replace(state, inits={str(i): [proc.pid, proc.start] for i, proc in inits.items()})
         self._save(state)
         hosts.wait_sshd(self.name, p, inits)
-        p.hostfile.write_text(hostfile(n, os.sys.executable))
-        state.ready = True
+        p.hostfile.write_text(hostfile(n, sys.executable))
+        state = dataclasses.replace(state, ready=True)
         self._save(state)
         return state
 
     def down(self) -> None:
         """Kill every process of the lab, delete its namespaces, remove its dir.
         Idempotent, and works on a half-built lab (no state, or only some namespaces)."""
+        _need_root()
         namespaces = netns.lab_namespaces(self.name)
         try:
             recorded = [procs.Proc(pid, start) for pid, start in self.state().inits.values()]
@@ -201,7 +211,7 @@ class Lab:
         # Host inits first: SIGKILL to PID 1 of a host ends every process of that host.
         left = procs.kill_all(recorded)
         # Then anything else still inside a lab namespace (a half-built host, a `lab exec`).
-        inodes = {netns.netns_inode(netns.netns_path(ns)) for ns in namespaces} - {None}
+        inodes = {procs.netns_inode(netns.netns_path(ns)) for ns in namespaces} - {None}
         mine = procs.ancestors()
         stray = [procs.proc(pid) for pid in procs.in_netns(inodes) if pid not in mine]
         left += procs.kill_all([s for s in stray if s])
@@ -231,18 +241,20 @@ class Lab:
     def exec_argv(self, argv: Sequence[str]) -> List[str]:
         """The argv that runs ``argv`` as the lab's controller: in the controller
         namespace, HOME=<dir>/ctl/home, the lab's ~/.ssh bound over the user's own (OpenSSH
-        reads the passwd home, paramiko reads $HOME: pitfall 2), the lab's /etc/hosts."""
+        reads the passwd home, paramiko reads $HOME: pitfall 2), the lab's /etc/hosts, and
+        this python's bin dir first on PATH (so `multihost` is this multihost)."""
+        _need_root()
         if not os.path.exists(netns.netns_path(ctl_netns(self.name))):
             raise LabError(f"lab {self.name!r} is not up", fix=f"multihost lab up N --name {self.name}")
         p = self.paths
         user_ssh = os.path.join(pwd.getpwuid(os.geteuid()).pw_dir, ".ssh")
         script = ('set -e; [ -d "$2" ] || mkdir -m 700 "$2"; mount --bind "$1" "$2"; '
                   'mount --bind "$3" /etc/hosts; mount --bind "$4" /etc/resolv.conf 2>/dev/null || true; '
-                  'export HOME="$5" MULTIHOST_LAB_DIR="$6"; shift 6; exec "$@"')
+                  'export HOME="$5" MULTIHOST_LAB_DIR="$6" PATH="$7:$PATH"; shift 7; exec "$@"')
         return ["ip", "netns", "exec", ctl_netns(self.name), "unshare", "--mount",
                 "--propagation", "slave", "sh", "-c", script, "multihost-lab-exec",
                 str(p.ctl_ssh), user_ssh, str(p.etc_hosts), str(p.resolv_conf), str(p.home),
-                str(p.dir), *argv]
+                str(p.dir), os.path.dirname(sys.executable), *argv]
 
     def host_argv(self, i: int, argv: Sequence[str]) -> List[str]:
         return hosts.host_argv(self._init(i), i, argv)

@@ -107,15 +107,11 @@ def set_link(name: str, i: int, up: bool) -> None:
     run_batches(ends, f"setting host {i}'s link {state}")
 
 
-def _admin_up(argv: Sequence[str]) -> subprocess.Popen:
-    return _run(list(argv), None)
-
-
 def link_states(name: str, n: int) -> Dict[int, bool]:
     """For each host: is its cable up at both ends (admin state)?"""
-    procs = {0: _admin_up(["ip", "-j", "-n", ctl_netns(name), "link", "show"])}
+    procs = {0: _run(["ip", "-j", "-n", ctl_netns(name), "link", "show"])}
     for i in range(1, n + 1):
-        procs[i] = _admin_up(["ip", "-j", "-n", host_netns(name, i), "link", "show", HOST_IFACE])
+        procs[i] = _run(["ip", "-j", "-n", host_netns(name, i), "link", "show", HOST_IFACE])
     up_ifaces: Dict[int, set] = {}
     for key, proc in procs.items():
         out, _ = proc.communicate(timeout=30)

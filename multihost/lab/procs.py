@@ -44,6 +44,12 @@ def alive(p: Proc) -> bool:
     return bool(fields) and fields[0] != "Z" and int(fields[19]) == p.start
 
 
+def running(pid: int) -> bool:
+    """True while some process (not a zombie) has this pid: for a pid just started."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
 def all_pids() -> List[int]:
     return [int(d) for d in os.listdir("/proc") if d.isdigit()]
 

@@ -1,0 +1,158 @@
+"""End-to-end fixtures: one real lab (4 hosts with sshd, in Linux namespaces) per test
+session, shared by every test under tests/lab/.
+
+    def test_hostname(lab):
+        r = lab.ssh(1, "hostname")                         # real OpenSSH, as the controller
+        assert r.stdout.strip() == "h1"
+        r = lab.multihost("exec", "--hostfile", str(lab.hostfile), "--", "hostname")
+        with lab.cut_link(2):                              # healed again on exit
+            ...
+        with lab.sshd_stopped(3):                          # sshd restarted on exit
+            ...
+
+Every test here is marked ``lab`` (``pytest -m "not lab"`` skips them). The lab is
+skipped only where it can not exist (not root, no sshd or iproute2); CI runs as root
+with all of it, so there the lab tests always run.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence
+
+import pytest
+
+from multihost.lab import Lab
+
+HOSTS = 4
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+
+
+def lab_unavailable() -> Optional[str]:
+    """Why a lab can not be built on this machine, or None."""
+    if os.geteuid() != 0:
+        return "the lab needs root (network namespaces, mounts, sshd)"
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    for tool in ["ip", "unshare", "nsenter", "ssh", "ssh-keygen"]:
+        if not shutil.which(tool, path=path):
+            return f"`{tool}` is not installed"
+    if not os.access("/usr/sbin/sshd", os.X_OK):
+        return "/usr/sbin/sshd is not installed (openssh-server)"
+    return None
+
+
+def random_name(prefix: str = "mht") -> str:
+    return prefix + secrets.token_hex(2)
+
+
+class LabHandle:
+    """A running lab, as tests use it. Every ``run``-like method returns a
+    subprocess.CompletedProcess with text stdout/stderr captured, and never raises on a
+    non-zero exit unless given ``check=True``."""
+
+    def __init__(self, lab: Lab, n: int):
+        self.lab = lab
+        self.n = n
+        self.env = dict(os.environ)
+        # `python -m multihost` must import this checkout, installed or not.
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
+
+    # -- where things are --------------------------------------------------------------
+    name = property(lambda self: self.lab.name)
+    dir = property(lambda self: self.lab.dir)
+    hostfile = property(lambda self: self.lab.hostfile)   # <dir>/hosts.ini
+    home = property(lambda self: self.lab.home)           # the controller's HOME
+
+    def address(self, i: int) -> str:
+        return self.lab.address(i)
+
+    @property
+    def addresses(self) -> List[str]:
+        return [self.address(i) for i in range(1, self.n + 1)]
+
+    # -- running things ----------------------------------------------------------------
+    def _run(self, argv: Sequence[str], timeout: float, check: bool, **kw) -> subprocess.CompletedProcess:
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        kw.setdefault("env", self.env)
+        if "input" not in kw:
+            kw.setdefault("stdin", subprocess.DEVNULL)  # never wait on the terminal
+        return subprocess.run(list(argv), timeout=timeout, check=check, **kw)
+
+    def run(self, argv: Sequence[str], *, timeout: float = 120, check: bool = False,
+            **kw) -> subprocess.CompletedProcess:
+        """Run argv as the controller: in the lab's controller namespace, HOME and ~/.ssh
+        the lab's, MULTIHOST_LAB_DIR set (see Lab.exec_argv)."""
+        return self._run(self.lab.exec_argv(argv), timeout, check, **kw)
+
+    def popen(self, argv: Sequence[str], **kw) -> subprocess.Popen:
+        """Start argv as the controller without waiting (a long job, a session to keep)."""
+        kw.setdefault("env", self.env)
+        return subprocess.Popen(self.lab.exec_argv(argv), **kw)
+
+    def multihost(self, *args: str, timeout: float = 300, check: bool = False,
+                  **kw) -> subprocess.CompletedProcess:
+        """`multihost ARGS...` of this checkout, run as the controller."""
+        return self.run([sys.executable, "-m", "multihost", *args], timeout=timeout,
+                        check=check, **kw)
+
+    def ssh(self, i: int, command: str, *, connect_timeout: int = 5, timeout: float = 60,
+            check: bool = False, **kw) -> subprocess.CompletedProcess:
+        """`ssh 198.18.0.(10+i) COMMAND` with the system OpenSSH client, as the controller."""
+        return self.run(["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(connect_timeout)}",
+                         self.address(i), command], timeout=timeout, check=check, **kw)
+
+    def host_run(self, i: int, argv: Sequence[str], *, timeout: float = 60, check: bool = False,
+                 **kw) -> subprocess.CompletedProcess:
+        """Run argv inside host i directly (no ssh): its network, mounts, PIDs, hostname."""
+        return self._run(self.lab.host_argv(i, argv), timeout, check, **kw)
+
+    # -- faults, always undone -------------------------------------------------------------
+    @contextlib.contextmanager
+    def cut_link(self, i: int) -> Iterator[None]:
+        """Host i's cable unplugged for the duration of the block."""
+        self.lab.cut(i)
+        try:
+            yield
+        finally:
+            self.lab.heal(i)
+
+    @contextlib.contextmanager
+    def sshd_stopped(self, i: int) -> Iterator[None]:
+        """Host i's sshd stopped (the host and its processes live on) for the block."""
+        self.lab.sshd_stop(i)
+        try:
+            yield
+        finally:
+            self.lab.sshd_start(i)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.lab)
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[LabHandle]:
+    reason = lab_unavailable()
+    if reason:
+        pytest.skip(f"no lab on this machine: {reason}")
+    the_lab = Lab(random_name())
+    # Belt and braces: pytest runs this fixture's teardown on failures and Ctrl-C; atexit
+    # catches an exit that skips it. down() is idempotent, so both may run.
+    atexit.register(the_lab.down)
+    the_lab.up(HOSTS)  # tears down what it built if it fails
+    try:
+        yield LabHandle(the_lab, HOSTS)
+    finally:
+        the_lab.down()
+        atexit.unregister(the_lab.down)
