@@ -8,6 +8,7 @@ host are read by one thread, hosts in parallel.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -119,9 +120,27 @@ class LogFollower:
         host = node.host
         directory = mirror_path(self.mirror_dir, host)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # One writer per mirror: a second follower of the same run (`logs --follow` beside
+        # a live `run`) streams from the same offsets but leaves the mirror to the owner.
+        lock = open(directory / ".lock", "a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            owner = True
+        except OSError:
+            owner = False
+        offsets = {name: (directory / name).stat().st_size for name in _mirror_names(directory)}
+        try:
+            self._follow_loop(node, directory, offsets, owner)
+        finally:
+            lock.close()
+            self._ended[host.rank].set()
+
+    def _follow_loop(self, node: Node, directory: Path, offsets: Dict[str, int],
+                     owner: bool) -> None:
+        host = node.host
         while not self._stop.is_set():
             try:
-                if self._stream(node, directory):
+                if self._stream(node, directory, offsets, owner):
                     break
             except MultihostError as err:
                 self.errors[host.rank] = err
@@ -139,13 +158,10 @@ class LogFollower:
                                          time=time.time()))
             self.cluster.forget(host)
             self._stop.wait(RETRY_EVERY)
-        self._ended[host.rank].set()
 
-    def _stream(self, node: Node, directory: Path) -> bool:
+    def _stream(self, node: Node, directory: Path, offsets: Dict[str, int], owner: bool) -> bool:
         """One connection's worth of streaming; True when the host said it is done."""
         host = node.host
-        offsets = {name: (directory / name).stat().st_size
-                   for name in _mirror_names(directory)}
         transport = self.cluster.transport(host)
         process = helper.start(transport, "tail", {
             "run_dir": f"{REMOTE_RUNS}/{self.run_id}", "offsets": offsets,
@@ -166,7 +182,12 @@ class LogFollower:
                 if kind == "D":
                     name, offset, length = rest.rsplit(" ", 2)
                     data = _read_exact(process.stdout, int(length))
-                    self._write(node, directory, name, int(offset), data, buffers)
+                    if offsets.get(name, 0) != int(offset):
+                        continue  # never a byte twice, never a hole
+                    offsets[name] = int(offset) + len(data)
+                    if owner:
+                        self._write_mirror(directory / name, int(offset), data)
+                    self._lines(node, name, data, buffers)
                 elif kind == "S":
                     self._state(node, json.loads(rest))
                 elif kind == "E":
@@ -179,16 +200,17 @@ class LogFollower:
         finally:
             process.close()
 
-    def _write(self, node: Node, directory: Path, name: str, offset: int, data: bytes,
-               buffers: Dict[str, bytes]) -> None:
-        path = directory / name
+    @staticmethod
+    def _write_mirror(path: Path, offset: int, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as mirror:
-            if mirror.tell() != offset:  # never write a byte twice or leave a hole
+            if mirror.tell() != offset:  # the mirror was changed behind our back: keep it
                 return
             mirror.write(data)
         with open(times_path(path), "a") as index:
             index.write(f"{offset} {time.time():.3f}\n")
+
+    def _lines(self, node: Node, name: str, data: bytes, buffers: Dict[str, bytes]) -> None:
         pending = buffers.get(name, b"") + data
         *lines, rest = pending.split(b"\n")
         buffers[name] = rest

@@ -104,3 +104,21 @@ def test_global_rank_counts_the_processes_of_earlier_nodes(home, tmp_path):
 ])
 def test_lines_are_shown_safely(raw, shown):
     assert clean_line(raw) == shown
+
+
+def test_a_second_follower_shows_lines_but_leaves_the_mirror_to_the_first(home, tmp_path):
+    """`logs --follow` beside a live `run`: both see every line, the mirror has each once."""
+    log = home / "log" / "workerlog.0"
+    log.write_bytes(b"".join(b"line %d\n" % i for i in range(100)))
+    (home / "node.json").write_text(json.dumps({"state": "succeeded", "exit_code": 0}))
+    host = Host(name="127.0.0.1", python=sys.executable)
+    seen = [[], []]
+    with Cluster([host]) as cluster:
+        followers = [LogFollower(cluster, RUN, [(host, 1)], tmp_path / "mirror",
+                                 seen[i].append, follow=True) for i in range(2)]
+        for follower in followers:
+            follower.start()
+        assert all(f.drain(20) for f in followers)
+    for events in seen:
+        assert [l.text for l in events if isinstance(l, LogLine)] == [f"line {i}" for i in range(100)]
+    assert (tmp_path / "mirror" / "127.0.0.1" / "log" / "workerlog.0").read_bytes() == log.read_bytes()
