@@ -8,12 +8,13 @@ controller saw those lines within a fraction of a second of their writing.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
-from .events import LogLine
+from .events import LogBlock, LogLine
 from .logs import Node, clean_line, local_rank_of, mirror_path, times_path
 
 
@@ -24,14 +25,33 @@ class LineFilter:
     pattern: Optional["re.Pattern[str]"] = None
     since: Optional[float] = None           # epoch seconds
 
+    @property
+    def everything(self) -> bool:
+        return self.ranks is None and self.hosts is None and self.pattern is None \
+            and self.since is None
+
     def accepts(self, line: LogLine) -> bool:
-        if self.ranks is not None and line.rank not in self.ranks:
+        return self.accepts_source(line.host, line.rank, line.time) and \
+            (self.pattern is None or bool(self.pattern.search(line.text)))
+
+    def accepts_source(self, host: str, rank: int, when: float) -> bool:
+        """Whether lines of this host and rank, arrived at this time, can pass at all."""
+        if self.ranks is not None and rank not in self.ranks:
             return False
-        if self.hosts is not None and line.host not in self.hosts:
+        if self.hosts is not None and host not in self.hosts:
             return False
-        if self.pattern is not None and not self.pattern.search(line.text):
-            return False
-        return self.since is None or line.time >= self.since
+        return self.since is None or when >= self.since
+
+    def block(self, block: LogBlock) -> Optional[LogBlock]:
+        """The block with only the lines that pass, or None."""
+        if self.everything:
+            return block
+        if not self.accepts_source(block.host, block.rank, block.time):
+            return None
+        if self.pattern is None:
+            return block
+        kept = [text for text in block.lines if self.pattern.search(text)]
+        return dataclasses.replace(block, text="\n".join(kept)) if kept else None
 
 
 def _arrivals(log_file: Path) -> Tuple[List[int], List[float]]:

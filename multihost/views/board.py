@@ -11,8 +11,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Tuple
 
-from ..events import LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
+from ..events import LogBlock, LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
 from ..metrics import Metrics, parse_metrics
+
+
+METRIC_LINES = 20
+TAIL = 200                 # lines kept per row, for the full-log panel
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class _Row:
     last_line: str = ""
     metrics: Metrics = Metrics()
     lines: int = 0
-    tail: Deque[str] = field(default_factory=lambda: deque(maxlen=200))
+    tail: Deque[str] = field(default_factory=lambda: deque(maxlen=TAIL))
 
 
 class BoardModel:
@@ -88,8 +92,10 @@ class BoardModel:
 
     def apply(self, event: object) -> None:
         with self._lock:
-            if isinstance(event, LogLine):
-                self._line(event)
+            if isinstance(event, LogBlock):
+                self._lines(event, event.last(TAIL), event.count())
+            elif isinstance(event, LogLine):
+                self._lines(event, [event.text], 1)
             elif isinstance(event, NodeChanged):
                 self._node(event)
             elif isinstance(event, RunStarted):
@@ -101,19 +107,24 @@ class BoardModel:
                 self.exit_code = event.exit_code
                 self.root_cause = event.root_cause
 
-    def _line(self, event: LogLine) -> None:
+    def _lines(self, event, lines: List[str], count: int) -> None:
+        """O(1) in the number of lines: of a block of a million lines only the end is read."""
         row = self._row(event.host, event.node_rank, event.rank)
-        row.lines += 1
-        row.tail.append(event.text)
-        if event.text.strip():
-            row.last_line = event.text
-        found = parse_metrics(event.text)
-        if found:
-            row.metrics = row.metrics.merged(found)
+        row.lines += count
+        row.tail.extend(lines)
+        for text in reversed(lines[-50:]):
+            if text.strip():
+                row.last_line = text
+                break
+        for text in lines[-METRIC_LINES:]:  # the newest numbers are what a row shows
+            found = parse_metrics(text)
+            if found:
+                row.metrics = row.metrics.merged(found)
         if row.state in (NodeState.PENDING, NodeState.LAUNCHING):
             row.state, row.since = NodeState.RUNNING, row.since or event.time
         who = f"{event.host} [{event.rank}]" if event.rank >= 0 else f"{event.host} [launcher]"
-        self._recent.append((who, event.rank, event.text))
+        for text in lines[-self._recent_size:]:
+            self._recent.append((who, event.rank, text))
 
     def _node(self, event: NodeChanged) -> None:
         rows = [r for r in self._rows.values() if r.node_rank == event.node_rank] \

@@ -7,7 +7,7 @@ import json
 import threading
 from typing import IO
 
-from ..events import LogLine, NodeChanged, RunFinished, RunStarted
+from ..events import LogBlock, LogLine, NodeChanged, RunFinished, RunStarted
 
 KINDS = {RunStarted: "started", LogLine: "line", NodeChanged: "node", RunFinished: "finished"}
 
@@ -24,6 +24,10 @@ class JsonView:
         self._lock = threading.Lock()
 
     def __call__(self, event: object) -> None:
+        if isinstance(event, LogBlock):
+            for line in event.split():
+                self(line)
+            return
         kind = KINDS.get(type(event))
         if kind is None and type(event).__name__ == "Metrics":
             kind = "metrics"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import IO, Dict
 
-from ..events import LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
+from ..events import LogBlock, LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
 
 _COLOURS = ["36", "33", "35", "32", "34", "91", "96", "93"]
 
@@ -26,13 +26,17 @@ class PlainView:
         self.colour = colour
         self._lock = threading.Lock()
         self._hosts: Dict[str, str] = {}
+        self._prefixes: Dict[tuple, str] = {}
 
-    def _prefix(self, event: LogLine) -> str:
-        who = f"{event.host} [{event.rank}]" if event.rank >= 0 else f"{event.host} [launcher]"
-        if not self.colour:
-            return who
-        code = self._hosts.setdefault(event.host, _COLOURS[len(self._hosts) % len(_COLOURS)])
-        return f"\x1b[{code}m{who}\x1b[0m"
+    def _prefix(self, host: str, rank: int) -> str:
+        prefix = self._prefixes.get((host, rank))
+        if prefix is None:
+            who = f"{host} [{rank}]" if rank >= 0 else f"{host} [launcher]"
+            if self.colour:
+                code = self._hosts.setdefault(host, _COLOURS[len(self._hosts) % len(_COLOURS)])
+                who = f"\x1b[{code}m{who}\x1b[0m"
+            prefix = self._prefixes[(host, rank)] = who + ": "
+        return prefix
 
     def say(self, text: str) -> None:
         with self._lock:
@@ -40,9 +44,15 @@ class PlainView:
             self.err.flush()
 
     def __call__(self, event: object) -> None:
-        if isinstance(event, LogLine):
+        if isinstance(event, LogBlock):
+            prefix = self._prefix(event.host, event.rank)
+            text = prefix + event.text.replace("\n", "\n" + prefix) + "\n"  # one write per block
             with self._lock:
-                self.out.write(f"{self._prefix(event)}: {event.text}\n")
+                self.out.write(text)
+                self.out.flush()
+        elif isinstance(event, LogLine):
+            with self._lock:
+                self.out.write(f"{self._prefix(event.host, event.rank)}{event.text}\n")
                 self.out.flush()
         elif isinstance(event, RunStarted):
             self.say(f"run {event.run_id}: {len(event.hosts)} hosts x {event.nproc_per_node} "

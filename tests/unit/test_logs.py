@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from multihost.events import LogLine, NodeChanged, NodeState
+from multihost.events import LogBlock, NodeChanged, NodeState
 from multihost.fanout import Cluster
 from multihost.hosts import Host
-from multihost.logs import LogFollower, clean_line
+from multihost.logs import LogFollower, clean_block, clean_line
 
 RUN = "20260101-000000-abcd"
 
@@ -40,7 +40,7 @@ def follow(tmp_path, follow=False, nproc=2, timeout=20):
 
 
 def lines(events):
-    return [(e.rank, e.text) for e in events if isinstance(e, LogLine)]
+    return [(line.rank, line.text) for e in events if isinstance(e, LogBlock) for line in e.split()]
 
 
 def test_every_line_once_with_its_rank_and_a_byte_exact_mirror(home, tmp_path):
@@ -120,5 +120,10 @@ def test_a_second_follower_shows_lines_but_leaves_the_mirror_to_the_first(home, 
             follower.start()
         assert all(f.drain(20) for f in followers)
     for events in seen:
-        assert [l.text for l in events if isinstance(l, LogLine)] == [f"line {i}" for i in range(100)]
+        assert [text for _, text in lines(events)] == [f"line {i}" for i in range(100)]
     assert (tmp_path / "mirror" / "127.0.0.1" / "log" / "workerlog.0").read_bytes() == log.read_bytes()
+
+
+def test_a_block_is_split_fast_and_cleaned_only_where_needed():
+    assert clean_block(b"a\nb\n") == "a\nb"
+    assert clean_block(b"ok\n1%\r99%\n\x1b[1mbold\x1b[0m\n") == "ok\n99%\nbold"

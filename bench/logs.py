@@ -1,0 +1,152 @@
+"""Log delivery under load: 8 ranks over 4 lab hosts, each writing numbered lines as fast
+as it can for 10 s. Lines per second delivered, every line counted at the end, by:
+
+  multihost logs --follow --plain      (plain lines)
+  multihost logs --follow              (the rich dashboard, on a pseudo-terminal)
+  ssh host tail -F ... on every host in parallel   (the anchor)
+
+each against a fresh run of the same job, in the same benchmark run. Rate = lines written
+/ seconds from the job's start until the reader had the last line. Goals (issue 6): zero
+lines lost, at least 0.8x the anchor's rate; the controller's CPU time is printed.
+Run as root: python bench/logs.py [--seconds 10]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _lab import addresses, bench_lab, reexec_inside
+
+WRITER = '''\
+import os, sys, time
+rank = os.environ["RANK"]
+end = time.time() + float(sys.argv[1])
+write = sys.stdout.write
+count = 0
+while time.time() < end:
+    for _ in range(1000):
+        write("r%s %d\\n" % (rank, count))
+        count += 1
+write("END r%s %d\\n" % (rank, count))
+sys.stdout.flush()
+'''
+HOSTS, NPROC = 4, 2
+LINE = re.compile(rb"\br(\d+) (\d+)$")
+END = re.compile(rb"END r(\d+) (\d+)")
+
+
+def multihost(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "multihost", *args], check=True,
+                          capture_output=True, **kw)
+
+
+def start_job(code: Path, hostfile: str, seconds: float) -> str:
+    done = multihost("run", "--hostfile", hostfile, "--launcher", "python", "--nproc_per_node",
+                     str(NPROC), "--code", str(code), "--no-check", "--detach", "--plain",
+                     "--", "writer.py", str(seconds), cwd=code)
+    return (Path.home() / ".multihost" / "last").read_text().strip()
+
+
+def count(blobs) -> tuple:
+    """(lines seen per rank are exactly 0..N-1 with N the writer's own count, total)"""
+    seen, ends = {}, {}
+    for blob in blobs:
+        for raw in blob.splitlines():
+            end = END.search(raw)
+            if end:
+                ends[int(end.group(1))] = int(end.group(2))
+                continue
+            match = LINE.search(raw)
+            if match:
+                seen.setdefault(int(match.group(1)), []).append(int(match.group(2)))
+    complete = len(ends) == HOSTS * NPROC and all(
+        sorted(seen.get(r, [])) == list(range(n)) for r, n in ends.items())
+    return complete, sum(ends.values())
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def follow(code, hostfile, seconds, dashboard: bool):
+    run_id = start_job(code, hostfile, seconds)
+    started, cpu = time.perf_counter(), children_cpu()
+    argv = [sys.executable, "-m", "multihost", "logs", run_id, "--follow"]
+    if dashboard:  # a real pseudo-terminal, so the rich Live view draws as for a user
+        argv = ["script", "-qfec", " ".join(argv), "/dev/null"]
+    else:
+        argv.append("--plain")
+    out = subprocess.run(argv, cwd=code, capture_output=True, env=dict(os.environ, COLUMNS="120"))
+    elapsed, cpu = time.perf_counter() - started, children_cpu() - cpu
+    mirror = code / "log" / run_id
+    blobs = [p.read_bytes() for p in mirror.glob("*/log/workerlog.*")]
+    complete, total = count(blobs if dashboard else [out.stdout])
+    return total / elapsed, complete, total, cpu
+
+
+def anchor(code, hostfile, seconds):
+    run_id = start_job(code, hostfile, seconds)
+    started, cpu = time.perf_counter(), children_cpu()
+    logs = f"~/.multihost/runs/{run_id}/log"
+    # one tail per rank file: tail's headers between files would cut lines apart
+    procs = [subprocess.Popen(["ssh", "-o", "BatchMode=yes", host,
+                               f"tail -n +1 -F {logs}/workerlog.{local}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+             for host in addresses(HOSTS) for local in range(NPROC)]
+    blobs = []
+    for proc in procs:  # read each until its rank said END; the others keep reading meanwhile
+        chunks = []
+        for raw in proc.stdout:
+            chunks.append(raw)
+            if raw.startswith(b"END "):
+                break
+        proc.kill()
+        proc.wait()
+        blobs.append(b"".join(chunks))
+    elapsed, cpu = time.perf_counter() - started, children_cpu() - cpu
+    complete, total = count(blobs)
+    return total / elapsed, complete, total, cpu
+
+
+def inside(seconds: float, hostfile: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="mh-bench-logs-") as tmp:
+        code = Path(tmp) / "benchlogs"
+        code.mkdir()
+        (code / "writer.py").write_text(WRITER)
+        results = {
+            "multihost logs --follow --plain": follow(code, hostfile, seconds, dashboard=False),
+            "multihost logs --follow (dashboard)": follow(code, hostfile, seconds, dashboard=True),
+            "ssh tail -F, 4 hosts in parallel": anchor(code, hostfile, seconds),
+        }
+    base = results["ssh tail -F, 4 hosts in parallel"][0]
+    print(f"{'reader':<38} {'lines/s':>10} {'lines':>10} {'lost':>5} {'cpu s':>6} {'ratio':>6}")
+    for name, (rate, complete, total, cpu) in results.items():
+        print(f"{name:<38} {rate:>10.0f} {total:>10} {'0' if complete else 'SOME':>5} "
+              f"{cpu:>6.1f} {rate / base:>6.2f}")
+    print("goal: zero lost, multihost >= 0.8x the anchor's rate")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--hostfile", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inside:
+        inside(args.seconds, args.hostfile)
+        return
+    with bench_lab(HOSTS) as lab:
+        sys.exit(reexec_inside(lab, __file__, ["--seconds", str(args.seconds),
+                                               "--hostfile", str(lab.hostfile)]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""How a CheckReport looks: a rich table on a terminal, the same table as plain text in a
+pipe, or one JSON document. Hosts in rank order are rows, checks are columns; hosts whose
+cells are all the same share one row; failures and warnings follow, each once with the
+hosts it concerns and its fix; the N x N ping matrix when a pair did not answer.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import IO, Dict, List, Sequence, Tuple
+
+from ..check_parsers import fold_ranges
+from ..check_report import CHECKS, FAIL, PASS, SKIP, WARN, CheckReport, CheckResult, HostReport
+from ..nodeset import fold
+
+SYMBOL = {PASS: "✓", WARN: "!", FAIL: "✗", SKIP: "–"}
+STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", SKIP: "dim"}
+PLAIN = {PASS: "", WARN: "WARN ", FAIL: "FAIL ", SKIP: ""}
+MATRIX_LIMIT = 16   # larger clusters list the silent pairs instead of drawing the matrix
+# Headers of the compact table (symbols only), for terminals too narrow for the details.
+SHORT = {"reach": "rch", "ssh": "ssh", "software": "sw", "gpus": "gpu", "ports": "port",
+         "rendezvous": "rdzv", "ping": "ping", "iface": "if", "disk": "disk", "clock": "clk",
+         "leftovers": "left", "data": "data"}
+
+Row = Tuple[List[HostReport], Tuple[Tuple[str, str], ...]]
+
+
+def columns(report: CheckReport) -> List[str]:
+    present = {r.name for h in report.hosts for r in h.results}
+    return [name for name in CHECKS if name in present]
+
+
+def cell(result: CheckResult) -> str:
+    return "-" if result.status == SKIP else result.cell
+
+
+def fold_rows(report: CheckReport) -> List[Row]:
+    """Hosts with identical cells, in the order their first host appears. Only
+    neighbours fold, so rows stay in rank order."""
+    names = columns(report)
+    rows: List[Row] = []
+    for host in report.hosts:
+        by_name = {r.name: r for r in host.results}
+        cells = tuple((by_name[n].status, cell(by_name[n])) if n in by_name else (SKIP, "")
+                      for n in names)
+        if rows and rows[-1][1] == cells:
+            rows[-1][0].append(host)
+        else:
+            rows.append(([host], cells))
+    return rows
+
+
+def row_labels(hosts: Sequence[HostReport]) -> Tuple[str, str]:
+    return fold_ranges(h.host.rank for h in hosts), fold([h.host.label for h in hosts])
+
+
+def findings(report: CheckReport) -> List[Tuple[str, str, str, str, List[str]]]:
+    """(status, check, detail, fix, hosts) for every warn and fail, each once. Findings
+    that differ only by the host they name ("10.0.0.5:22 is unreachable") are one, said
+    with <host> in its place: ten dead hosts make one line, not ten."""
+    grouped: Dict[Tuple[str, str, str, str], List[Tuple[str, str, str]]] = {}
+    for status in (FAIL, WARN):
+        for host, result in report.failures(status):
+            names = [n for n in {host.host.label, host.host.name, host.address or ""} if n]
+            generic = [_without(text, names) for text in (result.detail, result.fix or "")]
+            key = (status, result.name, generic[0], generic[1])
+            grouped.setdefault(key, []).append((host.host.label, result.detail, result.fix or ""))
+    found = []
+    for (status, name, detail, fix), members in grouped.items():
+        if len(members) == 1:
+            detail, fix = members[0][1], members[0][2]
+        found.append((status, name, detail, fix, [label for label, _, _ in members]))
+    return found
+
+
+def _without(text: str, names: Sequence[str]) -> str:
+    for name in sorted(names, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", "<host>", text)
+    return text
+
+
+def verdict(report: CheckReport) -> str:
+    fails = len(report.failures(FAIL))
+    warns = len(report.failures(WARN))
+    n = len(report.hosts)
+    port = "none free" if report.start_port is None else str(report.start_port)
+    where = f"{n} host{'s' if n != 1 else ''}, start port {port}"
+    warned = f", {warns} warning{'s' if warns != 1 else ''}" if warns else ""
+    if report.ok:
+        return f"ready: {where}{warned} ({report.duration:.1f}s)"
+    bad = len({h.host.rank for h, _ in report.failures(FAIL)})
+    return (f"NOT ready: {fails} failed check{'s' if fails != 1 else ''} on {bad} "
+            f"host{'s' if bad != 1 else ''}{warned}; {where} ({report.duration:.1f}s)")
+
+
+def matrix_lines(report: CheckReport) -> List[str]:
+    """The ping matrix as text rows (from: to...), only when a pair did not answer."""
+    matrix = report.ping_matrix
+    pairs = matrix.failed_pairs()
+    if not pairs:
+        return []
+    n = len(matrix.labels)
+    if n > MATRIX_LIMIT:
+        return ["no echo: " + ", ".join(f"{matrix.labels[i]} -> {matrix.labels[j]}"
+                                        for i, j in pairs[:40])]
+    width = max(len(label) for label in matrix.labels)
+    lines = ["ping matrix, from (row) to (column): ok = echo, X = no echo, ? = not asked",
+             " " * (width + 5) + "".join(f"{j:>4}" for j in range(n))]
+    for i, row in enumerate(matrix.rows):
+        marks = ["." if i == j else "?" if row is None else "X" if row[j] is None else "ok"
+                 for j in range(n)]
+        lines.append(f"{matrix.labels[i]:<{width}} {i:>3} " + "".join(f"{m:>4}" for m in marks))
+    return lines
+
+
+def detail_lines(report: CheckReport) -> List[str]:
+    """Every check of every host on its own line (``--verbose``)."""
+    return [f"{h.host.label} [{h.host.rank}] {r.name}: {r.status}: {r.detail}"
+            + (f" (fix: {r.fix})" if r.fix and r.status in (WARN, FAIL) else "")
+            for h in report.hosts for r in h.results]
+
+
+# -- plain text -----------------------------------------------------------------------
+def render_plain(report: CheckReport, out: IO[str], verbose: bool = False) -> None:
+    names = columns(report)
+    table = [["RANK", "HOST"] + [n.upper() for n in names]]
+    for hosts, cells in fold_rows(report):
+        table.append(list(row_labels(hosts)) + [PLAIN[s] + text for s, text in cells])
+    widths = [max(len(row[k]) for row in table) for k in range(len(table[0]))]
+    for row in table:
+        out.write("  ".join(text.ljust(w) for text, w in zip(row, widths)).rstrip() + "\n")
+    lines = []
+    for status, name, detail, fix, hosts in findings(report):
+        lines.append(f"{status.upper()} {fold(hosts)}: {name}: {detail}")
+        if fix:
+            lines.append(f"     fix: {fix}")
+    if lines:
+        out.write("\n" + "\n".join(lines) + "\n")
+    matrix = matrix_lines(report)
+    if matrix:
+        out.write("\n" + "\n".join(matrix) + "\n")
+    if verbose:
+        out.write("\n" + "\n".join(detail_lines(report)) + "\n")
+    out.write(f"\n{verdict(report)}\n")
+    out.flush()
+
+
+def render_json(report: CheckReport, out: IO[str]) -> None:
+    out.write(json.dumps(report.to_json(), indent=2) + "\n")
+    out.flush()
+
+
+# -- rich -----------------------------------------------------------------------------
+def render_rich(report: CheckReport, console, verbose: bool = False) -> None:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    names = columns(report)
+    rows = fold_rows(report)
+    compact = console.width < wide_width(names, rows)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
+    table.add_column("rank", justify="right", no_wrap=True)
+    table.add_column("host", no_wrap=True, min_width=max(len(row_labels(h)[1]) for h, _ in rows))
+    for name in names:
+        table.add_column(SHORT[name] if compact else name, no_wrap=compact)
+    for hosts, cells in rows:
+        ranks, labels = row_labels(hosts)
+        table.add_row(ranks, labels, *[Text(SYMBOL[s] if compact else f"{SYMBOL[s]} {text}".rstrip(),
+                                            style=STYLE[s]) for s, text in cells])
+    console.print(table)
+    if compact:
+        console.print(Text("  ".join(f"{SHORT[n]}={n}" for n in names if SHORT[n] != n),
+                           style="dim"))
+    for status, name, detail, fix, hosts in findings(report):
+        line = Text()
+        line.append(f"{SYMBOL[status]} {fold(hosts)}", style=STYLE[status])
+        line.append(f"  {name}: ", style="bold")
+        line.append(detail)
+        console.print(line)
+        if fix:
+            console.print(Text(f"    fix: {fix}", style="cyan"))
+    matrix = matrix_lines(report)
+    if matrix:
+        console.print()
+        for text in matrix:
+            console.print(Text(text, style="red" if " X" in text else ""))
+    if verbose:
+        console.print()
+        for text in detail_lines(report):
+            console.print(text, markup=False, highlight=False)
+    style = "bold green" if report.ok else "bold red"
+    console.print(Text(("✓ " if report.ok else "✗ ") + verdict(report), style=style))
+
+
+def wide_width(names: Sequence[str], rows: Sequence[Row]) -> int:
+    """Columns the full table needs: every cell on one line (symbol, space, brief)."""
+    width = 4 + 2 + max(len(row_labels(hosts)[1]) for hosts, _ in rows) + 2
+    for k, name in enumerate(names):
+        width += max([len(name)] + [len(cells[k][1]) + 2 for _, cells in rows]) + 2
+    return width
+
+
+class Progress:
+    """A one-line status on a terminal while hosts answer: which are still pending."""
+
+    def __init__(self, console, hosts: Sequence):
+        self.console = console
+        self.stage: Dict[str, str] = {h.label: "waiting" for h in hosts}
+        self._status = None
+
+    def __enter__(self) -> "Progress":
+        self._status = self.console.status(self._text())
+        self._status.__enter__()
+        return self
+
+    def __call__(self, host, stage: str) -> None:
+        self.stage[host.label] = stage
+        if self._status is not None:
+            self._status.update(self._text())
+
+    def _text(self) -> str:
+        pending = [label for label, stage in self.stage.items() if stage != "done"]
+        if not pending:
+            return "checking: done"
+        shown = fold(pending[:8]) + (" ..." if len(pending) > 8 else "")
+        return f"checking {len(self.stage)} hosts: waiting for {shown}"
+
+    def __exit__(self, *exc) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc)
