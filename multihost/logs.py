@@ -177,7 +177,7 @@ class LogFollower:
         """One connection's worth of streaming; True when the host said it is done."""
         host = node.host
         transport = self.cluster.transport(host)
-        process = helper.start(transport, "tail", {
+        process = helper.start(transport, "logs.tail", {
             "run_dir": f"{REMOTE_RUNS}/{self.run_id}", "offsets": offsets,
             "follow": self.follow, "compress": not transport.is_local})
         process.stdin.close()

@@ -8,7 +8,7 @@ import time
 from .proto import op
 
 
-@op("hello")
+@op("basic.hello")
 def hello(request):
     return {
         "hostname": socket.gethostname(),

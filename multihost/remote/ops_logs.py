@@ -91,7 +91,7 @@ class Streamer(object):
         return sent
 
 
-@op("tail", stream=True)
+@op("logs.tail", stream=True)
 def tail(request):
     run_dir = os.path.expanduser(request["run_dir"])
     follow = bool(request.get("follow", True))

@@ -29,13 +29,15 @@ def test_zip_is_deterministic_and_holds_only_the_remote_package():
 
 
 def test_first_call_installs_then_reuses(local, tmp_path):
-    result = helper.call(local, "hello")
+    result = helper.call(local, "basic.hello")
     assert result["python"] == sys.version.split()[0]
-    installed = list((tmp_path / ".cache" / "multihost").glob("helper-*.pyz"))
-    assert len(installed) == 1
+    installed = list((tmp_path / ".cache" / "multihost").glob("helper-*"))
+    assert len(installed) == 1 and (installed[0] / "mhremote" / "proto.py").is_file()
     mtime = installed[0].stat().st_mtime_ns
-    helper.call(local, "hello")
+    helper.call(local, "basic.hello")
     assert installed[0].stat().st_mtime_ns == mtime
+    # unpacked, so that python keeps the compiled modules for the next call
+    assert list((installed[0] / "mhremote" / "__pycache__").glob("proto.*.pyc"))
 
 
 def test_unknown_operation_is_a_remote_error_with_a_fix(local):
@@ -47,7 +49,7 @@ def test_unknown_operation_is_a_remote_error_with_a_fix(local):
 def test_missing_interpreter_names_the_flag(local):
     broken = LocalTransport(dataclasses.replace(local.host, python="/nonexistent/python3"))
     with pytest.raises(RemoteError) as info:
-        helper.call(broken, "hello")
+        helper.call(broken, "basic.hello")
     assert "/nonexistent/python3" in str(info.value) and "--python" in str(info.value)
 
 

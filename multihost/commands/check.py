@@ -1,0 +1,78 @@
+"""``multihost check``: the preflight. Can this exact cluster run this exact job?"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options
+
+EPILOG = HOST_OPTIONS_HELP + """
+examples:
+  multihost check --ips=10.0.0.1,10.0.0.2
+  multihost check --hostfile hosts.ini --gpus 0,1,2,3 --start-port 17000
+  multihost check --hostfile hosts.ini --start-port auto --json | jq .start_port
+  multihost check --ips=10.0.0.1,10.0.0.2 --nproc_per_node 2 --python /opt/venv/bin/python
+
+Checks, on every host at once: reach (ping from here), ssh (password-free login),
+software (python, torch/paddle, CUDA, NCCL: the same everywhere), gpus (the requested
+devices exist), ports (FLAGS_START_PORT and the next ones are free), rendezvous (every
+host connects to the first host's master port), ping (every host pings every other),
+iface (the interface towards the first host; hostnames that resolve to loopback),
+disk (free space in the workdir), clock (skew against this machine), leftovers
+(processes of earlier multihost runs), data (--data exists everywhere).
+Each is explained, with its fixes, in docs/check.md.
+
+Exit status: 0 when no check failed (warnings allowed), 3 when one did.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = sub.add_parser(
+        "check", help="preflight: prove the cluster can run the job",
+        description="Check, on every host in parallel, everything the job needs: reach, ssh, "
+                    "software, GPUs, ports, the rendezvous path, host-to-host ping, "
+                    "interfaces, disk, clock and leftovers of earlier runs.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_host_options(parser)
+    add_job_options(parser)
+    group = parser.add_argument_group("output")
+    group.add_argument("--json", action="store_true",
+                       help="print one JSON document (ok, start_port, per host: rank, address, "
+                            "checks)")
+    group.add_argument("--plain", action="store_true",
+                       help="plain text even on a terminal (the default in a pipe)")
+    group.add_argument("-v", "--verbose", action="store_true",
+                       help="also print every check's detail, one line each")
+    group.add_argument("--timeout", type=float, default=8.0, metavar="S",
+                       help="seconds each host may spend on its checks (default 8)")
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..check import run_checks
+    from ..errors import EXIT_CHECK, EXIT_OK
+    from ..job import job_options_from_args
+    from .common import cluster_from_args, hosts_from_args
+
+    hosts = hosts_from_args(args)
+    job = job_options_from_args(args)
+    fancy = not args.json and not args.plain and sys.stdout.isatty()
+    with cluster_from_args(args, hosts) as cluster:
+        if fancy:
+            from rich.console import Console
+
+            from ..views.check_view import Progress, render_rich
+
+            console = Console()
+            with Progress(console, hosts) as progress:
+                report = run_checks(cluster, job, budget=args.timeout, progress=progress)
+            render_rich(report, console, verbose=args.verbose)
+        else:
+            report = run_checks(cluster, job, budget=args.timeout)
+            from ..views.check_view import render_json, render_plain
+
+            if args.json:
+                render_json(report, sys.stdout)
+            else:
+                render_plain(report, sys.stdout, verbose=args.verbose)
+    return EXIT_OK if report.ok else EXIT_CHECK

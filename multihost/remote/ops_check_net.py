@@ -1,0 +1,394 @@
+"""The network half of the preflight, run on a host (and, being stdlib only, also on the
+controller for its own reachability probe): ICMP echo to many addresses at once, the
+interface that holds an address, and the rendezvous test (a temporary listener on the
+first host, a connection from every other host).
+
+Everything here is bounded by a timeout: a check must never hang on a dead peer.
+"""
+import errno
+import os
+import re
+import select
+import socket
+import struct
+import threading
+import time
+
+ECHO_REQUEST = {socket.AF_INET: 8, socket.AF_INET6: 128}
+ECHO_REPLY = {socket.AF_INET: 0, socket.AF_INET6: 129}
+PROTO = {socket.AF_INET: socket.IPPROTO_ICMP, socket.AF_INET6: socket.IPPROTO_ICMPV6}
+_PING_TIME = re.compile(r"time[=<]([0-9.]+) ?ms")
+
+
+def family_of(address):
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
+def _checksum(data):
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    total = (total >> 16) + (total & 0xFFFF)
+    total += total >> 16
+    return ~total & 0xFFFF
+
+
+def _icmp_socket(family):
+    """An ICMP socket: unprivileged "ping socket" first, raw (root) second; None if neither."""
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_RAW):
+        try:
+            return socket.socket(family, kind, PROTO[family]), kind
+        except OSError:
+            continue
+    return None, None
+
+
+def _echo(family, kind, ident, seq):
+    header = struct.pack("!BBHHH", ECHO_REQUEST[family], 0, 0, ident, seq)
+    payload = b"multihost-check!"
+    if family == socket.AF_INET:  # the kernel fills in ICMPv6 checksums itself
+        header = struct.pack("!BBHHH", 8, 0, _checksum(header + payload), ident, seq)
+    return header + payload
+
+
+def _icmp_ping(family, addresses, timeout, tries):
+    """{address: rtt_ms | None}, or None when this host does not let us send ICMP."""
+    sock, kind = _icmp_socket(family)
+    if sock is None:
+        return None
+    ident = (os.getpid() ^ int(time.time() * 1000)) & 0xFFFF or 1
+    results = dict((a, None) for a in addresses)
+    sent = {}  # seq -> (address, send time)
+    deadline = time.monotonic() + timeout
+    interval = timeout / max(1, tries)
+    try:
+        sock.setblocking(False)
+        for attempt in range(tries):
+            for index, address in enumerate(addresses):
+                if results[address] is None:
+                    seq = (index * tries + attempt) & 0xFFFF
+                    sent[seq] = (address, time.monotonic())
+                    try:
+                        sock.sendto(_echo(family, kind, ident, seq), (address, 0))
+                    except OSError:
+                        pass  # no route: stays None, and the next try may find one
+            round_end = min(deadline, time.monotonic() + interval)
+            while any(v is None for v in results.values()):
+                wait = round_end - time.monotonic()
+                if wait <= 0 or not select.select([sock], [], [], wait)[0]:
+                    break
+                try:
+                    data, source = sock.recvfrom(2048)
+                except OSError:
+                    continue
+                if family == socket.AF_INET and kind == socket.SOCK_RAW:
+                    data = data[(data[0] & 0x0F) * 4:]  # raw IPv4 sockets see the IP header
+                if len(data) < 8:
+                    continue
+                kind_byte, _, _, rid, seq = struct.unpack("!BBHHH", data[:8])
+                if kind_byte != ECHO_REPLY[family] or seq not in sent:
+                    continue
+                if kind == socket.SOCK_RAW and rid != ident:
+                    continue  # someone else's ping; ping sockets only ever see their own
+                address, when = sent[seq]
+                if results.get(address) is None:
+                    results[address] = (time.monotonic() - when) * 1000.0
+            if time.monotonic() >= deadline or all(v is not None for v in results.values()):
+                break
+    finally:
+        sock.close()
+    return results
+
+
+def _binary_ping(addresses, timeout):
+    """The `ping` command (setuid or with CAP_NET_RAW) for hosts without ICMP sockets."""
+    import subprocess
+    wait = max(1, int(round(timeout)))
+    procs = {}
+    for address in addresses:
+        try:
+            procs[address] = subprocess.Popen(
+                ["ping", "-n", "-c", "1", "-W", str(wait), address], stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        except OSError:
+            return None  # no ping command at all
+    results = {}
+    denied = 0
+    for address, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=wait + 2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            out, err = b"", b""
+        match = _PING_TIME.search(out.decode("utf-8", "replace"))
+        results[address] = float(match.group(1)) if match else None
+        if b"not permitted" in err or b"Operation not permitted" in out:
+            denied += 1
+    if denied and denied == len(addresses):
+        return None
+    return results
+
+
+def ping_many(addresses, timeout=1.0, tries=3):
+    """Echo every address at once: ({address: rtt_ms | None}, method).
+
+    method is "icmp" (our own socket), "ping" (the ping command) or None when this
+    host may not send ICMP at all; then every value is None and callers must say so.
+    """
+    addresses = list(dict.fromkeys(addresses))
+    results = {}
+    method = "icmp"
+    for family in (socket.AF_INET, socket.AF_INET6):
+        group = [a for a in addresses if family_of(a) == family]
+        if not group:
+            continue
+        found = _icmp_ping(family, group, timeout, tries)
+        if found is None:
+            found = _binary_ping(group, timeout)
+            method = "ping" if found is not None else None
+        if found is None:
+            found = dict((a, None) for a in group)
+        results.update(found)
+    return results, method
+
+
+def tcp_probe(address, port, timeout):
+    """Time a TCP handshake: {"ms": float} or {"error": "refused"|"timeout"|...}."""
+    started = time.monotonic()
+    try:
+        sock = socket.create_connection((address, port), timeout)
+    except OSError as exc:
+        return {"error": error_kind(exc), "text": str(exc.strerror or exc)}
+    sock.close()
+    return {"ms": (time.monotonic() - started) * 1000.0}
+
+
+def error_kind(exc):
+    if isinstance(exc, socket.timeout):
+        return "timeout"
+    code = getattr(exc, "errno", None)
+    if code == errno.ECONNREFUSED:
+        return "refused"
+    if code in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN):
+        return "unreachable"
+    if isinstance(exc, socket.gaierror):
+        return "name"
+    return "error"
+
+
+# -- interfaces -----------------------------------------------------------------------
+def parse_ip_addr(text):
+    """`ip -o addr show` into {interface: [addresses]} (secondaries and IPv6 included)."""
+    interfaces = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[2] not in ("inet", "inet6"):
+            continue
+        name = fields[1].split("@", 1)[0]
+        interfaces.setdefault(name, []).append(fields[3].split("/", 1)[0])
+    return interfaces
+
+
+def parse_proc_net_route(text):
+    """/proc/net/route into [(interface, network, mask, via_gateway)], addresses as the
+    kernel writes them (little-endian ints, compared as such)."""
+    routes = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8:
+            try:
+                routes.append((fields[0], int(fields[1], 16), int(fields[7], 16),
+                               bool(int(fields[3], 16) & 0x2)))
+            except ValueError:
+                continue
+    return routes
+
+
+def iface_by_route(address, routes):
+    """The interface whose directly connected network holds an IPv4 address: the one
+    that carries traffic from that address."""
+    value = struct.unpack("<I", socket.inet_aton(address))[0]
+    best = None
+    for name, network, mask, via_gateway in routes:
+        if not via_gateway and value & mask == network:
+            if best is None or bin(mask).count("1") > best[0]:
+                best = (bin(mask).count("1"), name)
+    return best[1] if best else None
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def iface_of_address(address):
+    """The interface that holds a local address, from /proc (no process started);
+    `ip -o addr` when /proc does not tell (a /32 address, say)."""
+    if ":" in address:
+        packed = socket.inet_pton(socket.AF_INET6, address.split("%")[0])
+        for line in _read("/proc/net/if_inet6").splitlines():
+            fields = line.split()
+            if len(fields) == 6 and bytes.fromhex(fields[0]) == packed:
+                return fields[5]
+    else:
+        name = iface_by_route(address, parse_proc_net_route(_read("/proc/net/route")))
+        if name:
+            return name
+    return interface_of(address, ip_addr_table())
+
+
+def ip_addr_table():
+    import subprocess
+    try:
+        done = subprocess.run(["ip", "-o", "addr", "show"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=5)
+        if done.returncode == 0:
+            return parse_ip_addr(done.stdout.decode("utf-8", "replace"))
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return {}
+
+
+def interface_names():
+    try:
+        return sorted(os.listdir("/sys/class/net"))
+    except OSError:
+        return sorted(name for _, name in socket.if_nameindex())
+
+
+def is_local_address(address):
+    """Does this host hold the address? Only then can a socket be bound to it."""
+    try:
+        probe = socket.socket(family_of(address), socket.SOCK_DGRAM)
+    except OSError:
+        return False
+    try:
+        probe.bind((address, 0))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def route_source(address):
+    """The local address the kernel would use to reach ``address`` (a UDP connect sends
+    nothing); None when there is no route."""
+    try:
+        family = family_of(address)
+        probe = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            probe.connect((address, 9))
+            return probe.getsockname()[0]
+        finally:
+            probe.close()
+    except OSError:
+        return None
+
+
+def interface_of(address, table):
+    for name, addresses in table.items():
+        if address in addresses:
+            return name
+    return None
+
+
+# -- the rendezvous test --------------------------------------------------------------
+class Listener(object):
+    """A temporary TCP listener on the master port: sends a token to whoever connects and
+    reads back the connecting host's rank, so a foreign process on the port can not pass
+    for ours."""
+
+    def __init__(self, port, token, family=socket.AF_INET):
+        self.port = port
+        self.token = token.encode()
+        self.accepted = []  # [{"rank", "from"}]
+        self.error = None
+        self.inode = None
+        self._stop = threading.Event()
+        self._sock = None
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            # As torch's TCPStore does: a port only in TIME_WAIT counts as free.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+            sock.listen(256)
+            sock.settimeout(0.2)
+            self._sock = sock
+            self.inode = os.fstat(sock.fileno()).st_ino
+        except OSError as exc:
+            self.error = os.strerror(exc.errno) if exc.errno else str(exc)
+            return
+        self._thread = threading.Thread(target=self._serve)
+        self._thread.daemon = True
+        self._thread.start()
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                conn, peer = self._sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            worker = threading.Thread(target=self._greet, args=(conn, peer[0]))
+            worker.daemon = True
+            worker.start()
+
+    def _greet(self, conn, peer):
+        try:
+            conn.settimeout(3)
+            conn.sendall(self.token + b"\n")
+            rank = conn.makefile("rb").readline(32).strip()
+            self.accepted.append({"rank": int(rank) if rank.isdigit() else None, "from": peer})
+        except (OSError, ValueError):
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self._stop.set()
+        if self._sock is not None:
+            try:  # wakes the accepting thread at once (Linux), instead of its next timeout
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._sock.close()
+        return {"listening": self.error is None, "error": self.error, "port": self.port,
+                "accepted": list(self.accepted)}
+
+
+def connect_master(address, port, token, rank, timeout=3.0):
+    """Connect to the first host's listener as torchrun's workers would: a refused
+    connection is retried until ``timeout`` (the listener may come up a moment later)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        started = time.monotonic()
+        try:
+            sock = socket.create_connection((address, port), max(0.05, remaining))
+        except OSError as exc:
+            failure = {"ok": False, "error": error_kind(exc), "text": str(exc.strerror or exc)}
+            if failure["error"] != "refused" or deadline - time.monotonic() < 0.05:
+                return failure
+            time.sleep(0.05)
+            continue
+        ms = (time.monotonic() - started) * 1000.0
+        try:
+            # Our listener greets at once; a foreign server may say nothing at all.
+            sock.settimeout(max(0.2, min(1.5, deadline - time.monotonic())))
+            line = sock.makefile("rb").readline(64).strip()
+            if line != token.encode():
+                return {"ok": False, "error": "foreign", "ms": ms,
+                        "text": "another program answers on this port"}
+            sock.sendall(("%d\n" % rank).encode())
+            return {"ok": True, "ms": ms, "source": sock.getsockname()[0]}
+        except OSError as exc:
+            return {"ok": False, "error": "foreign", "ms": ms,
+                    "text": "connected, but no greeting (%s)" % (exc.strerror or exc)}
+        finally:
+            sock.close()

@@ -1,0 +1,207 @@
+"""The helper's probes on this machine, for real: sockets, processes, /proc, ICMP. The same
+code runs on every host through one helper call (see tests/lab/test_check.py)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from multihost.remote import ops_check, ops_check_net as net
+
+RUN_ID = "20261121-101500-3f2a"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_listening_port_is_busy_and_names_its_process():
+    with socket.socket() as server:
+        server.bind(("0.0.0.0", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        facts = ops_check.ports_facts({"ports": [port, free_port()]})
+    assert [b["port"] for b in facts["busy"]] == [port]
+    assert facts["busy"][0]["pid"] == os.getpid()
+    assert "python" in facts["busy"][0]["command"]
+
+
+def test_a_port_bound_without_listening_is_busy_too():
+    with socket.socket() as bound:
+        bound.bind(("0.0.0.0", 0))  # what /proc/net/tcp does not show as a listener
+        port = bound.getsockname()[1]
+        facts = ops_check.ports_facts({"ports": [port]})
+    assert [b["port"] for b in facts["busy"]] == [port]
+
+
+def test_our_own_listener_does_not_count_as_busy():
+    listener = net.Listener(free_port(), "t")
+    try:
+        facts = ops_check.ports_facts({"ports": [listener.port], "own_ports": [listener.port],
+                                       "own_inodes": [listener.inode], "scan": [1, 65535]})
+    finally:
+        listener.close()
+    assert facts["busy"] == [] and listener.port not in facts["listening"]
+
+
+def test_auto_scan_lists_listeners_in_the_range():
+    with socket.socket() as server:
+        server.bind(("0.0.0.0", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        facts = ops_check.ports_facts({"ports": [], "scan": [port - 1, port + 1]})
+    assert port in facts["listening"]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_leftovers_are_found_by_their_run_id(home):
+    env = dict(os.environ, MULTIHOST_RUN_ID=RUN_ID)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        deadline = time.monotonic() + 5
+        runs = []
+        while time.monotonic() < deadline and not runs:
+            runs = [r for r in ops_check.leftover_facts({}) if r["run_id"] == RUN_ID]
+        assert runs and sleeper.pid in runs[0]["pids"]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not [r for r in ops_check.leftover_facts({}) if r["run_id"] == RUN_ID]
+
+
+def test_a_live_run_record_is_a_leftover(home):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        run_dir = home / ".multihost" / "runs" / RUN_ID
+        run_dir.mkdir(parents=True)
+        (run_dir / "node.json").write_text(json.dumps(
+            {"run_id": RUN_ID, "state": "running", "pid": sleeper.pid, "pgid": sleeper.pid}))
+        runs = [r for r in ops_check.leftover_facts({}) if r["run_id"] == RUN_ID]
+        assert [(r["pids"], r["pgid"]) for r in runs] == [([sleeper.pid], sleeper.pid)]
+        (run_dir / "node.json").write_text(json.dumps(
+            {"run_id": RUN_ID, "state": "succeeded", "pid": sleeper.pid}))
+        assert RUN_ID not in [r["run_id"] for r in ops_check.leftover_facts({})]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_the_rendezvous_listener_greets_and_records_ranks():
+    listener = net.Listener(free_port(), "tok123")
+    try:
+        assert listener.error is None
+        result = net.connect_master("127.0.0.1", listener.port, "tok123", 3, timeout=2)
+        assert result["ok"] and result["ms"] >= 0
+        time.sleep(0.05)
+    finally:
+        report = listener.close()
+    assert report["listening"] and [a["rank"] for a in report["accepted"]] == [3]
+    with socket.socket() as again:  # closing released the port at once
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("0.0.0.0", listener.port))
+
+
+def test_a_foreign_server_on_the_port_is_not_taken_for_ours():
+    with socket.socket() as foreign:
+        foreign.bind(("127.0.0.1", 0))
+        foreign.listen()
+        started = time.monotonic()
+        result = net.connect_master("127.0.0.1", foreign.getsockname()[1], "tok", 1, timeout=3)
+    assert result["error"] == "foreign"
+    assert time.monotonic() - started < 2.5
+
+
+def test_a_refused_port_is_retried_then_reported():
+    port = free_port()
+    started = time.monotonic()
+    result = net.connect_master("127.0.0.1", port, "tok", 1, timeout=0.5)
+    assert result == {"ok": False, "error": "refused", "text": "Connection refused"}
+    assert 0.4 < time.monotonic() - started < 2
+
+
+def test_a_busy_port_stops_the_listener_with_the_reason():
+    with socket.socket() as server:
+        server.bind(("0.0.0.0", 0))
+        server.listen()
+        listener = net.Listener(server.getsockname()[1], "t")
+        assert listener.close()["error"] == "Address already in use"
+
+
+def test_ping_this_machine():
+    rtt, method = net.ping_many(["127.0.0.1"], timeout=1.0)
+    if method is None:
+        pytest.skip("ICMP is not permitted here")
+    assert rtt["127.0.0.1"] is not None and rtt["127.0.0.1"] < 1000
+
+
+def test_ping_reports_silence_not_an_error():
+    # 198.18.0.0/15 is reserved for benchmarks: outside a lab nothing answers there.
+    rtt, method = net.ping_many(["198.18.255.254"], timeout=0.3, tries=1)
+    assert rtt == {"198.18.255.254": None}
+
+
+def test_interfaces_and_route():
+    assert "lo" in net.interface_names()
+    assert net.route_source("127.0.0.1") == "127.0.0.1"
+    assert net.iface_of_address("127.0.0.1") == "lo"  # not in the main table: via `ip`
+    assert net.is_local_address("127.0.0.1")
+    assert not net.is_local_address("198.18.255.254")
+
+
+def test_python_probe_is_cached_until_its_paths_change(home, tmp_path, monkeypatch):
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(extra))
+    first = ops_check.python_facts({})
+    assert "error" not in first and not first.get("cached")
+    assert first["version"] == sys.version.split()[0]
+    assert ops_check.python_facts({}).get("cached")
+    time.sleep(0.01)
+    (extra / "torch").mkdir()  # a package appears on the path: the answer must change
+    (extra / "torch" / "__init__.py").write_text("")
+    (extra / "torch" / "version.py").write_text("__version__ = '9.9.9'\ncuda = None\n")
+    fresh = ops_check.python_facts({})
+    assert not fresh.get("cached") and "9.9.9" in fresh["torch"]["version_py"]
+
+
+def test_a_hung_probe_is_reported_and_not_waited_for(monkeypatch):
+    monkeypatch.setitem(ops_check.PROBES, "disk", lambda request: time.sleep(5))
+    started = time.monotonic()
+    facts = ops_check.gather({"probes": ["disk", "hostname"], "budget": 0.3})
+    assert time.monotonic() - started < 1.5
+    assert facts["timed_out"] == ["disk"] and "hostname" in facts
+
+
+def test_disk_facts_for_a_workdir_not_made_yet(tmp_path):
+    facts = ops_check.disk_facts({"workdir": str(tmp_path / "a" / "b")})
+    assert facts["exists"] is False and facts["existing"] == str(tmp_path)
+    assert facts["writable"] and facts["free"] > 0
+
+
+def test_a_run_record_whose_supervisor_pid_was_reused_is_not_a_leftover(home):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with open(f"/proc/{sleeper.pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        run_dir = home / ".multihost" / "runs" / RUN_ID
+        run_dir.mkdir(parents=True)
+        record = {"run_id": RUN_ID, "state": "prepared", "pgid": sleeper.pid,
+                  "supervisor": {"pid": sleeper.pid, "ticks": ticks}}
+        (run_dir / "node.json").write_text(json.dumps(record))
+        assert RUN_ID in [r["run_id"] for r in ops_check.leftover_facts({})]
+        record["supervisor"]["ticks"] = ticks - 1  # the pid now belongs to another process
+        (run_dir / "node.json").write_text(json.dumps(record))
+        assert RUN_ID not in [r["run_id"] for r in ops_check.leftover_facts({})]
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -1,0 +1,106 @@
+"""What a user reads: the table (rich and plain), the folded rows, the findings with their
+fixes, the ping matrix, and the JSON document."""
+import dataclasses
+import io
+import json
+
+from rich.console import Console
+
+from multihost.check_report import CheckReport
+from multihost.errors import ConnectError
+from multihost.views.check_view import fold_rows, render_json, render_plain, render_rich
+from test_check_samples import ADDRESSES, lab_probes, report_of, with_facts
+
+
+def plain(report: CheckReport, **kw) -> str:
+    out = io.StringIO()
+    render_plain(report, out, **kw)
+    return out.getvalue()
+
+
+def rich(report: CheckReport, width: int) -> str:
+    console = Console(width=width, color_system=None, force_terminal=True, record=True)
+    render_rich(report, console)
+    return console.export_text()
+
+
+def cut_third_host() -> CheckReport:
+    probes = lab_probes()
+    error = ConnectError("no answer from 198.18.0.13:22 within 2s", host="198.18.0.13",
+                         kind=ConnectError.TIMEOUT, fix="check that the host is up and that no "
+                                                        "firewall drops port 22; ping it")
+    probes[2] = dataclasses.replace(probes[2], ssh_error=error, facts=None, rendezvous=None,
+                                    reach={"rtt": None, "method": "icmp", "tcp": {"error": "timeout"}})
+    for i in (0, 1, 3):
+        rtt = dict(probes[i].facts["ping"]["rtt"], **{ADDRESSES[2]: None})
+        probes[i] = with_facts(probes[i], ping={"rtt": rtt, "method": "icmp"})
+    return report_of(probes)
+
+
+def test_identical_hosts_share_a_row_and_the_first_host_keeps_its_own():
+    rows = fold_rows(report_of(lab_probes()))
+    assert [[h.host.rank for h in hosts] for hosts, _ in rows] == [[0], [1, 2, 3]]
+    text = plain(report_of(lab_probes()))
+    lines = text.splitlines()
+    assert lines[0].split()[:4] == ["RANK", "HOST", "REACH", "SSH"]
+    assert lines[2].startswith("1-3") and "198.18.0.[12-14]" in lines[2]
+    assert text.rstrip().splitlines()[-1].startswith("ready: 4 hosts, start port 17000")
+
+
+def test_failures_are_listed_once_with_their_hosts_and_fix():
+    text = plain(cut_third_host())
+    assert "FAIL 198.18.0.13: ssh: no answer from 198.18.0.13:22 within 2s" in text
+    assert "fix: check that the host is up" in text
+    # The same finding on three hosts is one line naming all three.
+    assert text.count("ping: no echo from 198.18.0.13") == 1
+    assert "FAIL 198.18.0.[11-12,14]: ping: no echo from 198.18.0.13" in text
+    assert "NOT ready:" in text.splitlines()[-1]
+
+
+def test_the_ping_matrix_appears_only_when_a_pair_is_silent():
+    assert "ping matrix" not in plain(report_of(lab_probes()))
+    text = plain(cut_third_host())
+    matrix = text[text.index("ping matrix"):].splitlines()
+    assert matrix[1].split() == ["0", "1", "2", "3"]
+    assert matrix[2].split() == ["198.18.0.11", "0", ".", "ok", "X", "ok"]
+    assert matrix[4].split() == ["198.18.0.13", "2", "?", "?", ".", "?"]  # never asked
+
+
+def test_rich_table_on_a_wide_terminal_shows_details():
+    text = rich(report_of(lab_probes()), 200)
+    assert "rendezvous" in text and "✓ torch 2.13.0+cpu" in text and "✓ :17000 3/3" in text
+    assert "ready: 4 hosts" in text
+
+
+def test_rich_table_on_a_narrow_terminal_stays_readable():
+    text = rich(cut_third_host(), 80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "rdzv=rendezvous" in text  # the compact table explains its short headers
+    assert "198.18.0.[12-14]" not in text  # the cut host breaks the fold
+    assert "no answer from 198.18.0.13:22 within 2s" in text
+
+
+def test_verbose_lists_every_check_of_every_host():
+    text = plain(report_of(lab_probes(2)), verbose=True)
+    assert "198.18.0.12 [1] clock: pass: +0.01 s against the controller (±0.02 s)" in text
+
+
+def test_json_is_one_document():
+    out = io.StringIO()
+    render_json(cut_third_host(), out)
+    doc = json.loads(out.getvalue())
+    assert doc["ok"] is False
+    third = doc["hosts"][2]
+    assert third["rank"] == 2 and third["address"] == "198.18.0.13"
+    assert {c["name"]: c["status"] for c in third["checks"]}["ssh"] == "fail"
+
+
+def test_the_same_failure_on_several_hosts_is_one_line():
+    probes = lab_probes()
+    for i in (2, 3):
+        error = ConnectError(f"no answer from {ADDRESSES[i]}:22 within 2s", host=ADDRESSES[i],
+                             kind=ConnectError.TIMEOUT, fix="check that the host is up")
+        probes[i] = dataclasses.replace(probes[i], ssh_error=error, facts=None, rendezvous=None)
+    text = plain(report_of(probes))
+    assert "FAIL 198.18.0.[13-14]: ssh: no answer from <host>:22 within 2s" in text
+    assert text.count("ssh: no answer") == 1
