@@ -7,15 +7,16 @@ controller saw those lines within a fraction of a second of their writing.
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .events import LogBlock, LogLine
-from .logs import Node, clean_line, local_rank_of, mirror_path, times_path
+
+CHUNK = 1 << 20
+from .logs import Node, clean_block, local_rank_of, mirror_path, times_path
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,33 @@ def _arrivals(log_file: Path) -> Tuple[List[int], List[float]]:
     return offsets, times
 
 
-def read_node(mirror_dir: Path, node: Node) -> Iterator[LogLine]:
-    """Every mirrored line of one host, file by file (each file's lines in order)."""
+def _segments(path: Path) -> Iterator[Tuple[bytes, float]]:
+    """The file as (whole lines, arrival time) pieces: one per chunk as it arrived, cut
+    into pieces of at most 1 MiB; a file without an index is one piece of time 0."""
+    offsets, times = _arrivals(path)
+    if not offsets or offsets[0] != 0:
+        offsets, times = [0] + offsets, [0.0] + times
+    size = path.stat().st_size
+    bounds = offsets[1:] + [size]
+    pending = b""
+    with open(path, "rb") as handle:
+        for start, end, when in zip(offsets, bounds, times):
+            handle.seek(start)
+            left = end - start
+            while left > 0:
+                data = pending + handle.read(min(left, CHUNK))
+                left -= len(data) - len(pending)
+                cut = data.rfind(b"\n") + 1
+                pending = data[cut:]
+                if cut:
+                    yield data[:cut], when
+            if start == offsets[-1] and pending:  # a last line without newline
+                yield pending, when
+                pending = b""
+
+
+def read_node(mirror_dir: Path, node: Node) -> Iterator[LogBlock]:
+    """Every mirrored line of one host as blocks, file by file, each file in order."""
     directory = mirror_path(mirror_dir, node.host)
     files = [directory / "launcher.log"] + sorted((directory / "log").glob("workerlog.*"),
                                                   key=lambda p: local_rank_of(f"log/{p.name}"))
@@ -78,29 +104,36 @@ def read_node(mirror_dir: Path, node: Node) -> Iterator[LogLine]:
         name = "launcher.log" if path.name == "launcher.log" else f"log/{path.name}"
         local = local_rank_of(name)
         rank = node.first_rank + local if local >= 0 else -1
-        offsets, times = _arrivals(path)
-        position = 0
-        with open(path, "rb") as handle:
-            for raw in handle:
-                slot = bisect.bisect_right(offsets, position) - 1
-                when = times[slot] if slot >= 0 else 0.0
-                yield LogLine(node.host.rank, node.host.label, local, rank, clean_line(raw), when)
-                position += len(raw)
+        for data, when in _segments(path):
+            yield LogBlock(node.host.rank, node.host.label, local, rank, clean_block(data), when)
+
+
+def _last_lines(blocks: List[LogBlock], count: int) -> List[LogBlock]:
+    kept: List[LogBlock] = []
+    for block in reversed(blocks):
+        if count <= 0:
+            break
+        lines = block.count()
+        kept.append(block if lines <= count else
+                    dataclasses.replace(block, text="\n".join(block.last(count))))
+        count -= lines
+    return kept[::-1]
 
 
 def read_mirror(mirror_dir: Path, nodes: Sequence[Node], keep: LineFilter,
-                tail: Optional[int] = None) -> List[LogLine]:
+                tail: Optional[int] = None) -> List[LogBlock]:
     """The lines that pass the filter, in rank order; ``tail`` keeps the last N per rank."""
-    lines: List[LogLine] = []
+    chosen: List[LogBlock] = []
     for node in nodes:
-        per_rank: dict = {}
-        for line in read_node(mirror_dir, node):
-            if keep.accepts(line):
-                per_rank.setdefault(line.rank, []).append(line)
+        per_rank: Dict[int, List[LogBlock]] = {}
+        for block in read_node(mirror_dir, node):
+            kept = keep.block(block)
+            if kept is not None:
+                per_rank.setdefault(kept.rank, []).append(kept)
         for rank in sorted(per_rank):
-            chosen = per_rank[rank]
-            lines.extend(chosen[-tail:] if tail else chosen)
-    return lines
+            blocks = per_rank[rank]
+            chosen.extend(blocks if tail is None else _last_lines(blocks, tail))
+    return chosen
 
 
 def parse_since(text: str, now: float) -> float:

@@ -104,8 +104,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"multihost: {error} (showing the mirror up to where it was reached)",
                   file=sys.stderr)
         view = make_view(mode, by_rank=args.ranks)
-        for line in read_mirror(record.mirror_dir, nodes, keep, tail=args.tail):
-            view(line)
+        for block in read_mirror(record.mirror_dir, nodes, keep, tail=args.tail):
+            view(block)
         if not args.follow:
             return 0
         return _follow(cluster, record, pairs, _Filtered(view, keep))

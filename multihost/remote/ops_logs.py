@@ -114,12 +114,18 @@ def tail(request):
         while True:
             state = _read_state(run_dir)
             finished = bool(state) and state.get("state") in FINAL_STATES
-            sent = streamer.sweep(final=finished or not follow)
+            # A last line without its newline goes out only once its rank has finished:
+            # a live rank is still writing it, and a cut line would show as two.
+            sent = streamer.sweep(final=finished)
             if state != last_state:
                 streamer.frame("S " + json.dumps(state))
                 out.flush()
                 last_state = state
-            if not sent and (finished or not follow):
+            if not follow:  # one pass over what is there now: a busy rank never ends it
+                streamer.frame("E " + json.dumps(state))
+                out.flush()
+                return 0
+            if not sent and finished:
                 streamer.sweep(final=True)
                 streamer.frame("E " + json.dumps(state))
                 out.flush()

@@ -127,3 +127,14 @@ def test_a_second_follower_shows_lines_but_leaves_the_mirror_to_the_first(home, 
 def test_a_block_is_split_fast_and_cleaned_only_where_needed():
     assert clean_block(b"a\nb\n") == "a\nb"
     assert clean_block(b"ok\n1%\r99%\n\x1b[1mbold\x1b[0m\n") == "ok\n99%\nbold"
+
+
+def test_a_line_still_being_written_is_never_shown_cut_in_two(home, tmp_path):
+    log = home / "log" / "workerlog.0"
+    log.write_bytes(b"whole\nhalf of a li")
+    (home / "node.json").write_text(json.dumps({"state": "running"}))
+    assert lines(follow(tmp_path)) == [(0, "whole")]
+    with open(log, "ab") as handle:
+        handle.write(b"ne\n")
+    (home / "node.json").write_text(json.dumps({"state": "succeeded", "exit_code": 0}))
+    assert lines(follow(tmp_path)) == [(0, "half of a line")]

@@ -19,17 +19,21 @@ def mirror(tmp_path):
         for local in range(2):
             path = log / f"workerlog.{local}"
             path.write_bytes(b"".join(b"n%d r%d line %d\n" % (node, local, i) for i in range(5)))
-            times_path(path).write_text("0 100.0\n24 200.0\n")  # lines 0-1 early, 2-4 late
+            times_path(path).write_text("0 100.0\n26 200.0\n")  # lines 0-1 early, 2-4 late
         (tmp_path / host.label / "launcher.log").write_bytes(b"launcher up\n")
     return tmp_path
 
 
-def texts(lines):
-    return [(l.rank, l.text) for l in lines]
+def flat(blocks):
+    return [line for block in blocks for line in block.split()]
+
+
+def texts(blocks):
+    return [(l.rank, l.text) for l in flat(blocks)]
 
 
 def test_all_lines_in_rank_order_with_global_ranks(mirror):
-    lines = read_mirror(mirror, nodes_of([(h, 2) for h in HOSTS]), LineFilter())
+    lines = flat(read_mirror(mirror, nodes_of([(h, 2) for h in HOSTS]), LineFilter()))
     assert [l.rank for l in lines] == [-1] + [0] * 5 + [1] * 5 + [-1] + [2] * 5 + [3] * 5
     assert lines[6].text == "n0 r1 line 0" and lines[-1].host == "198.18.0.12"
 
@@ -38,9 +42,11 @@ def test_rank_host_grep_and_tail_filters(mirror):
     nodes = nodes_of([(h, 2) for h in HOSTS])
     assert texts(read_mirror(mirror, nodes, LineFilter(ranks={3}), tail=2)) == \
         [(3, "n1 r1 line 3"), (3, "n1 r1 line 4")]
-    assert {l.host for l in read_mirror(mirror, nodes, LineFilter(hosts={"198.18.0.12"}))} == \
+    assert {l.host for l in flat(read_mirror(mirror, nodes, LineFilter(hosts={"198.18.0.12"})))} == \
         {"198.18.0.12"}
-    assert len(read_mirror(mirror, nodes, LineFilter(pattern=re.compile(r"line [34]")))) == 8
+    assert len(flat(read_mirror(mirror, nodes, LineFilter(pattern=re.compile(r"line [34]"))))) == 8
+    assert texts(read_mirror(mirror, nodes, LineFilter(ranks={0}), tail=4)) == \
+        [(0, f"n0 r0 line {i}") for i in (1, 2, 3, 4)]  # across two arrival chunks
 
 
 def test_since_uses_the_arrival_times(mirror):
