@@ -8,7 +8,7 @@ as it can for 10 s. Lines per second delivered, every line counted at the end, b
 each against a fresh run of the same job, in the same benchmark run. Rate = lines written
 / seconds from the job's start until the reader had the last line. Goals (issue 6): zero
 lines lost, at least 0.8x the anchor's rate; the controller's CPU time is printed.
-Run as root: python bench/logs.py [--seconds 10]
+Run as root: python bench/logs.py [--seconds 10] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ import argparse
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -101,50 +103,72 @@ def anchor(code, hostfile, seconds):
                                f"tail -n +1 -F {logs}/workerlog.{local}"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
              for host in addresses(HOSTS) for local in range(NPROC)]
-    blobs = []
-    for proc in procs:  # read each until its rank said END; the others keep reading meanwhile
+    blobs = [b""] * len(procs)
+
+    def read(index, proc):  # in bulk, all at once, until the rank's END line arrived
         chunks = []
-        for raw in proc.stdout:
-            chunks.append(raw)
-            if raw.startswith(b"END "):
+        while True:
+            data = proc.stdout.read1(1 << 20)
+            if not data:
+                break
+            chunks.append(data)
+            if b"END " in chunks[-1] or (len(chunks) > 1 and b"END " in chunks[-2][-16:] + data):
                 break
         proc.kill()
         proc.wait()
-        blobs.append(b"".join(chunks))
+        blobs[index] = b"".join(chunks)
+
+    readers = [threading.Thread(target=read, args=pair) for pair in enumerate(procs)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
     elapsed, cpu = time.perf_counter() - started, children_cpu() - cpu
     complete, total = count(blobs)
     return total / elapsed, complete, total, cpu
 
 
-def inside(seconds: float, hostfile: str) -> None:
+READERS = {
+    "multihost logs --follow --plain": lambda *a: follow(*a, dashboard=False),
+    "multihost logs --follow (dashboard)": lambda *a: follow(*a, dashboard=True),
+    "ssh tail -F, 4 hosts in parallel": anchor,
+}
+
+
+def inside(seconds: float, hostfile: str, repeat: int) -> None:
+    runs = {name: [] for name in READERS}
     with tempfile.TemporaryDirectory(prefix="mh-bench-logs-") as tmp:
         code = Path(tmp) / "benchlogs"
         code.mkdir()
         (code / "writer.py").write_text(WRITER)
-        results = {
-            "multihost logs --follow --plain": follow(code, hostfile, seconds, dashboard=False),
-            "multihost logs --follow (dashboard)": follow(code, hostfile, seconds, dashboard=True),
-            "ssh tail -F, 4 hosts in parallel": anchor(code, hostfile, seconds),
-        }
-    base = results["ssh tail -F, 4 hosts in parallel"][0]
+        for _ in range(repeat):  # interleaved, so that a noisy minute hits every reader
+            for name, reader in READERS.items():
+                runs[name].append(reader(code, hostfile, seconds))
+    base = statistics.median(r[0] for r in runs["ssh tail -F, 4 hosts in parallel"])
+    print(f"medians of {repeat} runs each, {HOSTS * NPROC} ranks writing for {seconds:g}s")
     print(f"{'reader':<38} {'lines/s':>10} {'lines':>10} {'lost':>5} {'cpu s':>6} {'ratio':>6}")
-    for name, (rate, complete, total, cpu) in results.items():
-        print(f"{name:<38} {rate:>10.0f} {total:>10} {'0' if complete else 'SOME':>5} "
-              f"{cpu:>6.1f} {rate / base:>6.2f}")
+    for name, results in runs.items():
+        rate = statistics.median(r[0] for r in results)
+        total = int(statistics.median(r[2] for r in results))
+        lost = "0" if all(r[1] for r in results) else "SOME"
+        cpu = statistics.median(r[3] for r in results)
+        print(f"{name:<38} {rate:>10.0f} {total:>10} {lost:>5} {cpu:>6.1f} {rate / base:>6.2f}")
     print("goal: zero lost, multihost >= 0.8x the anchor's rate")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--hostfile", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
-        inside(args.seconds, args.hostfile)
+        inside(args.seconds, args.hostfile, args.repeat)
         return
     with bench_lab(HOSTS) as lab:
         sys.exit(reexec_inside(lab, __file__, ["--seconds", str(args.seconds),
+                                               "--repeat", str(args.repeat),
                                                "--hostfile", str(lab.hostfile)]))
 
 
