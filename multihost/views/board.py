@@ -5,6 +5,7 @@ are never slowed by drawing; the renderer takes a frozen ``snapshot()`` at its o
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
@@ -66,6 +67,7 @@ class _Row:
     exit_code: Optional[int] = None
     last_line: str = ""
     metrics: Metrics = Metrics()
+    speeds: Dict[int, float] = field(default_factory=dict)   # latest speed of each rank
     lines: int = 0
     tail: Deque[str] = field(default_factory=lambda: deque(maxlen=TAIL))
 
@@ -120,6 +122,8 @@ class BoardModel:
             found = parse_metrics(text)
             if found:
                 row.metrics = row.metrics.merged(found)
+                if found.speed is not None:
+                    row.speeds[event.rank] = found.speed
         if row.state in (NodeState.PENDING, NodeState.LAUNCHING):
             row.state, row.since = NodeState.RUNNING, row.since or event.time
         who = f"{event.host} [{event.rank}]" if event.rank >= 0 else f"{event.host} [launcher]"
@@ -153,15 +157,21 @@ class BoardModel:
         with self._lock:
             rows = sorted(self._rows.values(), key=self._order)
             views = tuple(RowView(r.key, r.host, r.node_rank, r.rank, r.state, r.since, r.until,
-                                  r.exit_code, r.last_line, r.metrics, r.lines) for r in rows)
-            speeds = [r.metrics.speed for r in rows if r.metrics.speed is not None
-                      and r.state == NodeState.RUNNING]
+                                  r.exit_code, r.last_line, _summed(r), r.lines) for r in rows)
+            speeds = [_summed(r).speed for r in rows if r.speeds and r.state == NodeState.RUNNING]
             selected = self._rows.get(self.selected) if self.selected else None
             return BoardSnapshot(
                 self.run_id, self.command, views, fold_recent(list(self._recent), self._recent_size),
                 sum(speeds) if speeds else None, self.root_cause, self.exit_code,
                 selected.key if selected else None,
                 tuple(selected.tail) if selected else ())
+
+
+def _summed(row: _Row) -> Metrics:
+    """A host row's speed is its ranks' speeds added up: what that machine processes."""
+    if len(row.speeds) < 2:
+        return row.metrics
+    return dataclasses.replace(row.metrics, speed=sum(row.speeds.values()))
 
 
 def fold_recent(recent: List[Tuple[str, int, str]], size: int) -> Tuple[RecentLine, ...]:

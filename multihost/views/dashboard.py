@@ -41,7 +41,9 @@ def _uptime(since: Optional[float], until: Optional[float], now: float) -> str:
 def _num(value: Optional[float], digits: int = 4) -> str:
     if value is None:
         return "-"
-    if float(value).is_integer() and abs(value) < 1e9:
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if float(value).is_integer():
         return str(int(value))
     return f"{value:.{digits}g}"
 

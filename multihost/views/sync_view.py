@@ -74,10 +74,13 @@ def sync_lines(report: SyncReport) -> List[str]:
     done = [h for h in report.hosts if h.ok]
     if report.dry_run:
         lines.append(f"dry run: nothing was changed ({report.seconds:.1f}s)")
-    elif report.ok:
+    else:
         sent = sum(h.bytes for h in done)
-        lines.append(f"{len(done)} of {len(report.hosts)} hosts identical to {report.code_dir} "
-                     f"({human_bytes(sent)} written in {report.seconds:.1f}s)")
+        line = (f"{len(done)} of {len(report.hosts)} hosts identical to {report.code_dir} "
+                f"({human_bytes(sent)} written in {report.seconds:.1f}s)")
+        if not report.ok:
+            line += f"; FAILED: {', '.join(h.host for h in report.failed)}"
+        lines.append(line)
     return lines
 
 
@@ -159,9 +162,16 @@ class SyncView:
             elif isinstance(event, SyncHostDone):
                 self._finish(event.result.host)
             elif isinstance(event, DataProgress):
-                if self.plain and self._due(f"data {event.host}"):
-                    self._say(f"{event.host}: hashing {event.path}: {_count(event.files, 'file')}, "
-                              f"{human_bytes(event.bytes)}")
+                if self.plain:
+                    if self._due(f"data {event.host}"):
+                        self._say(f"{event.host}: hashing {event.path}: "
+                                  f"{_count(event.files, 'file')}, {human_bytes(event.bytes)}")
+                else:
+                    key = f"hashing {event.host}"
+                    if key not in self._tasks:
+                        self._start(key, 0, 0, total=None)
+                    self._progress.update(self._tasks[key], completed=event.bytes,
+                                          files=f"{event.files} files")
 
     def _say(self, text: str) -> None:
         if self._progress is not None:
@@ -177,7 +187,7 @@ class SyncView:
         self._last[key] = now
         return True
 
-    def _start(self, host: str, files: int, size: int) -> None:
+    def _start(self, host: str, files: int, size: int, total: object = "size") -> None:
         if self.plain:
             # The first progress line comes after PLAIN_EVERY: a quick sync prints none.
             self._last[host] = time.monotonic()
@@ -192,8 +202,8 @@ class SyncView:
                 TextColumn("{task.fields[files]:>13}"), DownloadColumn(), TransferSpeedColumn(),
                 console=Console(file=self.out), transient=True)
             self._progress.start()
-        self._tasks[host] = self._progress.add_task(host, total=max(size, 1),
-                                                    files=f"0/{files} files")
+        self._tasks[host] = self._progress.add_task(
+            host, total=max(size, 1) if total == "size" else total, files=f"0/{files} files")
 
     def _advance(self, event: SyncProgress) -> None:
         if self.plain:
@@ -201,6 +211,8 @@ class SyncView:
                 self._say(f"{event.host}: {event.files_done}/{event.files_total} files, "
                           f"{human_bytes(event.bytes_done)}/{human_bytes(event.bytes_total)}")
             return
+        if event.host not in self._tasks:  # a copy with no plan first (--sync-data)
+            self._start(event.host, event.files_total, event.bytes_total)
         task = self._tasks.get(event.host)
         if task is not None and self._progress is not None:
             self._progress.update(task, completed=event.bytes_done,

@@ -39,6 +39,17 @@ def test_rows_in_rank_order_with_state_uptime_and_metrics():
     assert [c[2] for c in cells] == list(HOSTS)
     assert "1:15" in rows[0] and "101" in rows[1] and "0.52" in rows[2]
     assert "300" in text and "summed speed" in text
+
+
+def test_a_hosts_speed_is_the_sum_of_its_ranks():
+    model = started()
+    for node in range(3):
+        for local in range(2):
+            model.apply(line(node, local, f"epoch: 0, step:5, speed: 1500.0"))
+    text = screen(model)
+    rows = [[c.strip() for c in l.split("│")] for l in text.splitlines() if "running" in l]
+    assert [r[8] for r in rows] == ["3,000"] * 3
+    assert "9,000" in text
     assert "20260101-000000-abcd" in text
 
 
