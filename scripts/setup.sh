@@ -24,7 +24,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 'torch==2.13.0' 2>&1 \
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 'torch==2.13.0' numpy 2>&1 \
   | grep -v -e '^WARNING: Location' -e 'is ignored' || true
 .venv/bin/python -W ignore -c 'import multihost, paramiko, rich, torch' \
   || { echo "setup: the virtualenv is incomplete" >&2; exit 1; }

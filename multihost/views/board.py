@@ -128,7 +128,8 @@ class BoardModel:
             row.state, row.since = NodeState.RUNNING, row.since or event.time
         who = f"{event.host} [{event.rank}]" if event.rank >= 0 else f"{event.host} [launcher]"
         for text in lines[-self._recent_size:]:
-            self._recent.append((who, event.rank, text))
+            if text.strip():  # blank lines say nothing in a summary
+                self._recent.append((who, event.rank, text))
 
     def _node(self, event: NodeChanged) -> None:
         rows = [r for r in self._rows.values() if r.node_rank == event.node_rank] \

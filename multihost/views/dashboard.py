@@ -74,10 +74,13 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
         body = Text("\n".join(snapshot.selected_lines[-30:]) or "(no lines yet)")
         parts.append(Panel(body, title=f"log of {snapshot.selected}", border_style="blue"))
     else:
-        entries = [Text.assemble((f"{line.who}: ", "cyan" if line.count == 1 else "bold cyan"),
-                                 line.text) for line in snapshot.recent]
-        recent = Text("\n").join(entries)
-        parts.append(Panel(recent or Text("(no output yet)", style="dim"), title="recent lines",
+        recent = Table.grid(expand=True)
+        recent.add_column(no_wrap=True, overflow="ellipsis")
+        for line in snapshot.recent:  # one screen line each: a long line is cut, not wrapped
+            recent.add_row(Text.assemble((f"{line.who}: ", "cyan" if line.count == 1 else "bold cyan"),
+                                         line.text))
+        parts.append(Panel(recent if snapshot.recent else Text("(no output yet)", style="dim"),
+                           title="recent lines",
                            border_style="dim"))
     if snapshot.root_cause is not None:
         cause = snapshot.root_cause
