@@ -1,0 +1,287 @@
+"""``multihost run``: check, sync, launch in ip order, follow, and exit with the run's status."""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+
+from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options
+
+EPILOG = HOST_OPTIONS_HELP + """
+examples:
+  multihost run --ips=10.0.0.1,10.0.0.2 --gpus 0,1,2,3 -- train.py -c configs/cfg.yml
+  multihost run --hostfile hosts.ini --nproc_per_node 2 -- examples/train_ddp.py --epochs 3
+  multihost run --hostfile hosts.ini --launcher paddle --gpus 0,1 -- tools/train.py -c cfg.yml
+  multihost run --hostfile hosts.ini --env NCCL_DEBUG=INFO --env-file secrets.env -- train.py
+  multihost run --hostfile hosts.ini --detach -- train.py    # then: multihost logs --follow
+
+Host k (the k-th of --ips or the hostfile) is node rank k; its first process is global
+rank k * nproc_per_node. Everything after -- runs in each host's workdir exactly as
+typed (python is put in front unless --no-python). Every process gets the same
+FLAGS_START_PORT, MULTIHOST_RUN_ID, MULTIHOST_NODE_RANK, MULTIHOST_NUM_NODES and
+MULTIHOST_NODE_IPS, and its launcher's RANK, LOCAL_RANK, WORLD_SIZE, ...
+
+The job runs detached from ssh: Ctrl-C stops it on every host (a second Ctrl-C skips the
+--kill-wait grace); a controller that dies leaves it running, for `multihost status`,
+`multihost logs --follow` and `multihost stop` from any later shell.
+Exit status: the root cause's (a rank's exit code, 128+N for signal N, 255 for a lost
+host), 130 after Ctrl-C, 2-5 when it could not start (bad flags, check, sync, launch).
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = sub.add_parser("run", help="check, sync, launch on every host in ip order, follow",
+                            description="Run one distributed job on every host.",
+                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_host_options(parser)
+    add_job_options(parser)
+    group = parser.add_argument_group("launch")
+    group.add_argument("--launcher", default="torchrun", metavar="NAME|FILE",
+                       help="torchrun (default), paddle, python, or a template file "
+                            "(see docs/templates.md)")
+    group.add_argument("--no-python", action="store_true",
+                       help="run the command as given instead of `python COMMAND` "
+                            "(a shell script, a binary)")
+    group.add_argument("--env", action="append", default=[], metavar="K=V",
+                       help="an environment variable for every process (repeatable)")
+    group.add_argument("--env-file", action="append", default=[], metavar="FILE",
+                       help="NAME=value lines for every process (repeatable)")
+    group.add_argument("--no-check", action="store_true", help="skip the preflight checks")
+    group.add_argument("--no-sync", action="store_true", help="skip the code sync")
+    group.add_argument("--allow-concurrent", action="store_true",
+                       help="start even if another multihost run holds a host")
+    group.add_argument("--log_dir", "--log-dir", dest="log_dir", default="log", metavar="DIR",
+                       help="where the controller mirrors every rank's log: DIR/RUN/HOST/ "
+                            "(default ./log)")
+    follow = parser.add_argument_group("follow and end")
+    follow.add_argument("--detach", action="store_true",
+                        help="return as soon as every node runs (the run goes on)")
+    follow.add_argument("--kill-wait", type=float, default=10.0, metavar="S",
+                        help="grace between SIGTERM and SIGKILL when the run is ended "
+                             "(default 10)")
+    follow.add_argument("--wait", type=float, default=None, metavar="S",
+                        help="end the run S seconds after its first rank exits (like srun -W)")
+    view = follow.add_mutually_exclusive_group()
+    view.add_argument("--plain", action="store_true", help="plain prefixed lines, no dashboard")
+    view.add_argument("--json", action="store_true", help="one JSON event per line")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
+    return parser
+
+
+def script_words(words):
+    """Everything after ``--``, verbatim (argparse keeps the ``--`` in REMAINDER)."""
+    from ..errors import ConfigError
+
+    words = list(words)
+    if words and words[0] == "--":
+        words = words[1:]
+    if not words:
+        raise ConfigError("no script given",
+                          fix="write it after --, e.g. multihost run --ips=a,b -- train.py -c cfg.yml")
+    return words
+
+
+def user_env(args, gpus_given: bool):
+    from ..run_env import check_user_env, parse_assignment, parse_env_file
+
+    env = {}
+    for path in args.env_file:
+        env.update(check_user_env(parse_env_file(path), path, gpus_given))
+    pairs = [parse_assignment(text, "--env") for text in args.env]
+    env.update(check_user_env(pairs, "--env", gpus_given))
+    return env
+
+
+def _say(args, text: str) -> None:
+    if not args.json:
+        print(f"multihost: {text}", file=sys.stderr, flush=True)
+
+
+def preflight(cluster, job, args):
+    """The checks of `multihost check`; a failure stops here, before anything starts."""
+    from ..check import run_checks
+    from ..check_report import FAIL
+    from ..errors import CheckError
+
+    _say(args, f"checking {len(cluster.hosts)} host(s)...")
+    report = run_checks(cluster, job)
+    failures = [(h, r) for h, r in report.failures(FAIL)
+                if not (args.allow_concurrent and r.name == "leftovers")]
+    for host, result in failures[1:]:
+        fix = f" (fix: {result.fix})" if result.fix else ""
+        print(f"multihost: {host.host.label}: {result.name}: {result.detail}{fix}",
+              file=sys.stderr)
+    if failures:
+        host, result = failures[0]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise CheckError(f"{result.name}: {result.detail}{more}", host=host.host.label,
+                         fix=result.fix)
+    if report.start_port is None:
+        raise report.error()
+    return report
+
+
+def sync(cluster, job, args, data_checked: bool):
+    from ..errors import ConfigError
+
+    paths = tuple(dict.fromkeys(tuple(job.data) + tuple(p for h in cluster.hosts for p in h.data)))
+    if args.no_sync and (data_checked or not paths):
+        return  # nothing to do: do not even import the sync engine
+    try:
+        from .. import sync as sync_module
+    except ImportError:
+        raise ConfigError("code sync is not available in this build of multihost",
+                          fix="pass --no-sync and copy the code yourself") from None
+    workdirs = {host.rank: _workdir(host, job) for host in cluster.hosts}
+    if not args.no_sync:
+        _say(args, f"syncing {os.path.abspath(job.code)} to {len(cluster.hosts)} host(s)...")
+        sync_module.sync_code(cluster, job.code, workdirs=workdirs)
+    if paths and not data_checked:  # the preflight verifies the data itself
+        _say(args, f"verifying {len(paths)} dataset(s) on {len(cluster.hosts)} host(s)...")
+        report = sync_module.verify_data(cluster, paths, workdirs=workdirs)
+        if not report.ok:
+            raise sync_module.data_error(report)
+
+
+def _workdir(host, job):
+    from ..job import workdir_for
+
+    return workdir_for(host, job.code)
+
+
+def in_background(function, *args):
+    """Start ``function(*args)`` in a thread; call the result to wait for its value. The
+    git revision is worth recording, not worth waiting for while hosts are contacted."""
+    import threading
+
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("value", function(*args)),
+                              daemon=True)
+    thread.start()
+    return lambda: (thread.join(), box.get("value"))[1]
+
+
+def code_revision(code_dir):
+    try:
+        from ..sync_manifest import code_revision as revision
+    except ImportError:
+        return None, None
+    try:
+        return revision(code_dir)
+    except Exception:  # a revision is nice to record, never a reason to fail
+        return None, None
+
+
+
+def initial_record(plan, args, cluster, git):
+    from ..run_env import mask_argv
+    from ..runs import NodeRecord, RunRecord, host_to_dict
+
+    nodes = tuple(NodeRecord(n.node_rank, host_to_dict(n.host), n.host.label, n.address,
+                             n.nproc, n.rank_offset, n.workdir) for n in plan.nodes)
+    options = cluster.options
+    return RunRecord(
+        run_id=plan.run_id, created=time.time(), nodes=nodes,
+        command=tuple(mask_argv(plan.command, plan.user_env)),
+        launcher=plan.template.name, node0_argv="", start_port=plan.start_port,
+        world_size=plan.world_size, git_commit=git[0], git_dirty=git[1],
+        log_dir=os.path.join(os.path.abspath(args.log_dir), plan.run_id),
+        kill_wait=plan.kill_wait, allow_concurrent=plan.allow_concurrent,
+        ssh={"connect_timeout": options.connect_timeout,
+             "accept_new_host_keys": options.accept_new_host_keys,
+             "config_file": options.config_file},
+        controller={"hostname": socket.gethostname(), "pid": os.getpid(), "cwd": os.getcwd()})
+
+
+def main(args: argparse.Namespace) -> int:
+    from .. import launch, run_plan
+    from ..errors import ConfigError
+    from ..job import job_options_from_args
+    from ..runs import new_run_id
+    from .common import cluster_from_args, hosts_from_args
+
+    command = script_words(args.command)
+    hosts = hosts_from_args(args)
+    job = job_options_from_args(args)
+    template = launch.load_template(args.launcher)
+    env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
+    if args.kill_wait < 0 or (args.wait is not None and args.wait < 0):
+        raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
+    # Every mistake in the input is found now, not after a long check and sync.
+    run_plan.build_plan("", hosts, job, template, command, start_port=job.start_port or 0,
+                        addresses=[h.name for h in hosts], no_python=args.no_python)
+    revision = in_background(code_revision, job.code)
+    with cluster_from_args(args, hosts) as cluster:
+        report = None if args.no_check else preflight(cluster, job, args)
+        start_port = report.start_port if report else job.start_port
+        if start_port is None:
+            raise ConfigError("--start-port auto needs the preflight to find a free port",
+                              fix="drop --no-check, or give a port: --start-port 17000")
+        sync(cluster, job, args, data_checked=report is not None)
+        addresses = [(report.host_report(h).address if report and report.host_report(h) else None)
+                     or run_plan.resolve_address(h, cluster.options.config_file) for h in hosts]
+        ifaces = [report.iface_for(h) if report else None for h in hosts]
+        plan = run_plan.build_plan(
+            new_run_id(), hosts, job, template, command, start_port=start_port,
+            addresses=addresses, ifaces=ifaces, no_python=args.no_python, environ=os.environ,
+            user_env=env, kill_wait=args.kill_wait, allow_concurrent=args.allow_concurrent)
+        record = initial_record(plan, args, cluster, revision() or (None, None))
+        return follow_run(cluster, plan, record, args)
+
+
+def follow_run(cluster, plan, record, args) -> int:
+    from ..errors import RunFailed
+    from ..run_follow import RunOptions, start_and_follow
+    from ..run_outcome import describe
+    from ..views import make_view
+
+    mode = "json" if args.json else "plain" if args.plain or args.detach else "auto"
+    holder = {}
+    view = make_view(mode, on_stop=lambda: holder["controls"].stop(),
+                     on_detach=lambda: holder["controls"].detach()) if mode == "auto" \
+        else make_view(mode)
+    options = RunOptions(detach=args.detach, wait_after_exit=args.wait)
+    outcome = start_and_follow(cluster, plan, record, view, options, holder)
+    if outcome.detached:
+        if args.json:
+            return 0
+        print(f"run {plan.run_id} is running on {len(plan.nodes)} host(s); from any shell:\n"
+              f"  multihost status {plan.run_id}\n"
+              f"  multihost logs {plan.run_id} --follow\n"
+              f"  multihost stop {plan.run_id}")
+        return 0
+    result = outcome.result
+    if result.exit_code == 0:
+        return 0
+    lost = "".join(f"; {plan.nodes[r].host.label} was lost: its processes may still run "
+                   f"(`multihost stop {plan.run_id}` when it is back)" for r in result.lost)
+    if result.root_cause is not None:
+        cause = result.root_cause
+        raise RunFailed(f"run {plan.run_id} failed: {describe(cause)}{lost}", host=cause.host,
+                        fix=fix_for(cause, plan), exit_code=result.exit_code)
+    if result.interrupted:
+        raise RunFailed(f"run {plan.run_id} stopped on every host (interrupted){lost}",
+                        exit_code=result.exit_code)
+    raise RunFailed(f"run {plan.run_id} was stopped{lost}", exit_code=result.exit_code,
+                    fix=f"see `multihost status {plan.run_id}`")
+
+
+def fix_for(cause, plan) -> str:
+    """What to look at next, for the root cause's kind of failure."""
+    import signal
+
+    node = plan.nodes[cause.node_rank]
+    if cause.kind == "lost":
+        return (f"check that {node.host.label} is up and reachable; then "
+                f"`multihost stop {plan.run_id}` to clean up what may still run there")
+    if cause.kind == "wait":
+        return "the other ranks did not finish in time: look for a hang in their logs"
+    if cause.signal == signal.SIGKILL or cause.exit_code == 137:
+        return (f"look for the OOM killer in `dmesg` on {node.host.label}; lower the batch "
+                "size or the number of data-loader workers")
+    if cause.local_rank is not None:
+        return (f"read its log: multihost logs {plan.run_id} --rank {cause.rank} "
+                f"(on the host: ~/.multihost/runs/{plan.run_id}/log/workerlog.{cause.local_rank})")
+    return f"read the launcher's output: multihost logs {plan.run_id} --host {node.host.label}"

@@ -1,0 +1,287 @@
+"""Operations of ``multihost run`` on a host: prepare, launch, status, stop.
+
+prepare  takes the host lock, creates the run directory, reports the absolute paths and
+         addresses the controller needs to render the launcher's command. Done on every
+         host before anything starts anywhere, so a busy host stops the run early.
+launch   starts the detached supervisor (run_supervisor.py) and returns once the
+         launcher runs. The request comes on stdin: env values never appear in argv.
+status   node.json, whether the supervisor still lives, every rank's exit, log tails.
+watch    the same as a stream: one JSON line on every change and at least every second,
+         until the node has finished (one process per host instead of one per poll:
+         a helper start costs ~0.1 s of CPU on the host, a watch loop next to nothing).
+stop     asks the supervisor to stop the run (grace, then SIGKILL) and waits for its
+         final record; without a supervisor, stops the run's processes itself.
+"""
+import json
+import os
+import sys
+import time
+
+from . import run_files
+from .proto import OpError, op
+
+SIOCGIFADDR = 0x8915
+LAUNCH_TIMEOUT = 30.0
+
+
+def _run_dir(request):
+    try:
+        return run_files.run_dir(request.get("run_id"))
+    except ValueError as err:
+        raise OpError(str(err), "give a run id like 20250101-120000-ab12")
+
+
+def _interfaces():
+    """{interface: IPv4 address} of this host, by ioctl (no ip/ifconfig needed)."""
+    import fcntl
+    import socket
+    import struct
+
+    found = {}
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return found
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for name in names:
+            try:
+                raw = fcntl.ioctl(sock.fileno(), SIOCGIFADDR,
+                                  struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address
+            found[name] = socket.inet_ntoa(raw[20:24])
+    return found
+
+
+@op("run-prepare")
+def prepare(request):
+    import pkgutil
+    import socket
+
+    run_dir = _run_dir(request)
+    run_id = request["run_id"]
+    workdir = os.path.expanduser(request.get("cwd") or "~")
+    if not os.path.isdir(workdir):
+        raise OpError("workdir %s does not exist" % workdir,
+                      "sync the code there (run without --no-sync) or give the right --workdir")
+    if os.path.exists(os.path.join(run_dir, "node.json")):
+        raise OpError("run %s already exists on this host" % run_id, "start a new run")
+    if not request.get("allow_concurrent"):
+        try:
+            run_files.take_lock(run_id, float(request.get("stale_after", 120)))
+        except run_files.Busy as busy:
+            holder = busy.holder.get("run_id")
+            since = time.strftime("%H:%M:%S", time.localtime(float(busy.holder.get("time") or 0)))
+            raise OpError("busy: run %s holds this host (since %s)" % (holder, since),
+                          "wait for it, stop it with `multihost stop %s`, or pass "
+                          "--allow-concurrent" % holder)
+    os.makedirs(os.path.join(run_dir, "log"), mode=0o700, exist_ok=True)
+    os.chmod(run_dir, 0o700)
+    wrapper = pkgutil.get_data(__package__, "run_rankwrap.py")
+    with open(os.path.join(run_dir, "rankwrap.py"), "wb") as out:
+        out.write(wrapper)
+    run_files.write_json(os.path.join(run_dir, "node.json"), {
+        "run_id": run_id, "node_rank": request.get("node_rank"), "state": "prepared",
+        "prepared": time.time(), "allow_concurrent": bool(request.get("allow_concurrent"))})
+    return {"home": os.path.expanduser("~"), "run_dir": run_dir, "workdir": os.path.abspath(workdir),
+            "hostname": socket.gethostname(), "interfaces": _interfaces(),
+            "python": sys.executable, "time": time.time()}
+
+
+def _detach_supervisor(spec, run_dir):
+    """Double fork: the grandchild is in a new session, re-parented away from the ssh
+    session, with no inherited descriptor but the pipe that tells us it started."""
+    from .run_supervisor import supervise
+
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_fd)
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            log = os.open(os.path.join(run_dir, "supervisor.log"),
+                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.dup2(devnull, 0)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.closerange(3, write_fd)
+            os.closerange(write_fd + 1, 65536)
+            os.chdir("/")
+            code = supervise(spec, run_dir, write_fd)
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    return _read_reply(read_fd)
+
+
+def _read_reply(fd):
+    import select
+
+    chunks = []
+    deadline = time.time() + LAUNCH_TIMEOUT
+    try:
+        while time.time() < deadline:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.time()))
+            if not ready:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    text = b"".join(chunks).decode("utf-8", "replace").strip()
+    try:
+        return json.loads(text.splitlines()[-1]) if text else None
+    except ValueError:
+        return None
+
+
+@op("run-launch")
+def launch(request):
+    spec = json.loads(sys.stdin.read() or "{}")
+    spec.update(request)
+    run_dir = _run_dir(spec)
+    node = run_files.read_json(os.path.join(run_dir, "node.json"), {}) or {}
+    if node.get("state") != "prepared":
+        raise OpError("run %s is not prepared on this host (state %s)"
+                      % (spec["run_id"], node.get("state")), "start a new run")
+    run_files.write_json(os.path.join(run_dir, "spec.json"), {
+        key: spec.get(key) for key in ("run_id", "node_rank", "cwd", "spawn", "nproc",
+                                       "rank_offset", "world_size", "grace", "display")})
+    reply = _detach_supervisor(spec, run_dir)
+    if not reply:
+        raise OpError("the supervisor ended before starting the launcher",
+                      "read %s/supervisor.log on this host" % run_dir)
+    if not reply.get("ok"):
+        raise OpError(reply.get("error") or "the launcher did not start",
+                      "check --python and the launcher template; see %s/launcher.log" % run_dir)
+    return reply["node"]
+
+
+def _status(run_dir, node, tail, count_procs=True, tail_rank=None):
+    ranks = run_files.rank_records(run_dir)
+    alive = run_files.supervisor_alive(node)
+    state = node.get("state")
+    detail = node.get("error") or (node.get("stop_reason") if state == "stopped" else "") or ""
+    if state == "running" and not alive:
+        state, detail = "failed", "its supervisor died (host rebooted, or killed?)"
+    result = {"node": node, "state": state, "detail": detail, "supervisor_alive": alive,
+              "ranks": ranks, "time": time.time(),
+              "procs": len(run_files.run_processes(node.get("run_id") or "",
+                                                   (node.get("supervisor") or {}).get("pid")
+                                                   if alive else None)) if count_procs else None}
+    if tail:
+        wanted = {r["local_rank"] for r in ranks if r.get("exit_code") or r.get("signal")}
+        if tail_rank is not None:
+            wanted.add(int(tail_rank))
+        result["tails"] = {str(local): run_files.tail_lines(
+            os.path.join(run_dir, "log", "workerlog.%d" % local), tail) for local in sorted(wanted)}
+        result["launcher_tail"] = run_files.tail_lines(os.path.join(run_dir, "launcher.log"), tail)
+    return result
+
+
+def _node_or_fail(run_dir, run_id):
+    node = run_files.read_json(os.path.join(run_dir, "node.json"))
+    if not isinstance(node, dict):
+        raise OpError("no run %s on this host" % run_id,
+                      "list runs with `multihost status --list`")
+    return node
+
+
+@op("run-status")
+def status(request):
+    run_dir = _run_dir(request)
+    node = _node_or_fail(run_dir, request["run_id"])
+    return _status(run_dir, node, int(request.get("tail") or 0),
+                   tail_rank=request.get("tail_rank"))
+
+
+@op("run-watch", stream=True)
+def watch(request):
+    """Stream the node's status: a line when it changes, a heartbeat line every
+    ``heartbeat`` seconds (so the controller can tell a dead link), and a last line with
+    ``"final": true`` once the node has finished. Ends when the controller goes away."""
+    run_dir = _run_dir(request)
+    interval = float(request.get("interval", 0.2))
+    heartbeat = float(request.get("heartbeat", 1.0))
+    out = sys.stdout
+    last_key, last_sent, procs, procs_at = None, 0.0, None, 0.0
+    try:
+        while True:
+            node = run_files.read_json(os.path.join(run_dir, "node.json"))
+            if not isinstance(node, dict):
+                out.write(json.dumps({"ok": False, "error": "no run %s on this host"
+                                      % request.get("run_id")}) + "\n")
+                out.flush()
+                return 1
+            now = time.time()
+            result = _status(run_dir, node, 0, count_procs=False)
+            final = result["state"] in run_files.FINAL_STATES
+            if now - procs_at >= 2.0 or final:  # a /proc scan: not on every tick
+                procs = len(run_files.run_processes(node.get("run_id") or "", None))
+                procs_at = now
+            result["procs"] = procs
+            key = json.dumps([result["node"], result["ranks"], result["state"]], sort_keys=True)
+            if key != last_key or now - last_sent >= heartbeat or final:
+                result["final"] = final
+                out.write(json.dumps(result) + "\n")
+                out.flush()
+                last_key, last_sent = key, now
+            if final:
+                return 0
+            time.sleep(interval)
+    except (BrokenPipeError, IOError):
+        return 0  # the controller went away; the run goes on
+
+
+@op("run-stop")
+def stop(request):
+    """Stop the run here: by its supervisor when it lives, else directly. Idempotent;
+    a second call with grace 0 turns a graceful stop into an immediate kill."""
+    import signal
+
+    run_id = request["run_id"]
+    run_dir = _run_dir(request)
+    node = _node_or_fail(run_dir, run_id)
+    grace = float(request.get("grace", 10))
+    reason = request.get("reason") or "stopped"
+    node_path = os.path.join(run_dir, "node.json")
+    if node.get("state") == "prepared" and not node.get("supervisor"):
+        node.update(state="stopped", ended=time.time(), stop_reason=reason)
+        run_files.write_json(node_path, node)
+        run_files.release_lock(run_id)
+    elif node.get("state") not in run_files.FINAL_STATES and run_files.supervisor_alive(node):
+        stop_path = os.path.join(run_dir, "stop.json")
+        asked = run_files.read_json(stop_path, {}) or {}
+        if "grace" not in asked or grace < float(asked["grace"]):
+            run_files.write_json(stop_path, {"grace": grace, "reason": reason, "time": time.time()})
+        try:
+            os.kill(node["supervisor"]["pid"], signal.SIGUSR1 if grace <= 0 else signal.SIGTERM)
+        except OSError:
+            pass
+        deadline = time.time() + grace + 10
+        while time.time() < deadline:
+            node = run_files.read_json(node_path, node) or node
+            if node.get("state") in run_files.FINAL_STATES:
+                break
+            time.sleep(0.05)
+    # No supervisor (it died, or never ran), or it did not finish in time: do it here.
+    hard = 0
+    if run_files.run_processes(run_id):
+        hard = run_files.terminate(run_id, None, grace)
+    node = run_files.read_json(node_path, node) or node
+    if node.get("state") not in run_files.FINAL_STATES:
+        node.update(state="stopped", ended=time.time(), stop_reason=reason)
+        run_files.write_json(node_path, node)
+        run_files.release_lock(run_id)
+    result = _status(run_dir, node, 0)
+    result["killed_hard"] = hard
+    return result

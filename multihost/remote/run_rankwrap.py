@@ -1,0 +1,90 @@
+"""One rank of a run, between its launcher and the training script. Stdlib only, Python
+3.6+, and standalone: the prepare step copies this file into the run directory, and the
+launcher runs ``python -S <run_dir>/rankwrap.py <run_dir> CMD...`` once per local rank
+(torchrun: ``--no-python``), with LOCAL_RANK (and RANK) in the environment.
+
+It sends the rank's stdout and stderr to ``log/workerlog.<LOCAL_RANK>``, starts CMD as its
+child, and records ``rank.<LOCAL_RANK>.json`` (pid, start, exit status, end time): the
+exact exit of every rank, whatever launcher ran it, is what names a failure's root cause.
+It then leaves with the child's own status (the same signal, or the same exit code), so
+the launcher above sees what it would have seen without it.
+
+Signals: launchers (torchrun) and multihost signal whole process groups, so the child
+gets them directly; this wrapper only waits for it and never forwards (a training
+script's SIGTERM handler would otherwise run twice).
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+          signal.SIGUSR2)
+
+
+def write_json(path, data):
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as out:
+        json.dump(data, out, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.stderr.write("usage: rankwrap.py RUN_DIR CMD [ARGS...]\n")
+        return 2
+    run_dir, command = argv[1], argv[2:]
+    local_rank = os.environ.get("LOCAL_RANK") or os.environ.get("PADDLE_LOCAL_RANK")
+    if local_rank is None or not local_rank.isdigit():
+        sys.stderr.write("multihost: LOCAL_RANK is not set: the launcher template must set it\n")
+        return 2
+    rank = os.environ.get("RANK") or os.environ.get("PADDLE_TRAINER_ID")
+    record_path = os.path.join(run_dir, "rank.%s.json" % local_rank)
+    log_fd = os.open(os.path.join(run_dir, "log", "workerlog." + local_rank),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for sig in CAUGHT:  # a Python handler (not SIG_IGN) is reset to default by exec
+        signal.signal(sig, lambda *_: None)
+    record = {"local_rank": int(local_rank), "rank": int(rank) if rank and rank.isdigit() else None,
+              "started": time.time(), "pid": None, "ended": None, "exit_code": None,
+              "signal": None}
+    pid = os.fork()
+    if pid == 0:
+        for sig in CAUGHT:
+            signal.signal(sig, signal.SIG_DFL)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        try:
+            os.execvp(command[0], command)
+        except OSError as err:
+            os.write(2, ("multihost: cannot run %s: %s\n" % (command[0], err.strerror)).encode())
+        os._exit(127)
+    os.close(log_fd)
+    record["pid"] = pid
+    write_json(record_path, record)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    record["ended"] = time.time()
+    if os.WIFSIGNALED(status):
+        record["signal"] = os.WTERMSIG(status)
+    else:
+        record["exit_code"] = os.WEXITSTATUS(status)
+    write_json(record_path, record)
+    if record["signal"]:
+        try:  # Python ignores SIGPIPE and catches SIGINT: die of it as the child did
+            signal.signal(record["signal"], signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL, SIGSTOP: no handler to reset
+        os.kill(os.getpid(), record["signal"])
+        time.sleep(1)  # a signal that does not kill by default (rare): fall through
+        return 128 + record["signal"]
+    return record["exit_code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,165 @@
+"""The environment of a run's processes, and the masking of secrets in what is shown.
+
+Layers, later ones win (docs/environment.md):
+  1. pass-through from the controller: NCCL_*, GLOO_*, CUDA_* (not CUDA_VISIBLE_DEVICES,
+     which names this machine's devices: use --gpus), TORCH_*, PYTHON*, OMP_NUM_THREADS,
+     FLAGS_*
+  2. set by multihost: FLAGS_START_PORT, MULTIHOST_RUN_ID / NODE_RANK / NUM_NODES /
+     NODE_IPS, CUDA_VISIBLE_DEVICES (from --gpus), PYTHONUNBUFFERED=1 (logs as they
+     come), NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (the interface check found) unless
+     the user set them in any layer
+  3. the template's @env lines
+  4. --env-file FILE, then --env K=V (repeatable)
+
+Values travel to the hosts inside the launch request on stdin, never in a command line.
+Anything printed or recorded goes through ``mask_env`` / ``mask_argv`` first.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from .errors import ConfigError
+
+PASS_PREFIXES = ("NCCL_", "GLOO_", "CUDA_", "TORCH_", "PYTHON", "FLAGS_")
+PASS_NAMES = ("OMP_NUM_THREADS",)
+NOT_PASSED = ("CUDA_VISIBLE_DEVICES",)
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+MASK = "***"
+SOCKET_IFNAMES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+# Set per host or per rank by multihost or the launcher: a user value would make hosts
+# disagree, or override what the launcher computes for each rank.
+RESERVED = {
+    "FLAGS_START_PORT": "give the port with --start-port",
+    "MULTIHOST_RUN_ID": "multihost sets it", "MULTIHOST_NODE_RANK": "multihost sets it",
+    "MULTIHOST_NUM_NODES": "multihost sets it", "MULTIHOST_NODE_IPS": "multihost sets it",
+}
+PER_RANK = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+            "MASTER_ADDR", "MASTER_PORT", "PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM",
+            "PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT", "PADDLE_MASTER",
+            "PADDLE_GLOBAL_RANK", "PADDLE_LOCAL_RANK")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS)
+
+
+def passthrough(environ: Mapping[str, str]) -> Dict[str, str]:
+    return {k: v for k, v in sorted(environ.items())
+            if (k.startswith(PASS_PREFIXES) or k in PASS_NAMES) and k not in NOT_PASSED
+            and k not in RESERVED}
+
+
+def parse_assignment(text: str, where: str) -> Tuple[str, str]:
+    name, eq, value = text.partition("=")
+    name = name.strip()
+    if name.startswith("export "):
+        name = name[len("export "):].strip()
+    if not eq or not _NAME.match(name):
+        raise ConfigError(f"{where}: {text.strip()!r} is not NAME=VALUE",
+                          fix="write it like --env NCCL_DEBUG=INFO")
+    return name, value
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def parse_env_file(path: str) -> List[Tuple[str, str]]:
+    """``NAME=value`` lines (docker --env-file / dotenv style): '#' comments, optional
+    ``export``, optional quotes around the value, no $-expansion."""
+    file = Path(path).expanduser()
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read env file {path}: {exc.strerror}",
+                          fix="check the path given to --env-file") from None
+    pairs = []
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, value = parse_assignment(line, f"{path}:{lineno}")
+        pairs.append((name, _unquote(value)))
+    return pairs
+
+
+def check_user_env(pairs: Iterable[Tuple[str, str]], where: str,
+                   gpus_given: bool) -> Dict[str, str]:
+    env: Dict[str, str] = {}
+    for name, value in pairs:
+        if name in RESERVED or name.startswith("MULTIHOST_"):
+            raise ConfigError(f"{where}: {name} cannot be set by hand",
+                              fix=RESERVED.get(name, "multihost sets it"))
+        if name in PER_RANK:
+            raise ConfigError(f"{where}: {name} is set for each rank by the launcher",
+                              fix=f"remove {name}; the launcher computes it per rank")
+        if name == "CUDA_VISIBLE_DEVICES" and gpus_given:
+            raise ConfigError(f"{where}: CUDA_VISIBLE_DEVICES and --gpus both say which devices",
+                              fix="keep only --gpus")
+        env[name] = value
+    return env
+
+
+def multihost_env(run_id: str, node_rank: int, addresses: Sequence[str], start_port: int,
+                  gpus: Sequence[int]) -> Dict[str, str]:
+    env = {"FLAGS_START_PORT": str(start_port), "MULTIHOST_RUN_ID": run_id,
+           "MULTIHOST_NODE_RANK": str(node_rank), "MULTIHOST_NUM_NODES": str(len(addresses)),
+           "MULTIHOST_NODE_IPS": ",".join(addresses)}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    return env
+
+
+def node_env(passed: Mapping[str, str], computed: Mapping[str, str],
+             template_env: Mapping[str, str], user: Mapping[str, str],
+             iface: Optional[str]) -> Dict[str, str]:
+    """The layers merged (see the module doc)."""
+    env: Dict[str, str] = dict(passed)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(computed)
+    env.update(template_env)
+    env.update(user)
+    if iface:
+        for name in SOCKET_IFNAMES:
+            env.setdefault(name, iface)
+    return env
+
+
+def mask_env(env: Mapping[str, str]) -> Dict[str, str]:
+    return {k: (MASK if is_secret(k) and v else v) for k, v in env.items()}
+
+
+def secret_values(env: Mapping[str, str]) -> List[str]:
+    return sorted({v for k, v in env.items() if is_secret(k) and len(v) >= 4},
+                  key=len, reverse=True)
+
+
+def mask_argv(argv: Sequence[str], env: Mapping[str, str] = {}) -> List[str]:
+    """``--api-key X``, ``--token=X``, ``HF_TOKEN=X`` and any secret env value become ***."""
+    values = secret_values(env)
+    out: List[str] = []
+    hide_next = False
+    for word in argv:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        name, eq, _ = word.partition("=")
+        bare = name.lstrip("-")
+        if eq and bare and is_secret(bare) and re.match(r"^-{0,2}[A-Za-z_][\w.-]*$", name):
+            out.append(f"{name}={MASK}")
+            continue
+        if word.startswith("-") and not eq and is_secret(word.lstrip("-")):
+            hide_next = True
+        for value in values:
+            word = word.replace(value, MASK)
+        out.append(word)
+    return out

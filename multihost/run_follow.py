@@ -1,0 +1,93 @@
+"""A run from start to end, as ``multihost run`` drives it: announce, prepare and launch
+every host (run_start), then either return (--detach) or follow it: node states from
+the monitor, rank logs from the log follower (logs.py), both into one listener (the
+view). The view is given, never built here: no presentation in this module.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional
+
+from .events import RunStarted
+from .monitor import LOST_AFTER, POLL_INTERVAL, Interrupts, Monitor, RunResult
+from .run_plan import RunPlan, launch_request
+from .run_start import Listener, RecordKeeper, Starter
+from .runs import RunRecord
+
+SETTLE_TIMEOUT = 30.0  # at most, to let the last log lines arrive (done once every host said so)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    detach: bool = False
+    wait_after_exit: Optional[float] = None
+    poll_interval: float = POLL_INTERVAL
+    lost_after: float = LOST_AFTER
+
+
+@dataclass(frozen=True)
+class Outcome:
+    detached: bool
+    result: Optional[RunResult] = None
+
+
+class Controls:
+    """What the dashboard's keys do: [s] is a Ctrl-C, [d] stops following only."""
+
+    def __init__(self, interrupts: Interrupts):
+        self.interrupts = interrupts
+
+    def stop(self) -> None:
+        self.interrupts.count += 1
+
+    def detach(self) -> None:
+        self.interrupts.detached = True
+
+
+def _log_follower(cluster, plan: RunPlan, record: RunRecord, listener: Listener):
+    """The lead's LogFollower (logs.py), reporting lines only: node states are ours."""
+    if not record.log_dir:  # no mirror asked for (an embedding caller): states only
+        return None
+    try:
+        from .logs import LogFollower, ensure_private
+    except ImportError:  # logs.py not in this build: states and the root cause only
+        return None
+    mirror = ensure_private(Path(record.log_dir))
+    pairs = [(node.host, node.nproc) for node in plan.nodes]
+    return LogFollower(cluster, plan.run_id, pairs, mirror, listener, follow=True,
+                       report_states=False).start()
+
+
+def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listener,
+                     options: RunOptions = RunOptions(),
+                     holder: Optional[Dict[str, object]] = None) -> Outcome:
+    keeper = RecordKeeper(record)
+    with Interrupts() as interrupts:
+        if holder is not None:
+            holder["controls"] = Controls(interrupts)
+        listener(RunStarted(plan.run_id, tuple(n.host.label for n in plan.nodes),
+                            plan.nodes[0].nproc, plan.display_command(), time.time()))
+        starter = Starter(cluster, plan, listener, keeper, interrupts)
+        prepared = starter.prepare()
+        display = launch_request(plan, plan.nodes[0], prepared[0])["display"]
+        keeper.update(node0_argv=display["command"], env=display["env"], started=time.time())
+        starter.launch()
+        if options.detach:
+            keeper.update(state="running")
+            return Outcome(True)
+        follower = _log_follower(cluster, plan, record, listener)
+
+        def settle(lost: bool) -> None:
+            if follower is not None:
+                follower.drain(timeout=2.0 if lost else SETTLE_TIMEOUT)
+                follower.stop()
+
+        monitor = Monitor(cluster, plan, listener, keeper, interrupts,
+                          poll_interval=options.poll_interval, lost_after=options.lost_after,
+                          wait_after_exit=options.wait_after_exit, settle=settle)
+        result = monitor.follow()
+        if result.detached and follower is not None:
+            follower.stop()
+        return Outcome(result.detached, result)

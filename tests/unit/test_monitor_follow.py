@@ -1,0 +1,167 @@
+"""Following a run to its end: the events a view gets, the root cause of a failure,
+Ctrl-C, --wait, and a host that stops answering. Real processes on this machine through
+the local transport (a lost host is simulated: this machine can not lose itself)."""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+
+from multihost import launch
+from multihost.errors import ConnectError
+from multihost.events import LogLine, NodeChanged, NodeState, RunFinished, RunStarted
+from multihost.fanout import Cluster
+from multihost.hosts import Host
+from multihost.job import JobOptions
+from multihost.monitor import Interrupts, Monitor
+from multihost.run_follow import RunOptions, start_and_follow
+from multihost.run_plan import build_plan
+from multihost.run_start import RecordKeeper
+from multihost.runs import NodeRecord, RunRecord, host_to_dict, load_run, new_run_id
+
+JOB = """\
+import os, sys, time
+rank = int(os.environ["RANK"])
+print("rank", rank, "says hello", flush=True)
+mode = sys.argv[1]
+if mode == "fail" and rank == 1:
+    time.sleep(0.5)
+    print("rank 1 gives up", flush=True)
+    sys.exit(3)
+if mode == "first-done" and rank == 0:
+    sys.exit(0)
+time.sleep(0 if mode == "ok" else 600)
+"""
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "job.py").write_text(JOB)
+    return Host("127.0.0.1", rank=0, python=sys.executable, workdir=str(tmp_path / "work"))
+
+
+def lines_of(event):
+    """The log lines an event carries (followers send single lines or blocks of them)."""
+    if isinstance(event, LogLine):
+        return [event.text]
+    return list(getattr(event, "lines", ()) or ()) if type(event).__name__ == "LogBlock" else []
+
+
+def plan_and_record(host, mode, grace=1.0, log_dir=""):
+    plan = build_plan(new_run_id(), [host], JobOptions(nproc_per_node=2),
+                      launch.load_template("python"), ["job.py", mode], start_port=17000,
+                      addresses=["127.0.0.1"], kill_wait=grace)
+    record = RunRecord(plan.run_id, time.time(), (NodeRecord(0, host_to_dict(host), host.label,
+                                                             "127.0.0.1", 2, 0),),
+                       plan.command, "python", "", log_dir=log_dir)
+    return plan, record
+
+
+def follow(host, mode, options=RunOptions(poll_interval=0.2), during=None, log_dir=""):
+    events = []
+    plan, record = plan_and_record(host, mode, log_dir=log_dir)
+    with Cluster([host]) as cluster:
+        if during:
+            threading.Timer(1.5, during).start()
+        outcome = start_and_follow(cluster, plan, record, events.append, options)
+    return outcome.result, events, plan
+
+
+def test_a_successful_run_tells_the_view_everything_in_order(host, tmp_path):
+    result, events, plan = follow(host, "ok", log_dir=str(tmp_path / "mirror"))
+    assert result.exit_code == 0 and result.root_cause is None
+    assert isinstance(events[0], RunStarted) and events[0].hosts == ("127.0.0.1",)
+    states = [e.state for e in events if isinstance(e, NodeChanged)]
+    assert states == [NodeState.LAUNCHING, NodeState.RUNNING, NodeState.SUCCEEDED]
+    assert isinstance(events[-1], RunFinished) and events[-1].exit_code == 0
+    # Every rank's lines came through the log follower before the end, and were mirrored.
+    lines = [line for e in events for line in lines_of(e)]
+    assert {"rank 0 says hello", "rank 1 says hello"} <= set(lines)
+    assert (tmp_path / "mirror" / "127.0.0.1" / "log" / "workerlog.1").read_text() == \
+        "rank 1 says hello\n"
+    record = load_run(None)
+    assert record.run_id == plan.run_id and record.state == "succeeded"
+    assert record.nodes[0].state == "succeeded" and record.node0_argv.endswith("job.py ok")
+
+
+def test_a_failing_rank_is_the_root_cause_with_its_last_lines(host):
+    result, events, plan = follow(host, "fail")
+    assert result.exit_code == 3
+    cause = events[-1].root_cause
+    assert (cause.host, cause.node_rank, cause.rank, cause.reason) == ("127.0.0.1", 0, 1, "exit 3")
+    assert cause.tail == ("rank 1 says hello", "rank 1 gives up")
+    record = load_run(plan.run_id)
+    assert record.state == "failed" and record.exit_code == 3
+    assert record.root_cause["rank"] == 1 and record.root_cause["local_rank"] == 1
+
+
+def test_ctrl_c_stops_the_run_and_exits_130(host):
+    holder = {}
+    plan, record = plan_and_record(host, "sleep")
+
+    def interrupt():
+        holder["controls"].stop()      # what the dashboard's [s] and a SIGINT both do
+
+    with Cluster([host]) as cluster:
+        threading.Timer(1.5, interrupt).start()
+        outcome = start_and_follow(cluster, plan, record, lambda e: None,
+                                   RunOptions(poll_interval=0.2), holder)
+    assert outcome.result.exit_code == 130 and outcome.result.interrupted
+    assert outcome.result.states == ("stopped",)
+    assert load_run(plan.run_id).state == "stopped"
+
+
+def test_wait_ends_the_run_after_the_first_rank_exits(host):
+    began = time.monotonic()
+    result, events, _ = follow(host, "first-done",
+                               RunOptions(poll_interval=0.2, wait_after_exit=0.5))
+    assert time.monotonic() - began < 15
+    assert result.exit_code == 1 and result.root_cause.kind == "wait"
+    assert "--wait" in events[-1].root_cause.reason
+
+
+def test_detach_returns_while_the_run_goes_on(host):
+    plan, record = plan_and_record(host, "sleep")
+    with Cluster([host]) as cluster:
+        outcome = start_and_follow(cluster, plan, record, lambda e: None, RunOptions(detach=True))
+        assert outcome.detached
+        assert load_run(plan.run_id).state == "running"
+        from multihost.run_control import query, stop
+
+        assert query(cluster, load_run(plan.run_id)).nodes[0].state == "running"
+        status = stop(cluster, load_run(plan.run_id), 0.5, "test")
+    assert status.nodes[0].state == "stopped" and status.record.state == "stopped"
+
+
+class DeadCluster:
+    """A cluster whose host stopped answering after the launch."""
+
+    def __init__(self, host):
+        self.hosts = (host,)
+
+    def transport(self, host):
+        raise ConnectError("no answer from 10.0.0.9:22 within 1s", host=host.label,
+                           kind=ConnectError.TIMEOUT)
+
+    def forget(self, host):
+        pass
+
+
+def test_a_host_that_stops_answering_is_lost_and_the_run_exits_255(host):
+    plan, record = plan_and_record(host, "sleep")
+    events = []
+    monitor = Monitor(DeadCluster(host), plan, events.append, RecordKeeper(record), Interrupts(),
+                      poll_interval=0.1, lost_after=0.5)
+    began = time.monotonic()
+    result = monitor.follow()
+    assert 0.5 <= time.monotonic() - began < 3
+    assert result.exit_code == 255 and result.lost == (0,)
+    assert result.root_cause.kind == "lost"
+    lost = [e for e in events if isinstance(e, NodeChanged) and e.state == NodeState.LOST]
+    assert "no answer for 0.5s (no answer from 10.0.0.9:22 within 1s)" in lost[0].detail
+    assert load_run(plan.run_id).nodes[0].state == "lost"

@@ -1,0 +1,139 @@
+"""How a run's end is judged: exit statuses decoded, failures found in recorded status
+replies, the root cause (earliest failure by time), and the run's own exit status."""
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from multihost.run_outcome import (Failure, decode_exit, describe, exit_status, failures_of,
+                                   parse_status, root_cause, run_status, to_event)
+
+# What `run-status` answered for a torchrun node whose local rank 1 exited 3, recorded
+# in the lab (trimmed): the launcher itself was ended by the teardown's SIGTERM.
+FAILED_NODE = {
+    "node": {"run_id": "20261121-220258-7713", "node_rank": 1, "state": "failed",
+             "exit_code": None, "signal": 15, "pid": 18415, "pgid": 18415,
+             "started": 1795298579.08, "ended": 1795298584.42,
+             "supervisor": {"pid": 18414, "ticks": 90720}},
+    "state": "failed", "detail": "", "supervisor_alive": False, "procs": 0,
+    "time": 1795298586.3,
+    "ranks": [
+        {"local_rank": 0, "rank": 2, "pid": 18649, "started": 1795298582.38,
+         "ended": 1795298583.76, "exit_code": None, "signal": 15},
+        {"local_rank": 1, "rank": 3, "pid": 18648, "started": 1795298582.36,
+         "ended": 1795298583.67, "exit_code": 3, "signal": None}],
+    "tails": {"1": ["rank 3 fails now"]}, "launcher_tail": ["ChildFailedError"],
+}
+# A node stopped by the teardown: its ranks died of SIGTERM after the failure elsewhere.
+STOPPED_NODE = {
+    "node": {"state": "stopped", "exit_code": 1, "signal": None, "ended": 1795298585.1},
+    "state": "stopped", "detail": "teardown: h2 (node 1) failed", "procs": 0,
+    "ranks": [{"local_rank": 0, "rank": 0, "ended": 1795298584.9, "exit_code": None,
+               "signal": 15}],
+}
+
+
+@pytest.mark.parametrize("code, sig, text", [
+    (0, None, "exit 0"),
+    (3, None, "exit 3"),
+    (None, signal.SIGKILL, "killed by SIGKILL (out of memory? look for the OOM killer in "
+                           "`dmesg` on that host)"),
+    (137, None, "exit 137 (killed by SIGKILL; out of memory? look for the OOM killer in "
+                "`dmesg` on that host)"),
+    (-11, None, "killed by SIGSEGV (segmentation fault)"),
+    (143, None, "exit 143 (killed by SIGTERM)"),
+    (None, signal.SIGTERM, "killed by SIGTERM"),
+    (255, None, "exit 255"),
+    (None, None, "ended without an exit status"),
+])
+def test_exit_statuses_are_decoded(code, sig, text):
+    assert decode_exit(code, sig) == text
+
+
+@pytest.mark.parametrize("code, sig, status", [
+    (3, None, 3), (None, 9, 137), (-15, None, 143), (0, None, 1), (256, None, 1), (1, None, 1)])
+def test_exit_status_as_a_shell_reports_it(code, sig, status):
+    assert exit_status(code, sig) == status
+
+
+def test_a_recorded_reply_parses_into_ranks_and_tails():
+    view = parse_status(FAILED_NODE)
+    assert view.state == "failed" and view.finished and view.signal == 15
+    assert [(r.rank, r.failed) for r in view.ranks] == [(2, True), (3, True)]
+    assert view.tails == {1: ("rank 3 fails now",)}
+
+
+def test_the_root_cause_is_the_earliest_failure_not_the_follow_on_errors():
+    failures = failures_of(1, "h2", parse_status(FAILED_NODE), now=0)
+    failures += failures_of(0, "h1", parse_status(STOPPED_NODE), now=0)
+    cause = root_cause(failures)
+    assert (cause.host, cause.rank, cause.local_rank, cause.exit_code) == ("h2", 3, 1, 3)
+    assert describe(cause) == "node 1, rank 3 (local rank 1): exit 3"
+    event = to_event(cause, ["rank 3 fails now"])
+    assert (event.exit_code, event.reason, event.tail) == (3, "exit 3", ("rank 3 fails now",))
+
+
+def test_a_node_that_failed_without_a_failed_rank_is_its_own_failure():
+    reply = {"state": "failed", "detail": "cannot start python3.13: No such file",
+             "node": {"state": "failed", "exit_code": 2, "ended": 10.0}, "ranks": []}
+    (failure,) = failures_of(2, "h3", parse_status(reply), now=99)
+    assert (failure.kind, failure.time, failure.status) == ("node", 10.0, 2)
+    assert failure.reason == "exit 2: cannot start python3.13: No such file"
+
+
+def test_same_time_prefers_the_rank_and_lost_hosts_exit_255():
+    at = 5.0
+    rank = Failure(at, 1, "h2", "rank", rank=3, local_rank=1, exit_code=1)
+    node = Failure(at, 0, "h1", "node", exit_code=1)
+    lost = Failure(4.0, 2, "h3", "lost", detail="host lost: no answer for 15s")
+    assert root_cause([node, rank]) is rank
+    assert root_cause([node, rank, lost]) is lost and lost.status == 255
+    assert lost.reason == "host lost: no answer for 15s"
+    assert root_cause([]) is None
+
+
+def test_run_status():
+    cause = Failure(1.0, 0, "h1", "rank", rank=0, local_rank=0, signal=signal.SIGKILL)
+    assert run_status(["succeeded", "succeeded"], None, False) == 0
+    assert run_status(["failed", "stopped"], cause, False) == 137
+    assert run_status(["stopped", "stopped"], None, True) == 130
+    assert run_status(["stopped", "succeeded"], None, False) == 143
+    assert run_status(["stopped", "stopped"], cause, True) == 137   # a failure beats Ctrl-C
+
+
+# The launchers' own words when a rank fails, recorded in the lab.
+PADDLE_TAIL = [
+    "LAUNCH WARNING 2026-11-21 22:17:29,502 master is set by args, it will be overwritten by "
+    "198.18.0.11:17000.",
+    "LAUNCH ERROR 2026-11-21 22:17:32,548 Container failed !!!",
+    "Container rank 1 status failed cmd ['/opt/py/bin/python', '-u', 'ranks.py', "
+    "'--fail-rank', '3', '--after', '2'] code 3 log /root/.multihost/runs/x/log/workerlog.1",
+]
+TORCHRUN_TAIL = [
+    "Failures:", "[1]:", "  time      : 2026-11-21_22:03:03", "  host      : localhost",
+    "  rank      : 0 (local_rank: 0)", "  exitcode  : -15 (pid: 18639)  (SIGTERM)",
+    "------------------------------------------------------------",
+    "Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-21_22:03:03",
+    "  host      : localhost", "  rank      : 1 (local_rank: 1)",
+    "  exitcode  : 3 (pid: 18640) ", "  error_file: <N/A>",
+]
+
+
+def test_launchers_name_the_failed_rank_in_their_output():
+    from multihost.run_outcome import launcher_failure
+
+    assert launcher_failure(PADDLE_TAIL) == (1, 3)
+    assert launcher_failure(TORCHRUN_TAIL) == (1, 3)
+    assert launcher_failure(["Traceback (most recent call last):", "ValueError"]) is None
+
+
+def test_a_node_failure_is_refined_to_the_rank_its_launcher_named():
+    from multihost.run_outcome import refine
+
+    node = Failure(10.0, 1, "h2", "node", exit_code=241)
+    rank = refine(node, PADDLE_TAIL, rank_offset=2)
+    assert (rank.kind, rank.rank, rank.local_rank, rank.exit_code) == ("rank", 3, 1, 3)
+    killed = refine(node, ["Container rank 0 status failed cmd [] code -9 log x"], 2)
+    assert (killed.rank, killed.signal, killed.status) == (2, 9, 137)
+    assert refine(node, ["nothing useful"], 2) is node
