@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 import time
@@ -126,16 +127,35 @@ def _follow(cluster, record, pairs, listener) -> int:
               f"(multihost stop {record.run_id} ends it)", file=sys.stderr)
         return 130
     follower.stop()
-    status = _exit_status(follower.final_states.values())
-    listener(RunFinished(record.run_id, status, time=time.time()))
-    return status
+    status = _final_status(cluster, record, follower)
+    listener(RunFinished(record.run_id, status.exit_code, _cause(status.root_cause), time=time.time()))
+    return status.exit_code
 
 
-def _exit_status(states) -> int:
-    """The run's status from its nodes' final records: 0, or the first failure's code."""
-    failed = sorted((s for s in states if s and s.get("state") != "succeeded"),
-                    key=lambda s: s.get("ended") or 0)
-    if not failed:
-        return 0
-    code = failed[0].get("exit_code")
-    return code if isinstance(code, int) and 0 < code < 256 else 1
+def _final_status(cluster, record, follower):
+    """The run's end as `run` would report it: the hosts' records reconciled, the first
+    failure by time as the root cause (stopped nodes are not causes)."""
+    from ..errors import MultihostError
+    from ..run_control import query
+
+    try:
+        final = query(cluster, record).record
+    except MultihostError:
+        final = record
+    if final.exit_code is not None:
+        return final
+    states = [s for s in follower.final_states.values() if s]
+    failed = [s for s in states if s.get("state") == "failed"]
+    code = 0 if states and not failed else (failed[0].get("exit_code") or 1) if failed else 1
+    return dataclasses.replace(final, exit_code=code if 0 <= code < 256 else 1)
+
+
+def _cause(data):
+    """The record's root cause (a dict) as the event the views render."""
+    from ..events import RootCause
+
+    if not data:
+        return None
+    return RootCause(host=data.get("host", "?"), node_rank=data.get("node_rank", -1),
+                     rank=data.get("rank"), exit_code=data.get("exit_code"),
+                     reason=data.get("reason", ""), tail=tuple(data.get("tail") or ()))

@@ -29,7 +29,8 @@ def _log_files(run_dir):
     names = []
     log_dir = os.path.join(run_dir, "log")
     try:
-        names = ["log/" + n for n in sorted(os.listdir(log_dir)) if not n.startswith(".")]
+        # paddle also writes envlog.N and endpoints.log there: not rank output
+        names = ["log/" + n for n in sorted(os.listdir(log_dir)) if n.startswith("workerlog.")]
     except OSError:
         pass
     if os.path.exists(os.path.join(run_dir, "launcher.log")):

@@ -77,8 +77,10 @@ class LocalTransport(Transport):
         line = to_shell(command, cwd)
         started = time.monotonic()
         try:
+            # own session: a Ctrl-C at the terminal is the controller's to handle, as it
+            # would be for a command on a remote host
             done = subprocess.run(["/bin/sh", "-c", line], input=input, capture_output=True,
-                                  timeout=timeout)
+                                  timeout=timeout, start_new_session=True)
         except subprocess.TimeoutExpired:
             raise CommandTimeout(f"command did not finish within {timeout:.0f}s: {line[:80]}",
                                  host=self.host.label) from None
@@ -87,7 +89,8 @@ class LocalTransport(Transport):
 
     def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
         popen = subprocess.Popen(["/bin/sh", "-c", to_shell(command, cwd)], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 start_new_session=True)
         return LocalProcess(popen, self.host.label)
 
     def close(self) -> None:
