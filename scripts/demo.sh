@@ -14,12 +14,12 @@ as_controller() { "$MH" lab exec --name "$NAME" -- sh -c "$1"; }
 echo; echo "== multihost exec: one command on every host =="
 as_controller 'multihost exec --hostfile "$MULTIHOST_LAB_DIR/hosts.ini" -- hostname' 
 
-if "$MH" check --help >/dev/null 2>&1; then
-  echo; echo "== multihost check: is this cluster ready? =="
-  as_controller 'multihost check --hostfile "$MULTIHOST_LAB_DIR/hosts.ini" --nproc_per_node 2' 
-fi
-if "$MH" run --help >/dev/null 2>&1; then
-  echo; echo "== multihost run: a real 2-host x 2-process DDP training =="
-  as_controller 'cd examples && multihost run --hostfile "$MULTIHOST_LAB_DIR/hosts.ini" \
-    --nproc_per_node 2 --plain -- train_ddp.py --epochs 2' 
-fi
+echo; echo "== multihost check: is this cluster ready? =="
+as_controller 'multihost check --hostfile "$MULTIHOST_LAB_DIR/hosts.ini" --nproc_per_node 2'
+
+echo; echo "== multihost run: a real 2-host x 2-process DDP training (torchrun, gloo) =="
+as_controller 'multihost run --hostfile "$MULTIHOST_LAB_DIR/hosts.ini" --nproc_per_node 2 \
+  --code examples -- train_ddp.py --epochs 2'
+
+echo; echo "== multihost logs: rank 0's last lines, from the controller's mirror =="
+as_controller 'multihost logs --rank 0 --tail 3'
