@@ -1,0 +1,172 @@
+"""Benchmark: `multihost sync` against `rsync -a` over ssh to every host in parallel (the
+anchor), in one run, on a lab of 4 hosts whose links are shaped to 1 Gbit/s.
+
+    sudo python bench/sync.py              # its own lab, torn down at the end
+    sudo python bench/sync.py --runs 5
+
+Three measurements, each the whole command as a user runs it (a fresh process, timed
+inside the lab's controller namespace), interleaved with the anchor and alternating
+which goes first:
+  first     2,000 small files (1-16 KB) and one 200 MB file to 4 empty workdirs
+  nochange  the same again, nothing changed
+  onefile   one small file changed
+Goals (issue 4): first <= 1.0x rsync, nochange <= 0.5x, onefile <= 1.0x.
+
+The controller's own link is shaped to 1 Gbit/s too (a tbf on the lab bridge, for
+traffic the controller sends): a controller has one network port, which every host's
+copy crosses when files go from the controller to each host directly.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _lab import bench_lab, reexec_inside  # noqa: E402
+
+HOSTS = 4
+RATE = "1gbit"
+SMALL_FILES = 2000
+BIG_FILE = 200 * 1000 * 1000
+GOALS = {"first": 1.0, "nochange": 0.5, "onefile": 1.0}
+
+
+def shape_uplink(lab) -> str:
+    """A tbf on the bridge shapes what the controller sends (host-to-host traffic is
+    switched between ports and does not pass it)."""
+    from multihost.lab.config import BRIDGE, ctl_netns, parse_rate
+
+    _, burst = parse_rate(RATE)
+    ns = ctl_netns(lab.name)
+    shown = subprocess.run(["tc", "-n", ns, "-j", "qdisc", "show", "dev", BRIDGE],
+                           capture_output=True, text=True, check=True).stdout
+    if any(q.get("kind") == "tbf" for q in json.loads(shown or "[]")):
+        return "shaped by the lab"
+    subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", BRIDGE, "root", "tbf", "rate", RATE,
+                    "burst", str(burst), "latency", "50ms"], check=True)
+    return "shaped by this benchmark"
+
+
+def make_tree(root: Path) -> None:
+    rng = random.Random(4)
+    for i in range(SMALL_FILES):
+        path = root / f"pkg{i % 40}" / f"sub{i % 7}" / f"mod{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(rng.randbytes(rng.randint(1024, 16 * 1024)))
+    with open(root / "weights.bin", "wb") as handle:
+        for _ in range(BIG_FILE // (1 << 20)):
+            handle.write(os.urandom(1 << 20))
+        handle.write(os.urandom(BIG_FILE % (1 << 20)))
+    old = time.time() - 3600   # a checkout that is not brand new
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            os.utime(os.path.join(dirpath, name), (old, old))
+
+
+# As on a user's machine, Python may cache bytecode (some CI images forbid it, which
+# would make every multihost command compile itself from source).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def run_timed(argv) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(map(str, argv))[:160]} failed: "
+                         f"{done.stderr.decode(errors='replace')[-400:]}")
+    return elapsed
+
+
+def rsync_all(addresses, code: Path, workdir: str):
+    targets = " ".join(f"rsync -a {code}/ {a}:{workdir}/ &" for a in addresses)
+    return ["sh", "-c", f"{targets} wait"]
+
+
+def multihost_sync(addresses, code: Path, workdir: str):
+    return [sys.executable, "-m", "multihost", "sync", "--ips", ",".join(addresses),
+            "--code", str(code), "--workdir", workdir, "--plain"]
+
+
+def inside(runs: int, addresses) -> dict:
+    """Runs as the lab's controller. Returns {measurement: {tool: [seconds]}}."""
+    times = {m: {"multihost": [], "rsync": []} for m in GOALS}
+    scratch = Path(tempfile.mkdtemp(prefix="mhbench-"))
+    try:
+        code = scratch / "code"
+        make_tree(code)
+        warm = scratch / "warm"
+        warm.mkdir()
+        (warm / "x").write_text("x")
+        run_timed(multihost_sync(addresses, warm, "/root/bench-warm"))  # the helper, once
+        cache = Path.home() / ".cache" / "multihost" / "hashes"
+        for run in range(runs):
+            mine, theirs = f"/root/bench-mh{run}", f"/root/bench-rs{run}"
+            order = ["multihost", "rsync"] if run % 2 == 0 else ["rsync", "multihost"]
+            commands = {"multihost": multihost_sync(addresses, code, mine),
+                        "rsync": rsync_all(addresses, code, theirs)}
+            shutil.rmtree(cache, ignore_errors=True)   # a first sync hashes from scratch
+            for measurement in ("first", "nochange", "onefile"):
+                if measurement == "onefile":
+                    with open(code / "pkg3" / "sub3" / "mod3.py", "ab") as handle:
+                        handle.write(f"# run {run}\n".encode())
+                for tool in order:
+                    times[measurement][tool].append(run_timed(commands[tool]))
+            print(f"bench: run {run + 1}/{runs} done", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return times
+
+
+def report(times: dict, uplink: str) -> int:
+    print(f"sync to {HOSTS} hosts, links {RATE} (controller uplink {uplink}): "
+          f"{SMALL_FILES} files of 1-16 KB + 1 file of {BIG_FILE // 10**6} MB")
+    print(f"{'measurement':<11}{'multihost':>11}{'rsync -a':>11}{'ratio':>8}   goal")
+    missed = 0
+    for name, goal in GOALS.items():
+        mine = statistics.median(times[name]["multihost"])
+        theirs = statistics.median(times[name]["rsync"])
+        ratio = mine / theirs
+        met = ratio <= goal
+        missed += not met
+        print(f"{name:<11}{mine:>10.3f}s{theirs:>10.3f}s{ratio:>8.2f}   <= {goal:.1f}: "
+              f"{'met' if met else 'MISSED'}")
+    runs = len(times["first"]["rsync"])
+    print(f"(medians of {runs} runs; all times: {json.dumps(times)})")
+    return 1 if missed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3, help="runs of each measurement")
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inside:
+        from multihost.lab import host_address
+
+        times = inside(args.runs, [host_address(i) for i in range(1, HOSTS + 1)])
+        Path(args.out).write_text(json.dumps(times))
+        return 0
+    with bench_lab(HOSTS, rate=RATE) as lab, tempfile.TemporaryDirectory() as tmp:
+        uplink = shape_uplink(lab)
+        out = os.path.join(tmp, "times.json")
+        code = reexec_inside(lab, os.path.abspath(__file__), ["--runs", str(args.runs), "--out", out])
+        if code != 0:
+            return code
+        times = json.loads(Path(out).read_text())
+    return report(times, uplink)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

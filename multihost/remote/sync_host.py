@@ -1,0 +1,282 @@
+"""The host side of `multihost sync` (registered in ops_sync.py): compare, receive,
+and push. Stdlib only, Python 3.6+.
+
+  sync_session   the sync of one host in one process: reads the controller's manifest,
+                 answers the plan (sync_plan: what differs, by content), then reads
+                 and applies the stream of what differs. One process, one round trip.
+  sync_plan      the plan alone (stdin: the manifest; for dry runs and tests).
+  sync_receive   stdin: a sync stream (sync_wire). Applies it, atomically per file,
+                 forwarding it to the next hosts when it is a relay.
+  sync_push      stdin: a list of files of this host's tree. Sends them to a relay of
+                 other hosts (for --sync-data: host to host, never via the controller).
+"""
+import json
+import os
+import signal
+import struct
+import sys
+import time
+
+from .sync_apply import ApplyError, SafeRoot
+from .sync_fs import (FILE, LINK, HashCache, UnsafePath, check_relpath, grow_pipe, resolve_root,
+                      stat_key)
+from .sync_plan import make_plan, write_tracked
+from .sync_wire import MAGIC, Reader, StreamError, Writer
+from .proto import OpError, reply
+
+MAX_ERRORS = 50
+STDIN_BUFFER = 256 * 1024
+
+
+def _root_of(request):
+    if request.get("hops"):
+        hop = request["hops"][int(request.get("index", 0))]
+        return resolve_root(hop["root"]), hop["rank"]
+    return resolve_root(request["root"], request.get("base")), request.get("rank", 0)
+
+
+class _Stop(BaseException):
+    """A signal asked us to stop: unwind so the file being written is removed."""
+
+
+def _on_signal(signum, frame):
+    raise _Stop()
+
+
+class Receiver(object):
+    """Applies one sync stream to a tree; counts, and keeps going past bad entries."""
+
+    def __init__(self, root, keys=None):
+        self.root = root
+        self.keys = keys  # {path: stat_key} of what is now in sync, when asked for
+        self.tree = SafeRoot(root, create=True)
+        self.cache = HashCache(root)  # only added to: save() merges into the file
+        self.files = self.bytes = self.deleted = self.links = self.meta = 0
+        self.kept = []
+        self.errors = []
+        self.dirs = []
+        self.cleaned = set()
+        self.tracked = None
+
+    def error(self, rel, text):
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append([rel, text])
+
+    def apply(self, reader):
+        while True:
+            header = reader.header()
+            kind, rel = header["t"], header.get("p")
+            if kind == "end":
+                return
+            if kind == "begin":
+                self.tracked = header.get("tracked")
+                continue
+            try:
+                self._one(reader, kind, rel, header)
+            except (ApplyError, UnsafePath) as exc:
+                self.error(rel, str(exc))
+            except OSError as exc:
+                self.error(rel, exc.strerror or str(exc))
+
+    def _one(self, reader, kind, rel, header):
+        tree = self.tree
+        if kind == FILE:
+            parent = rel.rpartition("/")[0] if isinstance(rel, str) else ""
+            if parent not in self.cleaned:  # what a receiver killed here left behind
+                self.cleaned.add(parent)
+                tree.clean_stale_tmp(parent)
+            chunks = reader.content(header["s"])
+            try:
+                st = tree.write_file(rel, chunks, header["m"], header["mt"], header["h"])
+            except (ApplyError, UnsafePath, OSError):
+                for _ in chunks:  # keep the stream in step: skip the rest of this file
+                    pass
+                raise
+            self.cache.put(rel, st, header["h"])  # we wrote it: trusted
+            self._key(rel, st)
+            self.files += 1
+            self.bytes += header["s"]
+        elif kind == "d":
+            tree.make_dir(rel, header["m"])
+            self.dirs.append((rel, header["m"]))
+        elif kind == "x":
+            outcome = tree.delete(rel)
+            if outcome == "deleted":
+                self.deleted += 1
+                self.cache.forget(rel)
+            elif outcome == "kept":
+                self.kept.append(rel)
+        elif kind == LINK:
+            self._key(rel, tree.make_link(rel, header["to"]))
+            self.links += 1
+        elif kind == "meta":
+            st = tree.set_meta(rel, header["m"], header["mt"])
+            if header.get("h"):
+                self.cache.put(rel, st, header["h"])
+            self._key(rel, st)
+            self.meta += 1
+        else:
+            raise ApplyError("unknown record type %r" % kind)
+
+    def _key(self, rel, st):
+        if self.keys is not None:
+            self.keys[rel] = stat_key(st)
+
+    def finish(self):
+        for rel, mode in sorted(self.dirs, key=lambda d: -d[0].count("/")):
+            try:
+                self._key(rel, self.tree.finish_dir(rel, mode))
+            except (OSError, ApplyError, UnsafePath) as exc:
+                self.error(rel, str(exc))
+        if self.tracked is not None:
+            # What we could not delete stays ours, to be tried again next time.
+            write_tracked(self.root, list(self.tracked) + [k + "/" for k in self.kept])
+        self.cache.save()
+        self.tree.close()
+
+    def result(self):
+        result = {"files": self.files, "bytes": self.bytes, "deleted": self.deleted,
+                  "links": self.links, "meta": self.meta, "kept": self.kept[:MAX_ERRORS],
+                  "errors": self.errors}
+        if self.keys is not None:
+            result["keys"] = self.keys
+        return result
+
+
+def _stdin():
+    grow_pipe(sys.stdin)  # sshd keeps sending while we write a chunk
+    return os.fdopen(sys.stdin.fileno(), "rb", buffering=STDIN_BUFFER, closefd=False)
+
+
+def _catch_signals():
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, _on_signal)
+
+
+def _receive(root, rank, stdin, kids=(), magic=None, keys=None):
+    """Apply the stream on stdin to root; reply with the results of this node and of
+    every relay node below it. Returns the exit status."""
+    try:
+        receiver = Receiver(root, keys)
+    except (OSError, ValueError) as exc:
+        for kid in kids:
+            kid.finish()
+        reply({"ok": False, "error": "cannot open %s: %s" % (root, getattr(exc, "strerror", None) or exc),
+               "fix": "check that the workdir's parent exists and is writable"})
+        return 1
+    reader = None
+    try:
+        reader = Reader(stdin, [kid.feed for kid in kids], magic)
+        receiver.apply(reader)
+        for kid in kids:  # the next hosts have it all: they finish while we do
+            kid.end_input()
+    except (StreamError, _Stop) as exc:
+        receiver.finish()
+        cause = str(exc) if isinstance(exc, StreamError) else "stopped by a signal"
+        for kid in kids:
+            kid.finish()
+        reply({"ok": False, "error": "%s after %d bytes" % (cause, reader.received if reader else 0),
+               "fix": "run the sync again: it completes what is missing"})
+        return 1
+    receiver.finish()
+    nodes = {str(rank): receiver.result()}
+    for kid in kids:
+        nodes.update(kid.finish())
+    reply({"ok": True, "result": {"nodes": nodes}})
+    return 0
+
+
+def plan(request):
+    return make_plan(request, sys.stdin.buffer.read())
+
+
+def session(request):
+    """The whole sync of one host in one process: stdin carries the manifest (4-byte
+    length, then zlib JSON); the plan is replied as one line; then stdin carries the
+    sync stream, or ends (nothing to send, or a dry run)."""
+    _catch_signals()
+    stdin = _stdin()
+    try:
+        head = stdin.read(4)
+        payload = stdin.read(struct.unpack(">I", head)[0]) if len(head) == 4 else b""
+        plan = make_plan(request, payload)
+    except OpError as err:
+        reply({"ok": False, "error": err.error, "fix": err.fix})
+        return 1
+    except _Stop:
+        return 1
+    keys = plan.pop("keys", None)  # for the end: the controller records them
+    reply({"ok": True, "result": plan})
+    try:
+        magic = stdin.read(len(MAGIC))
+    except _Stop:
+        return 1
+    rank = request.get("rank", 0)
+    if not magic:  # nothing to send
+        if keys is not None:
+            reply({"ok": True, "result": {"nodes": {str(rank): {"keys": keys}}}})
+        return 0
+    return _receive(plan["root"], rank, stdin, magic=magic, keys=keys)
+
+
+def receive(request):
+    _catch_signals()
+    from . import sync_relay as relay  # subprocess and threads: only when receiving
+
+    try:
+        root, rank = _root_of(request)
+    except (KeyError, ValueError, IndexError):
+        reply({"ok": False, "error": "bad sync_receive request", "fix": "run the sync again"})
+        return 1
+    keys = {} if request.get("keys") else None
+    return _receive(root, rank, _stdin(), relay.start_children(request), keys=keys)
+
+
+def push(request):
+    """Send files of this host's tree to the relay ``hops`` (head first).
+    stdin: JSON [[rel, size, mode, mtime_ns, sha256] or [rel, "l", target], ...]. Progress lines
+    {"progress": bytes} go to stdout while sending, then the reply."""
+    from . import sync_relay as relay
+
+    root = resolve_root(request["root"], request.get("base"))
+    files = json.loads(sys.stdin.buffer.read().decode("utf-8", "surrogateescape"))
+    head = relay.Child(request["hops"], 0, int(request.get("fanout", 1)))
+    writer = Writer(_Feed(head))
+    state = {"sent": 0, "last": time.time()}
+
+    def progress(count):
+        state["sent"] += count
+        now = time.time()
+        if now - state["last"] > 0.5:
+            state["last"] = now
+            reply({"progress": state["sent"]})
+
+    failed = []
+    writer.record({"t": "begin"})
+    for item in files:
+        if head.failure:
+            break
+        rel = item[0]
+        try:
+            if item[1] == LINK:
+                writer.record({"t": LINK, "p": check_relpath(rel), "to": item[2]})
+                continue
+            _, size, mode, mtime, digest = item
+            path = os.path.join(root, check_relpath(rel))
+            writer.file({"t": FILE, "p": rel, "s": size, "m": mode, "mt": mtime, "h": digest},
+                        path, progress)
+        except (OSError, UnsafePath) as exc:
+            failed.append([rel, getattr(exc, "strerror", None) or str(exc)])
+    if not head.failure:
+        writer.end()
+    nodes = head.finish()
+    reply({"ok": True, "result": {"nodes": nodes, "source_errors": failed}})
+    return 0
+
+
+class _Feed(object):
+    def __init__(self, child):
+        self.child = child
+
+    def write(self, data):
+        self.child.feed(data)

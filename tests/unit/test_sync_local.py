@@ -1,0 +1,235 @@
+"""The sync engine end to end on this machine: two "hosts" that are local transports
+(127.0.0.1 and localhost) with their own workdirs, so the real helper runs in real
+subprocesses. The lab tests do the same over SSH."""
+import marshal
+import os
+import stat
+import sys
+
+import pytest
+
+from multihost.errors import SyncError
+from multihost.fanout import Cluster
+from multihost.hosts import Host
+from multihost.remote.sync_fs import CACHE_DIR, tree_key
+from multihost.sync import sync_code
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "train.py").write_text("print('train')\n")
+    (code / "pkg" / "__init__.py").write_text("")
+    (code / "pkg" / "model.py").write_text("LAYERS = 4\n")
+    (code / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(code / "run.sh", 0o755)
+    os.symlink("pkg/model.py", code / "model_link.py")
+    os.symlink("/data/coco", code / "dataset")       # out of the tree: kept as a link
+    hosts = (Host(name="127.0.0.1", rank=0, python=sys.executable),
+             Host(name="localhost", rank=1, python=sys.executable))
+    workdirs = {0: str(tmp_path / "w0"), 1: str(tmp_path / "w1")}
+
+    class Env:
+        pass
+
+    e = Env()
+    e.code, e.hosts, e.workdirs, e.tmp = code, hosts, workdirs, tmp_path
+    e.sync = lambda **kw: _sync(e, **kw)
+    return e
+
+
+def _sync(e, **kw):
+    with Cluster(e.hosts) as cluster:
+        return sync_code(cluster, str(e.code), workdirs=e.workdirs, **kw)
+
+
+def tree(root):
+    """{path: content, or '-> target' for links, '/' for dirs} plus modes of files."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = "-> " + os.readlink(full)
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = "/"
+            else:
+                with open(full, "rb") as handle:
+                    out[rel] = (handle.read(), oct(st.st_mode & 0o777), st.st_mtime_ns)
+    return out
+
+
+def test_first_sync_makes_every_workdir_identical(env):
+    report = env.sync()
+    assert report.ok and [h.files for h in report.hosts] == [6, 6]
+    want = tree(env.code)
+    assert tree(env.workdirs[0]) == want and tree(env.workdirs[1]) == want
+    assert os.readlink(os.path.join(env.workdirs[0], "dataset")) == "/data/coco"
+
+
+def test_changes_deletions_and_what_the_job_wrote(env):
+    env.sync()
+    w0 = env.workdirs[0]
+    os.makedirs(os.path.join(w0, "output"))
+    with open(os.path.join(w0, "output", "model.pdparams"), "w") as f:
+        f.write("weights")                      # written by the job on the host
+    (env.code / "pkg" / "model.py").write_text("LAYERS = 8\n")
+    os.remove(env.code / "train.py")
+    (env.code / "pkg" / "new.py").write_text("x = 1\n")
+    report = env.sync()
+    assert report.ok
+    assert (report.hosts[0].counts, report.hosts[0].deleted) == ((1, 1, 1), 1)
+    assert open(os.path.join(w0, "pkg", "model.py")).read() == "LAYERS = 8\n"
+    assert not os.path.exists(os.path.join(w0, "train.py"))
+    assert open(os.path.join(w0, "output", "model.pdparams")).read() == "weights"
+
+
+def test_an_ignored_file_on_the_host_is_left_alone(env):
+    (env.code / "notes.txt").write_text("synced once\n")
+    env.sync()
+    (env.code / ".multihostignore").write_text("notes.txt\n")
+    os.remove(env.code / "notes.txt")
+    env.sync()
+    assert os.path.exists(os.path.join(env.workdirs[0], "notes.txt"))
+
+
+def test_an_unchanged_tree_is_neither_sent_nor_rehashed(env):
+    from multihost import helper
+    from multihost.sync_manifest import build_manifest
+    from multihost.transport import LocalTransport
+
+    env.sync()
+    report = env.sync()
+    assert [h.files for h in report.hosts] == [0, 0]
+    reply = helper.call(LocalTransport(env.hosts[0]), "sync_plan", {"root": env.workdirs[0]},
+                        input=build_manifest(str(env.code)).encode())
+    assert (reply["hashed_files"], reply["add"], reply["change"]) == (0, [], [])
+
+
+def test_a_hand_edit_with_the_old_size_and_mtime_is_found(env):
+    env.sync()
+    target = os.path.join(env.workdirs[1], "pkg", "model.py")
+    before = os.stat(target)
+    with open(target, "w") as f:
+        f.write("LAYERS = 9\n")                 # same size
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    report = env.sync()                         # the ctime in the cache key gives it away
+    assert report.hosts[1].counts[1] == 1
+    assert open(target).read() == "LAYERS = 4\n"
+
+
+def test_verify_repairs_what_a_lying_cache_hides(env):
+    env.sync()
+    root = env.workdirs[1]
+    target = os.path.join(root, "pkg", "model.py")
+    with open(target, "w") as f:
+        f.write("LAYERS = 9\n")
+    # Forge the host's cache: the new stat, the old hash (a cache can be wrong, e.g.
+    # after a restore from backup with preserved times).
+    path = os.path.join(os.path.expanduser(CACHE_DIR), tree_key(root) + ".cache")
+    with open(path, "rb") as f:
+        cache = marshal.load(f)
+    st = os.stat(target)
+    old = cache["e"]["pkg/model.py"][4]
+    cache["e"]["pkg/model.py"] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, old)
+    with open(path, "wb") as f:
+        marshal.dump(cache, f)
+    assert env.sync().hosts[1].files == 0      # fooled, as designed
+    report = env.sync(verify=True)
+    assert report.hosts[1].counts[1] == 1 and report.hosts[0].files == 0
+    assert open(target).read() == "LAYERS = 4\n"
+
+
+def test_dry_run_lists_and_changes_nothing(env):
+    report = env.sync(dry_run=True)
+    assert report.dry_run and report.hosts[0].counts == (6, 0, 0)
+    assert "train.py" in report.hosts[0].added
+    assert not os.path.exists(env.workdirs[0])
+
+
+def test_modes_links_and_type_changes(env):
+    os.chmod(env.code / "pkg", 0o750)
+    env.sync()
+    w0 = env.workdirs[0]
+    assert stat.S_IMODE(os.stat(os.path.join(w0, "pkg")).st_mode) == 0o750
+    assert stat.S_IMODE(os.stat(os.path.join(w0, "run.sh")).st_mode) == 0o755
+    # A file becomes a directory and a directory becomes a file.
+    os.remove(env.code / "run.sh")
+    (env.code / "run.sh").mkdir()
+    (env.code / "run.sh" / "inner").write_text("x")
+    os.remove(env.code / "pkg" / "__init__.py")
+    os.remove(env.code / "pkg" / "model.py")
+    os.rmdir(env.code / "pkg")
+    (env.code / "pkg").write_text("now a file\n")
+    report = env.sync()
+    assert report.ok, report
+    assert tree(w0) == tree(env.code)
+
+
+def test_a_failing_host_is_named_and_the_others_still_sync(env):
+    with open(env.workdirs[1], "w") as f:
+        f.write("a file where the workdir should be")
+    with pytest.raises(SyncError) as info:
+        env.sync()
+    err = info.value
+    assert err.host == "localhost" and "not a directory" in err.cause
+    assert err.report.hosts[0].ok and tree(env.workdirs[0]) == tree(env.code)
+
+
+def test_size_warning_names_the_biggest_directories(env, monkeypatch):
+    import multihost.sync_manifest as manifest
+
+    monkeypatch.setattr(manifest, "WARN_FILES", 3)
+    (env.code / "data").mkdir()
+    for i in range(5):
+        (env.code / "data" / f"{i}.bin").write_bytes(b"x" * 1000)
+    report = env.sync(dry_run=True)
+    assert len(report.warnings) == 1 and "data/ (5.0 KB, 5 files)" in report.warnings[0]
+
+
+def test_code_revision_and_dirty_flag(env):
+    import shutil
+    import subprocess
+
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    git = ["git", "-C", str(env.code), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    report = env.sync(dry_run=True)
+    assert (report.commit, report.dirty) == (head, False)
+    (env.code / "untracked.py").write_text("")
+    assert env.sync(dry_run=True).dirty
+
+
+def test_an_unchanged_host_is_recognised_without_starting_its_helper(env):
+    env.sync()
+    events = []
+    report = env.sync(listener=events.append)
+    assert report.ok and [h.files for h in report.hosts] == [0, 0]
+    assert not [e for e in events if type(e).__name__ == "SyncPlanned"]   # no helper ran
+    # A changed key on one host (a touch) sends that host the slow way, by content.
+    os.utime(os.path.join(env.workdirs[1], "train.py"))
+    events.clear()
+    report = env.sync(listener=events.append)
+    assert [e.host for e in events if type(e).__name__ == "SyncPlanned"] == ["localhost"]
+    assert report.hosts[1].meta == 1      # the mtime is put back; the content was right
+    events.clear()
+    env.sync(verify=True, listener=events.append)
+    assert len([e for e in events if type(e).__name__ == "SyncPlanned"]) == 2
+
+
+def test_stale_temporary_files_of_a_killed_receiver_are_removed(env):
+    env.sync()
+    stale = os.path.join(env.workdirs[0], "pkg", ".mh-tmp.999999999.model.py")
+    with open(stale, "w") as f:
+        f.write("half a file")
+    (env.code / "pkg" / "model.py").write_text("LAYERS = 5\n")
+    env.sync()
+    assert not os.path.exists(stale)
