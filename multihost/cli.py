@@ -16,6 +16,8 @@ from typing import List, Optional
 from . import __version__
 from .errors import EXIT_INTERRUPTED, MultihostError
 
+PIPE_COMMANDS = ("logs", "exec", "status")
+
 # The order is the order of `multihost --help`.
 COMMANDS = ["check", "sync", "run", "logs", "status", "stop", "exec", "lab"]
 
@@ -28,8 +30,19 @@ Run one distributed training job across several machines from one controller, ov
 """
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line like every other error: the cause and the fix,
+    not a usage block. Subparsers inherit the class, so each names its own --help."""
+
+    def error(self, message: str):
+        command = self.prog.partition(" ")[2]
+        where = f"{command}: " if command else ""
+        print(f"multihost: {where}{message} (fix: see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="multihost", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"multihost {__version__}")
@@ -48,13 +61,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        # A flag's own type check (a port, a count) raises our errors from inside argparse.
+        args = parser.parse_args(argv)
+    except MultihostError as err:
+        print(f"multihost: {err}", file=sys.stderr)
+        return err.exit_code
     module = getattr(args, "_module", None)
     if module is None:
         parser.print_help()
         return 2
-    # A closed pipe (`multihost logs | head`) is not an error worth a traceback.
-    if hasattr(signal, "SIGPIPE"):
+    # A closed pipe (`multihost logs | head`) is not an error worth a traceback; only for
+    # the commands whose output is meant for pipes: elsewhere a dead ssh child's pipe
+    # must be an error that is handled, not a silent death.
+    if args.command in PIPE_COMMANDS and hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         return int(module.main(args) or 0)

@@ -18,8 +18,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .errors import RemoteError
-from .transport import Process, Transport
+from .errors import ConnectError, RemoteError
+from .transport import CommandResult, Process, Transport
 
 MISSING = 97
 HELPER_DIR = "$HOME/.cache/multihost"
@@ -90,11 +90,25 @@ def call(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None
          input: Optional[bytes] = None, timeout: Optional[float] = 60) -> Any:
     """Run one helper operation and return its result; its failure is a RemoteError."""
     line = helper_command(transport, op, request)
-    result = transport.run(line, input=input, timeout=timeout)
+    try:
+        result = transport.run(line, input=input, timeout=timeout)
+    except ConnectError as err:
+        # On a host without the helper, the shell exits 97 before reading a large input,
+        # and the channel closes under our feet: install, then try once more.
+        if err.kind != ConnectError.LOST or not input or not transport_alive(transport):
+            raise
+        result = CommandResult(transport.host.label, line, MISSING, b"", b"", 0.0)
     if result.exit_code == MISSING:
         install(transport)
         result = transport.run(line, input=input, timeout=timeout)
     return parse_reply(transport, op, result.exit_code, result.stdout, result.stderr)
+
+
+def transport_alive(transport: Transport) -> bool:
+    try:
+        return transport.run("true", timeout=30).ok
+    except ConnectError:
+        return False
 
 
 def start(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None) -> Process:

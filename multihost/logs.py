@@ -23,6 +23,7 @@ from . import helper
 from .errors import ConnectError, MultihostError
 from .events import LogBlock, NodeChanged, NodeState
 from .hosts import Host
+from .sync_ignore import MIRROR_MARKER
 
 REMOTE_RUNS = "~/.multihost/runs"
 LOST_AFTER = 15.0       # seconds without a frame (heartbeats come every 2 s)
@@ -279,7 +280,16 @@ def _read_exact(stream, length: int) -> bytes:
 
 
 def ensure_private(directory: Path) -> Path:
-    """Log mirrors can hold secrets printed by the job: readable by the user only."""
+    """Log mirrors can hold secrets printed by the job: readable by the user only. The
+    marker beside the runs keeps code sync from shipping old logs back to the hosts
+    (``./log`` usually sits inside the code directory)."""
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
+    for place in (directory, directory.parent):
+        marker = place / MIRROR_MARKER
+        if not marker.exists():
+            try:
+                marker.touch()
+            except OSError:
+                pass
     return directory

@@ -124,20 +124,20 @@ def preflight(cluster, job, args):
 
 
 def sync(cluster, job, args, data_checked: bool):
-    from ..errors import ConfigError
+    from ..views.sync_view import SyncView
 
     paths = tuple(dict.fromkeys(tuple(job.data) + tuple(p for h in cluster.hosts for p in h.data)))
     if args.no_sync and (data_checked or not paths):
         return  # nothing to do: do not even import the sync engine
-    try:
-        from .. import sync as sync_module
-    except ImportError:
-        raise ConfigError("code sync is not available in this build of multihost",
-                          fix="pass --no-sync and copy the code yourself") from None
+    from .. import sync as sync_module
+
     workdirs = {host.rank: _workdir(host, job) for host in cluster.hosts}
     if not args.no_sync:
         _say(args, f"syncing {os.path.abspath(job.code)} to {len(cluster.hosts)} host(s)...")
-        sync_module.sync_code(cluster, job.code, workdirs=workdirs)
+        view = None if args.json else SyncView(sys.stderr)
+        report = sync_module.sync_code(cluster, job.code, workdirs=workdirs, listener=view)
+        if view is not None:
+            view.show_sync(report)
     if paths and not data_checked:  # the preflight verifies the data itself
         _say(args, f"verifying {len(paths)} dataset(s) on {len(cluster.hosts)} host(s)...")
         report = sync_module.verify_data(cluster, paths, workdirs=workdirs)
@@ -212,6 +212,8 @@ def main(args: argparse.Namespace) -> int:
     # Every mistake in the input is found now, not after a long check and sync.
     run_plan.build_plan("", hosts, job, template, command, start_port=job.start_port or 0,
                         addresses=[h.name for h in hosts], no_python=args.no_python)
+    if not args.no_sync:
+        run_plan.check_script(command, job.code, no_python=args.no_python)
     revision = in_background(code_revision, job.code)
     with cluster_from_args(args, hosts) as cluster:
         report = None if args.no_check else preflight(cluster, job, args)

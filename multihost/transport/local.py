@@ -63,7 +63,10 @@ class LocalProcess(Process):
     def close(self) -> None:
         for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
             if stream:
-                stream.close()
+                try:
+                    stream.close()
+                except OSError:  # stdin of a command that exited without reading it
+                    pass
 
 
 class LocalTransport(Transport):

@@ -123,6 +123,9 @@ class SshProcess(Process):
 
     def close(self) -> None:
         self._channel.close()
+        # paramiko's files flush at garbage collection and complain once the channel is
+        # closed: drop them with it
+        self.stdin = self.stdout = self._stderr = None  # type: ignore[assignment]
 
     def set_timeout(self, seconds: Optional[float]) -> None:
         self._channel.settimeout(seconds)
