@@ -63,10 +63,13 @@ def create(name: str, n: int, rate: Optional[str] = None, burst: int = 0) -> Non
                       f"link set {HOST_IFACE} up"]
         batches.append((["ip", "-n", host_netns(name, i), "-b", "-"], "\n".join(host_lines) + "\n"))
     if rate:
-        # Shape both directions: the host's egress on eth0, its ingress on the bridge port.
+        # Shape both directions: the host's egress on eth0, its ingress on the bridge port,
+        # and the controller's own port (the bridge), so the controller has one uplink of
+        # that rate like a real machine, shared by everything it sends at once.
         tbf = f"root tbf rate {rate} burst {burst} latency 50ms"
         batches.append((["tc", "-n", ctl, "-b", "-"], "".join(
-            f"qdisc replace dev {bridge_port(i)} {tbf}\n" for i in range(1, n + 1))))
+            f"qdisc replace dev {bridge_port(i)} {tbf}\n" for i in range(1, n + 1))
+            + f"qdisc replace dev {BRIDGE} {tbf}\n"))
         batches += [(["tc", "-n", host_netns(name, i), "-b", "-"],
                      f"qdisc replace dev {HOST_IFACE} {tbf}\n") for i in range(1, n + 1)]
     run_batches(batches, "configuring the lab links")
