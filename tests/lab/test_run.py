@@ -318,7 +318,7 @@ def paddle_python() -> str:
     if not python.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
         base = Path(sys.base_prefix) / "bin" / "python3"
         subprocess.run([str(base), "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "paddlepaddle"], check=True,
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "paddlepaddle==3.3.1"], check=True,
                        timeout=1800)
     return str(python)
 
