@@ -60,3 +60,20 @@ def parallel_ssh(hosts: Sequence[str], command: str) -> List[str]:
     """The anchor everywhere: plain OpenSSH to every host at once."""
     loop = " ".join(f"ssh -o BatchMode=yes {h} {command} &" for h in hosts)
     return ["sh", "-c", f"{loop} wait"]
+
+
+def main_with_lab(doc: str, inside: Callable[[int], None], hosts: int, runs: int) -> None:
+    """The command line every benchmark shares: bring up a lab of ``hosts``, then run
+    ``inside(runs)`` again as its controller (``--inside``)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inside:
+        inside(args.runs)
+        return
+    script = sys.modules["__main__"].__file__
+    with bench_lab(hosts) as lab:
+        sys.exit(reexec_inside(lab, script, ["--runs", str(args.runs)]))

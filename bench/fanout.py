@@ -6,10 +6,9 @@ its own 1-host time. Run as root: python bench/fanout.py [--runs 9]
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
-from _lab import addresses, bench_lab, median_of, parallel_ssh, reexec_inside, timed
+from _lab import addresses, main_with_lab, median_of, parallel_ssh, timed
 
 SIZES = (1, 4, 8)
 
@@ -29,17 +28,5 @@ def inside(runs: int) -> None:
     print(f"8 hosts vs own 1-host time: {eight / one:.2f}x (goal <= 1.5)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=9)
-    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.inside:
-        inside(args.runs)
-        return
-    with bench_lab(max(SIZES)) as lab:
-        sys.exit(reexec_inside(lab, __file__, ["--runs", str(args.runs)]))
-
-
 if __name__ == "__main__":
-    main()
+    main_with_lab(__doc__, inside, max(SIZES), runs=9)

@@ -10,7 +10,6 @@ Run as root: python bench/launch.py [--runs 3]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _lab import REPO, addresses, bench_lab, reexec_inside
+from _lab import REPO, addresses, main_with_lab
 
 SIZES = (1, 4, 8)
 GRACE = 10.0
@@ -152,17 +151,5 @@ def inside(runs: int) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.inside:
-        inside(args.runs)
-        return
-    with bench_lab(max(SIZES)) as lab:
-        sys.exit(reexec_inside(lab, __file__, ["--runs", str(args.runs)]))
-
-
 if __name__ == "__main__":
-    main()
+    main_with_lab(__doc__, inside, max(SIZES), runs=3)

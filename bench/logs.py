@@ -50,7 +50,7 @@ def multihost(*args: str, **kw) -> subprocess.CompletedProcess:
 
 
 def start_job(code: Path, hostfile: str, seconds: float) -> str:
-    done = multihost("run", "--hostfile", hostfile, "--launcher", "python", "--nproc_per_node",
+    multihost("run", "--hostfile", hostfile, "--launcher", "python", "--nproc_per_node",
                      str(NPROC), "--code", str(code), "--no-check", "--detach", "--plain",
                      "--", "writer.py", str(seconds), cwd=code)
     return (Path.home() / ".multihost" / "last").read_text().strip()
