@@ -81,7 +81,12 @@ class CheckReport:
         return all(host.ok for host in self.hosts) and self.start_port is not None
 
     def failures(self, status: str = FAIL) -> List[Tuple[HostReport, CheckResult]]:
-        return [(h, r) for h in self.hosts for r in h.results if r.status == status]
+        """Every result with that status, the most basic check first (then node rank):
+        a host that cannot be reached is the cause; the others' failed pings to it are
+        consequences, so the one error a run raises names the dead host."""
+        found = [(h, r) for h in self.hosts for r in h.results if r.status == status]
+        order = {name: i for i, name in enumerate(CHECKS)}
+        return sorted(found, key=lambda pair: order.get(pair[1].name, len(CHECKS)))
 
     def iface_for(self, host: Union[Host, int, str]) -> Optional[str]:
         report = self.host_report(host)

@@ -103,6 +103,7 @@ class Monitor:
         self.last_contact: Dict[int, float] = {}
         self.last_error: Dict[int, MultihostError] = {}
         self.lost: Set[int] = set()
+        self.out_of_contact: Set[int] = set()   # stream broken, not yet lost: retrying
         self.failures: Dict[tuple, Failure] = {}
         self.seen_before_teardown: Set[tuple] = set()
         self.first_exit_seen: Optional[float] = None
@@ -195,10 +196,16 @@ class Monitor:
         kind, rank, payload, when = item
         if kind == "error":
             self.last_error[rank] = payload
+            self._contact_lost(rank, payload, when)
             return
         view: NodeView = payload
         self.views[rank] = view
         self.last_contact[rank] = when
+        if rank in self.out_of_contact:
+            self.out_of_contact.discard(rank)
+            if rank not in self.lost:
+                self.listener(NodeChanged(rank, self.hosts[rank].label, NodeState.RUNNING,
+                                          detail="contact restored", time=when))
         if rank in self.lost and not view.finished:
             return  # back, but its fate was decided: it is stopped with the others
         host = self.hosts[rank]
@@ -209,6 +216,19 @@ class Monitor:
             self.first_exit_seen = when
         if view.finished or view.state == "failed":
             self._set_state(rank, view.state, view.detail, view)
+
+    def _contact_lost(self, rank: int, error: MultihostError, when: float) -> None:
+        """Say once that a host stopped answering, long before it counts as lost: the
+        user sees why its lines paused, and that the controller keeps trying."""
+        if rank in self.out_of_contact or rank in self.lost or self._finished(rank) \
+                or self.teardown_at is not None \
+                or not isinstance(error, (ConnectError, CommandTimeout)):
+            return
+        self.out_of_contact.add(rank)
+        self.listener(NodeChanged(rank, self.hosts[rank].label, NodeState.RUNNING,
+                                  detail=f"contact lost ({error.cause}); retrying, the host "
+                                         f"counts as lost after {self.lost_after:g}s",
+                                  time=when))
 
     def _check_lost(self, now: float) -> None:
         for host in self.hosts:
