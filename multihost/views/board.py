@@ -33,6 +33,7 @@ class RowView:
     last_line: str
     metrics: Metrics
     lines: int
+    note: str = ""           # what multihost says of the node ("contact lost ...")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class _Row:
     metrics: Metrics = Metrics()
     speeds: Dict[int, float] = field(default_factory=dict)   # latest speed of each rank
     lines: int = 0
+    note: str = ""
     tail: Deque[str] = field(default_factory=lambda: deque(maxlen=TAIL))
 
 
@@ -136,6 +138,7 @@ class BoardModel:
             or [self._row(event.host, event.node_rank, None)]
         for row in rows:
             row.state = event.state
+            row.note = event.detail if event.detail != "contact restored" else ""
             if event.state == NodeState.RUNNING and row.since is None:
                 row.since = event.time or time.time()
             if event.state.finished or event.state == NodeState.LOST:
@@ -158,7 +161,8 @@ class BoardModel:
         with self._lock:
             rows = sorted(self._rows.values(), key=self._order)
             views = tuple(RowView(r.key, r.host, r.node_rank, r.rank, r.state, r.since, r.until,
-                                  r.exit_code, r.last_line, _summed(r), r.lines) for r in rows)
+                                  r.exit_code, r.last_line, _summed(r), r.lines, r.note)
+                          for r in rows)
             speeds = [_summed(r).speed for r in rows if r.speeds and r.state == NodeState.RUNNING]
             selected = self._rows.get(self.selected) if self.selected else None
             return BoardSnapshot(

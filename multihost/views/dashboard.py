@@ -65,7 +65,8 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
                       Text(state, style=STATE_STYLE.get(row.state, "")),
                       _uptime(row.since, row.until, now), _num(row.metrics.epoch),
                       _num(row.metrics.step), _num(row.metrics.loss), _num(row.metrics.speed),
-                      Text(row.last_line), style=style)
+                      Text(f"[{row.note}]", style="magenta") if row.note else Text(row.last_line),
+                      style=style)
     if snapshot.total_speed is not None:
         table.add_section()
         table.add_row("", "all", "", "", "", "", "", _num(snapshot.total_speed), "summed speed")

@@ -95,3 +95,14 @@ def test_showing_one_hosts_full_log():
     model.select(model.keys()[0])
     text = screen(model)
     assert "log of 198.18.0.11" in text and "line 39" in text and "line 10" in text
+
+
+def test_a_host_out_of_contact_says_so_until_it_answers_again():
+    model = started()
+    model.apply(NodeChanged(1, HOSTS[1], NodeState.RUNNING, detail="contact lost (timeout); retrying",
+                            time=T0 + 3))
+    assert "[contact lost (timeout); retrying]" in screen(model)
+    model.apply(NodeChanged(1, HOSTS[1], NodeState.RUNNING, detail="contact restored", time=T0 + 6))
+    model.apply(line(1, 0, "back again"))
+    text = screen(model)
+    assert "contact lost" not in text and "back again" in text
