@@ -34,6 +34,12 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line like every other error: the cause and the fix,
     not a usage block. Subparsers inherit the class, so each names its own --help."""
 
+    def __init__(self, *args, **kwargs):
+        # No prefixes: `--gpu 0` must not silently mean `--gpus 0` (and `--wait` is not
+        # `--wait-...`): a flag is spelled out or refused.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):
         command = self.prog.partition(" ")[2]
         where = f"{command}: " if command else ""
@@ -57,7 +63,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
                 raise
             continue  # a command not built yet
         command_parser = module.register(sub)
-        command_parser.set_defaults(_module=module)
+        command_parser.set_defaults(_module=module, _parser=command_parser)
     return parser
 
 
@@ -67,7 +73,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser(first if first in COMMANDS else None)
     try:
         # A flag's own type check (a port, a count) raises our errors from inside argparse.
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # named by the command's parser, so the fix points at its --help
+            getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     except MultihostError as err:
         print(f"multihost: {err}", file=sys.stderr)
         return err.exit_code

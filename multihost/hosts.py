@@ -84,8 +84,9 @@ def parse_host_item(item: str, where: str) -> Tuple[str, Optional[str], Optional
     """``[user@]host[:port]``, ``[user@][v6addr]:port`` or a bare IPv6 address."""
     original = item
     if item != item.strip() or any(ch.isspace() for ch in item):
-        raise ConfigError(f"{where}: host {original!r} contains white space",
-                          fix="separate hosts with commas only, e.g. --ips=10.0.0.1,10.0.0.2")
+        fix = ("separate hosts with commas only, e.g. --ips=10.0.0.1,10.0.0.2"
+               if where.startswith("--ips") else "one host per section, e.g. [10.0.0.1]")
+        raise ConfigError(f"{where}: host {original!r} contains white space", fix=fix)
     if not item:
         raise ConfigError(f"{where}: empty host name",
                           fix="remove the extra comma, e.g. --ips=10.0.0.1,10.0.0.2")
@@ -94,6 +95,7 @@ def parse_host_item(item: str, where: str) -> Tuple[str, Optional[str], Optional
         user, item = item.rsplit("@", 1)
         if not user or not item:
             raise ConfigError(f"{where}: {original!r} is not user@host", fix="write user@host")
+        check_user(user, where)
     port = None
     if item.startswith("["):
         end = item.find("]")
@@ -121,6 +123,13 @@ def parse_host_item(item: str, where: str) -> Tuple[str, Optional[str], Optional
     return name, user, port
 
 
+def check_user(user: str, where: str) -> None:
+    """A login name: ssh would read one starting with '-' as an option."""
+    if not user or user.startswith("-") or not all(ch.isalnum() or ch in "._-$@\\" for ch in user):
+        raise ConfigError(f"{where}: {user!r} is not a user name",
+                          fix="give the login name on the host, e.g. root or ubuntu")
+
+
 def _require_ipv6(name: str, original: str, where: str) -> None:
     try:
         ipaddress.IPv6Address(name.split("%", 1)[0])
@@ -143,10 +152,14 @@ def parse_ips(text: str) -> List[Dict[str, object]]:
 def parse_hostfile(path: Path) -> List[Dict[str, object]]:
     """A hostfile into one dict per host (the defaults section already merged in)."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read hostfile {path}: {exc.strerror}",
                           fix="check the path given to --hostfile") from None
+    except UnicodeDecodeError as exc:
+        lineno = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{lineno}: not UTF-8 text (byte {exc.object[exc.start]:#04x})",
+                          fix="save the hostfile as UTF-8 text") from None
     defaults: Dict[str, object] = {}
     hosts: List[Dict[str, object]] = []
     section: Optional[Dict[str, object]] = None
@@ -202,6 +215,8 @@ def _parse_value(key: str, value: str, where: str, previous: object) -> object:
         return tuple(previous or ()) + paths  # type: ignore[arg-type]
     if not value:
         raise ConfigError(f"{where}: {key} is empty", fix=f"give a value or remove the {key} line")
+    if key == "user":
+        check_user(value, where)
     return value
 
 
@@ -211,6 +226,8 @@ def build_hosts(entries: Sequence[Dict[str, object]], options: HostOptions) -> T
     seen: Dict[Tuple[str, int], str] = {}
     for rank, entry in enumerate(entries):
         fields = {k: v for k, v in entry.items() if not k.startswith("_") and v is not None}
+        if options.user is not None:
+            check_user(options.user, "--user")
         for flag in ("user", "port", "identity_file", "workdir", "python"):
             value = getattr(options, flag)
             if value is not None:

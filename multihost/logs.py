@@ -134,10 +134,10 @@ class LogFollower:
     def _follow_node(self, node: Node) -> None:
         host = node.host
         directory = mirror_path(self.mirror_dir, host)
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(directory)
         # One writer per mirror: a second follower of the same run (`logs --follow` beside
         # a live `run`) streams from the same offsets but leaves the mirror to the owner.
-        lock = open(directory / ".lock", "a")
+        lock = open(directory / ".lock", "a", opener=private_opener)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             owner = True
@@ -224,12 +224,12 @@ class LogFollower:
 
     @staticmethod
     def _write_mirror(path: Path, offset: int, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as mirror:
+        make_private_dirs(path.parent)
+        with open(path, "ab", opener=private_opener) as mirror:
             if mirror.tell() != offset:  # the mirror was changed behind our back: keep it
                 return
             mirror.write(data)
-        with open(times_path(path), "a") as index:
+        with open(times_path(path), "a", opener=private_opener) as index:
             index.write(f"{offset} {time.time():.3f}\n")
 
     def _lines(self, node: Node, name: str, data: bytes, buffers: Dict[str, bytes]) -> None:
@@ -279,6 +279,23 @@ def _read_exact(stream, length: int) -> bytes:
     return b"".join(chunks)
 
 
+def make_private_dirs(directory: Path) -> None:
+    """``mkdir -p`` where every directory made is the user's only (``parents=True`` would
+    give the parents the umask's mode)."""
+    if directory.is_dir():
+        return
+    make_private_dirs(directory.parent)
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+
+
+def private_opener(path, flags: int) -> int:
+    """For open(): a new file is the user's only (a log can hold what the job printed)."""
+    return os.open(path, flags, 0o600)
+
+
 def ensure_private(directory: Path) -> Path:
     """Log mirrors can hold secrets printed by the job: readable by the user only. The
     marker beside the runs keeps code sync from shipping old logs back to the hosts
@@ -289,7 +306,7 @@ def ensure_private(directory: Path) -> Path:
         marker = place / MIRROR_MARKER
         if not marker.exists():
             try:
-                marker.touch()
+                marker.touch(mode=0o600)
             except OSError:
                 pass
     return directory

@@ -150,6 +150,9 @@ def parse_since(text: str, now: float) -> float:
     return now - value * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
 
 
+MAX_RANK = 1 << 20  # 64 hosts x 1024 processes is 65536 ranks
+
+
 def parse_ranks(text: str) -> Set[int]:
     from .errors import ConfigError
 
@@ -161,5 +164,11 @@ def parse_ranks(text: str) -> Set[int]:
             raise ConfigError(f"--rank {text!r}: {item!r} is not a rank or range",
                               fix="write ranks like 0,3 or 0-7")
         low, high = int(bounds[0]), int(bounds[-1])
+        if low > high:
+            raise ConfigError(f"--rank {text!r}: range {item!r} runs backwards",
+                              fix=f"write it low-high, e.g. {high}-{low}")
+        if high > MAX_RANK:  # a typo's extra digits must not build a set of billions
+            raise ConfigError(f"--rank {text!r}: rank {high} is beyond any job's ranks",
+                              fix="write ranks like 0,3 or 0-7")
         ranks.update(range(low, high + 1))
     return ranks

@@ -65,10 +65,14 @@ def parse_assignment(text: str, where: str) -> Tuple[str, str]:
     return name, value
 
 
-def _unquote(value: str) -> str:
+def _unquote(value: str, where: str) -> str:
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         return value[1:-1]
+    if value[:1] in ("'", '"'):
+        # A value cut short would silently become a different secret or path.
+        raise ConfigError(f"{where}: the value opens a {value[0]} quote that is never closed",
+                          fix=f"close the quote on the same line: NAME={value[0]}value{value[0]}")
     return value
 
 
@@ -77,17 +81,21 @@ def parse_env_file(path: str) -> List[Tuple[str, str]]:
     ``export``, optional quotes around the value, no $-expansion."""
     file = Path(path).expanduser()
     try:
-        text = file.read_text()
+        text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read env file {path}: {exc.strerror}",
                           fix="check the path given to --env-file") from None
+    except UnicodeDecodeError as exc:
+        lineno = file.read_bytes()[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{lineno}: not UTF-8 text (byte {exc.object[exc.start]:#04x})",
+                          fix="save the env file as UTF-8 text") from None
     pairs = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         name, value = parse_assignment(line, f"{path}:{lineno}")
-        pairs.append((name, _unquote(value)))
+        pairs.append((name, _unquote(value, f"{path}:{lineno}")))
     return pairs
 
 

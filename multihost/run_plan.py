@@ -7,6 +7,7 @@ anything starts anywhere; ``launch_request`` can then no longer fail.
 from __future__ import annotations
 
 import ipaddress
+import os
 import shlex
 import socket
 from dataclasses import dataclass, field
@@ -124,6 +125,11 @@ def build_plan(run_id: str, hosts: Sequence[Host], job: JobOptions, template: la
     nodes, offset = [], 0
     for i, host in enumerate(hosts):
         nproc = job.nproc_for(host)
+        if start_port and start_port + nproc > 65535:
+            # The node needs the rendezvous port and one per local trainer above it.
+            raise ConfigError(f"start port {start_port} leaves no room for {nproc} trainer "
+                              f"port(s) on {host.label} (the last would be {start_port + nproc})",
+                              fix="pick a lower port, e.g. --start-port 17000")
         gpus = job.gpus_for(host)
         iface = (ifaces[i] if i < len(ifaces) else None) or host.iface
         nodes.append(NodePlan(host, addresses[i], nproc, offset, gpus,
@@ -131,6 +137,26 @@ def build_plan(run_id: str, hosts: Sequence[Host], job: JobOptions, template: la
         offset += nproc
     return RunPlan(run_id, template, tuple(command), no_python, start_port, tuple(nodes),
                    run_env.passthrough(environ), dict(user_env), kill_wait, allow_concurrent)
+
+
+def check_script(command: Sequence[str], code_dir: str, *, no_python: bool) -> None:
+    """The code directory must exist and the script after ``--`` be in it: a typo is found
+    now, not after the check and the sync (or as an error on every host)."""
+    if not os.path.isdir(code_dir):
+        raise ConfigError(f"code directory {os.path.abspath(code_dir)} does not exist or is "
+                          "not a directory",
+                          fix="run from your project directory or give --code DIR")
+    if no_python or not command:
+        return
+    script = command[0]
+    if script.startswith("-") or script.startswith(("/", "~")) or not script.endswith(".py"):
+        return  # `-m module`, a path on the hosts, or not a file we can judge
+    if os.path.isfile(os.path.join(code_dir, script)):
+        return
+    raise ConfigError(f"script {script} is not in the code directory "
+                      f"{os.path.abspath(code_dir)}",
+                      fix="give its path relative to --code DIR (or pass --no-sync if the "
+                          "hosts already have it)")
 
 
 def template_values(plan: RunPlan, node: NodePlan, prepared: Prepared) -> Dict[str, Any]:

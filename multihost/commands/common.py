@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Tuple
 
+from ..errors import ConfigError
 from ..hosts import Host, HostOptions, load_hosts, parse_port
 
 HOST_OPTIONS_HELP = """\
@@ -16,6 +18,24 @@ hosts:
 
 def _port(text: str) -> int:
     return parse_port(text, "--port")
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"--fanout {text!r} is not a number of hosts, 1 or more",
+                          fix="e.g. --fanout 64")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"--connect-timeout {text!r} is not a number of seconds above 0",
+                          fix="e.g. --connect-timeout 10")
+    return value
 
 
 def add_host_options(parser: argparse.ArgumentParser) -> None:
@@ -34,17 +54,29 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
                        help="record unknown host keys in ~/.ssh/known_hosts "
                             "(like StrictHostKeyChecking=accept-new); changed keys are "
                             "always refused")
-    group.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+    group.add_argument("--connect-timeout", type=_seconds, default=10.0, metavar="S",
                        help="seconds to wait for a host to answer (default 10)")
-    group.add_argument("--fanout", type=int, default=64, metavar="N",
+    group.add_argument("--fanout", type=_count, default=64, metavar="N",
                        help="hosts worked on at once (default 64)")
 
 
 def hosts_from_args(args: argparse.Namespace) -> Tuple[Host, ...]:
+    for flag in ("user", "identity", "workdir", "python"):
+        value = getattr(args, flag)
+        if value is not None and not value.strip():
+            name = "-i/--identity" if flag == "identity" else f"--{flag}"
+            raise ConfigError(f"{name} is empty", fix=f"give a value or leave {name} out")
     options = HostOptions(user=args.user, port=args.port, identity_file=args.identity,
                           workdir=args.workdir, python=args.python,
                           data=tuple(getattr(args, "data", None) or ()))
-    return load_hosts(args.ips, args.hostfile, options)
+    hosts = load_hosts(args.ips, args.hostfile, options)
+    for host in hosts:
+        # ssh would skip a missing key with a warning and then fail to log in: say why now.
+        if host.identity_file and not os.path.isfile(os.path.expanduser(host.identity_file)):
+            raise ConfigError(f"identity file {host.identity_file} does not exist",
+                              host=host.label, fix="give the path of your private key with -i "
+                                                   "or the hostfile's identity_file")
+    return hosts
 
 
 def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):

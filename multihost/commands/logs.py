@@ -89,8 +89,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.tail is not None and args.tail < 0:
         raise ConfigError("--tail must be 0 or more", fix="e.g. --tail 100")
+    keep = _filter(args)  # a bad filter is the user's typo: say so before any lookup
     record = load_run(args.run)
-    keep = _filter(args)
     pairs = list(zip(record.hosts, record.nprocs))
     nodes = nodes_of(pairs)
     options = SshOptions(connect_timeout=args.connect_timeout, config_file=args.ssh_config)

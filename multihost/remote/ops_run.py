@@ -60,7 +60,9 @@ def prepare(request):
 
     run_dir = _run_dir(request)
     run_id = request["run_id"]
-    workdir = os.path.expanduser(request.get("cwd") or "~")
+    # A relative workdir is relative to the home directory, as for ssh and the sync, even
+    # when the helper runs elsewhere (this machine's host runs in the controller's cwd).
+    workdir = os.path.join(os.path.expanduser("~"), os.path.expanduser(request.get("cwd") or "~"))
     if not os.path.isdir(workdir):
         raise OpError("workdir %s does not exist" % workdir,
                       "sync the code there (run without --no-sync) or give the right --workdir")

@@ -13,6 +13,7 @@ becomes a ConnectError that names the host, the cause and the fix.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import select
 import socket
@@ -28,6 +29,11 @@ from ..errors import CommandTimeout, ConnectError
 from ..hosts import Host
 from .base import Command, CommandResult, Process, SshOptions, Transport, to_shell
 from .hostkeys import HostKeyPolicy, UnknownHostKey, known_hosts_files
+
+# paramiko's transport thread logs what it then raises to us (a banner that never came, a
+# reset): with no handler, Python's last-resort handler would print that as a traceback
+# under our one-line error. Every such failure reaches the user as a ConnectError.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)
