@@ -149,17 +149,22 @@ def parse_ips(text: str) -> List[Dict[str, object]]:
     return entries
 
 
-def parse_hostfile(path: Path) -> List[Dict[str, object]]:
-    """A hostfile into one dict per host (the defaults section already merged in)."""
+def read_config_text(path: Path, what: str, flag: str) -> str:
+    """A small config file as text; unreadable or non-UTF-8 is one line naming the place."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read hostfile {path}: {exc.strerror}",
-                          fix="check the path given to --hostfile") from None
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}",
+                          fix=f"check the path given to {flag}") from None
     except UnicodeDecodeError as exc:
         lineno = path.read_bytes()[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{lineno}: not UTF-8 text (byte {exc.object[exc.start]:#04x})",
-                          fix="save the hostfile as UTF-8 text") from None
+                          fix=f"save the {what} as UTF-8 text") from None
+
+
+def parse_hostfile(path: Path) -> List[Dict[str, object]]:
+    """A hostfile into one dict per host (the defaults section already merged in)."""
+    text = read_config_text(path, "hostfile", "--hostfile")
     defaults: Dict[str, object] = {}
     hosts: List[Dict[str, object]] = []
     section: Optional[Dict[str, object]] = None

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import ConfigError
+from .hosts import read_config_text
 
 PASS_PREFIXES = ("NCCL_", "GLOO_", "CUDA_", "TORCH_", "PYTHON", "FLAGS_")
 PASS_NAMES = ("OMP_NUM_THREADS",)
@@ -80,15 +81,7 @@ def parse_env_file(path: str) -> List[Tuple[str, str]]:
     """``NAME=value`` lines (docker --env-file / dotenv style): '#' comments, optional
     ``export``, optional quotes around the value, no $-expansion."""
     file = Path(path).expanduser()
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read env file {path}: {exc.strerror}",
-                          fix="check the path given to --env-file") from None
-    except UnicodeDecodeError as exc:
-        lineno = file.read_bytes()[:exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{lineno}: not UTF-8 text (byte {exc.object[exc.start]:#04x})",
-                          fix="save the env file as UTF-8 text") from None
+    text = read_config_text(file, "env file", "--env-file")
     pairs = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
