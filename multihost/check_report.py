@@ -11,7 +11,6 @@ from .errors import CheckError
 from .hosts import Host
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-STATUSES = (PASS, WARN, FAIL, SKIP)
 
 # The columns of the report, in the order a user reads them: can I reach it, can I log
 # in, is the software there, then the job's own needs, then the host's hygiene.

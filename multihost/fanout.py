@@ -93,9 +93,6 @@ class Cluster:
         return fan_out(hosts if hosts is not None else self.hosts,
                        lambda host: operation(host, self.transport(host)), self.workers)
 
-    def connect_all(self) -> List[HostResult[Transport]]:
-        return fan_out(self.hosts, self.transport, self.workers)
-
     def close(self) -> None:
         for transport in list(self._transports.values()):
             transport.close()

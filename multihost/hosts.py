@@ -6,7 +6,6 @@ item or the hostfile line, the cause and the fix.
 """
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,7 +261,3 @@ def load_hosts(ips: Optional[str], hostfile: Optional[str],
     else:
         entries = [{"name": "127.0.0.1"}]  # the single-machine case of the reference docs
     return build_hosts(entries, options)
-
-
-def with_rank(host: Host, rank: int) -> Host:
-    return dataclasses.replace(host, rank=rank)

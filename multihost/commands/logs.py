@@ -101,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
                                lambda event: None, follow=False).start()
         catch_up.drain(timeout=max(30.0, args.connect_timeout * 2))
         catch_up.stop()
-        for host_rank, error in sorted(catch_up.errors.items()):
+        for _, error in sorted(catch_up.errors.items()):
             print(f"multihost: {error} (showing the mirror up to where it was reached)",
                   file=sys.stderr)
         view = make_view(mode, by_rank=args.ranks)

@@ -35,7 +35,6 @@ HIDDEN_IN_HOSTS = ("/root", "/tmp", "/run", "/var/log", "/dev/shm")
 HOST_RUN_DIR = "/run/multihost"
 HOST_LOG_DIR = f"{HOST_RUN_DIR}/log"
 HOST_KEY = f"{HOST_RUN_DIR}/ssh_host_ed25519_key"
-HOST_SSHD_CONFIG = f"{HOST_RUN_DIR}/sshd_config"
 
 # A lab name becomes part of namespace names (`<name>-h3`); no dash, so that the
 # namespaces of lab `a` and lab `a-h1` can never be confused.

@@ -213,14 +213,6 @@ def terminate(run_id, root_pid, grace, kill_now=lambda: False, skip_groups=()):
     return hard
 
 
-def cmdline(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            return f.read().split(b"\0")
-    except OSError:
-        return []
-
-
 def supervisor_alive(node):
     """The run's supervisor (recorded with its start time) is still running."""
     sup = (node or {}).get("supervisor") or {}

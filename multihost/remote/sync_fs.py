@@ -22,7 +22,6 @@ try:
 except ImportError:  # pragma: no cover - not a POSIX host
     fcntl = None
 
-HASH = "sha256"
 CHUNK = 1 << 20
 TMP_PREFIX = ".mh-tmp."          # a file being received; never part of a tree
 CACHE_DIR = "~/.cache/multihost/hashes"

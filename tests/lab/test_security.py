@@ -13,7 +13,6 @@ import re
 import secrets
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 

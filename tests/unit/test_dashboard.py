@@ -45,7 +45,7 @@ def test_a_hosts_speed_is_the_sum_of_its_ranks():
     model = started()
     for node in range(3):
         for local in range(2):
-            model.apply(line(node, local, f"epoch: 0, step:5, speed: 1500.0"))
+            model.apply(line(node, local, "epoch: 0, step:5, speed: 1500.0"))
     text = screen(model)
     rows = [[c.strip() for c in l.split("│")] for l in text.splitlines() if "running" in l]
     assert [r[8] for r in rows] == ["3,000"] * 3
