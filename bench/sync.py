@@ -12,6 +12,11 @@ which goes first:
   onefile   one small file changed
 Goals (issue 4): first <= 1.0x rsync, nochange <= 0.5x, onefile <= 1.0x.
 
+For reference (no goal), the same small measurements without what makes the difference:
+multihost with connection reuse off (MULTIHOST_CONTROL_PERSIST=0: paramiko and a full
+handshake per host), and rsync given the reuse multihost has (an OpenSSH ControlMaster
+per host, warmed before the runs).
+
 The controller's own link is shaped to 1 Gbit/s too (a tbf on the lab bridge, for
 traffic the controller sends): a controller has one network port, which every host's
 copy crosses when files go from the controller to each host directly.
@@ -22,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -77,9 +83,10 @@ def make_tree(root: Path) -> None:
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run_timed(argv) -> float:
+def run_timed(argv, env=None) -> float:
     started = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          env={**ENV, **(env or {})})
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"bench: {' '.join(map(str, argv))[:160]} failed: "
@@ -87,9 +94,21 @@ def run_timed(argv) -> float:
     return elapsed
 
 
-def rsync_all(addresses, code: Path, workdir: str):
-    targets = " ".join(f"rsync -a {code}/ {a}:{workdir}/ &" for a in addresses)
+def rsync_all(addresses, code: Path, workdir: str, ssh: str = ""):
+    shell = f"-e {shlex.quote(ssh)} " if ssh else ""
+    targets = " ".join(f"rsync -a {shell}{code}/ {a}:{workdir}/ &" for a in addresses)
     return ["sh", "-c", f"{targets} wait"]
+
+
+def reused_ssh(scratch: Path, addresses) -> str:
+    """`ssh` through a ControlMaster per host, as multihost's quick path has; warmed."""
+    sockets = scratch / "ssh"
+    sockets.mkdir(mode=0o700)
+    ssh = (f"ssh -o ControlMaster=auto -o ControlPersist=600 "
+           f"-o ControlPath={sockets}/%C")
+    for address in addresses:
+        subprocess.run(shlex.split(ssh) + [address, "true"], check=True)
+    return ssh
 
 
 def multihost_sync(addresses, code: Path, workdir: str):
@@ -97,9 +116,14 @@ def multihost_sync(addresses, code: Path, workdir: str):
             "--code", str(code), "--workdir", workdir, "--plain"]
 
 
+REFERENCE = ("multihost, no reuse", "rsync, reused ssh")
+
+
 def inside(runs: int, addresses) -> dict:
     """Runs as the lab's controller. Returns {measurement: {tool: [seconds]}}."""
     times = {m: {"multihost": [], "rsync": []} for m in GOALS}
+    for name in ("nochange", "onefile"):
+        times[name].update({tool: [] for tool in REFERENCE})
     scratch = Path(tempfile.mkdtemp(prefix="mhbench-"))
     try:
         code = scratch / "code"
@@ -108,6 +132,7 @@ def inside(runs: int, addresses) -> dict:
         warm.mkdir()
         (warm / "x").write_text("x")
         run_timed(multihost_sync(addresses, warm, "/root/bench-warm"))  # the helper, once
+        ssh = reused_ssh(scratch, addresses)
         cache = Path.home() / ".cache" / "multihost" / "hashes"
         for run in range(runs):
             mine, theirs = f"/root/bench-mh{run}", f"/root/bench-rs{run}"
@@ -117,14 +142,28 @@ def inside(runs: int, addresses) -> dict:
             shutil.rmtree(cache, ignore_errors=True)   # a first sync hashes from scratch
             for measurement in ("first", "nochange", "onefile"):
                 if measurement == "onefile":
-                    with open(code / "pkg3" / "sub3" / "mod3.py", "ab") as handle:
-                        handle.write(f"# run {run}\n".encode())
+                    change(code, f"run {run}")
                 for tool in order:
                     times[measurement][tool].append(run_timed(commands[tool]))
+            # For reference, on the same trees (in sync again by now): one more change
+            # each, then nothing.
+            reference = {"multihost, no reuse": (multihost_sync(addresses, code, mine),
+                                                 {"MULTIHOST_CONTROL_PERSIST": "0"}),
+                         "rsync, reused ssh": (rsync_all(addresses, code, theirs, ssh), {})}
+            change(code, f"reference {run}")
+            for tool, (argv, env) in reference.items():
+                times["onefile"][tool].append(run_timed(argv, env))
+            for tool, (argv, env) in reference.items():
+                times["nochange"][tool].append(run_timed(argv, env))
             print(f"bench: run {run + 1}/{runs} done", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return times
+
+
+def change(code: Path, text: str) -> None:
+    with open(code / "pkg3" / "sub3" / "mod3.py", "ab") as handle:
+        handle.write(f"# {text}\n".encode())
 
 
 def report(times: dict, uplink: str) -> int:
@@ -140,6 +179,13 @@ def report(times: dict, uplink: str) -> int:
         missed += not met
         print(f"{name:<11}{mine:>10.3f}s{theirs:>10.3f}s{ratio:>8.2f}   <= {goal:.1f}: "
               f"{'met' if met else 'MISSED'}")
+    print("for reference (no goal): the same with connection reuse only on rsync's side")
+    for name in ("nochange", "onefile"):
+        theirs = statistics.median(times[name]["rsync"])
+        shown = ", ".join(f"{tool} {statistics.median(times[name][tool]):.3f}s "
+                          f"({statistics.median(times[name][tool]) / theirs:.2f}x)"
+                          for tool in REFERENCE)
+        print(f"  {name:<9} {shown}")
     runs = len(times["first"]["rsync"])
     print(f"(medians of {runs} runs; all times: {json.dumps(times)})")
     return 1 if missed else 0

@@ -50,7 +50,7 @@ class HostProbe:
     clock_error: float = 0.0               # the measurement's own uncertainty
     rendezvous: Optional[dict] = None      # connect result, or the listener's report
     rendezvous_error: Optional[str] = None # why it was not tried
-    data: Optional[CheckResult] = None     # from sync.verify_data, when it exists
+    data: Optional[CheckResult] = None     # from data.verify_data, when it exists
     budget: float = 8.0
 
     def fact(self, name: str) -> Optional[dict]:

@@ -8,9 +8,12 @@ Command modules live in ``multihost.commands``; each has ``register(subparsers)`
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import signal
 import sys
+import threading
 from typing import List, Optional
 
 from . import __version__
@@ -99,4 +102,19 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def run() -> None:
-    sys.exit(main())
+    """The entry point: main(), then a quick exit.
+
+    Tearing the interpreter down (clearing every module, collecting every object) costs
+    about 30 ms, a sixth of a sync that finds nothing to do, and nothing of ours needs
+    it: files are closed by the blocks that wrote them and no atexit hook is ours. So
+    when only this thread is left and no library registered an exit hook, the output
+    is flushed and the process ends at once; otherwise Python exits as usual."""
+    code = main()
+    if threading.active_count() == 1 and atexit._ncallbacks() == 0:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            sys.exit(code)  # a closed pipe: let the usual exit report it
+        os._exit(code)
+    sys.exit(code)

@@ -6,13 +6,12 @@ failure: every host gets its turn, and the caller sees every outcome, in rank or
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from .errors import ConnectError, MultihostError, RemoteError
 from .hosts import Host
-from .transport import SshOptions, Transport, open_transport
+from .transport import SshOptions, Transport, is_local_host, open_transport
 
 T = TypeVar("T")
 DEFAULT_FANOUT = 64
@@ -47,8 +46,38 @@ def fan_out(hosts: Sequence[Host], operation: Callable[[Host], T],
 
     if len(hosts) == 1:  # no thread for the common single-host case
         return [one(hosts[0])]
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
-        return list(pool.map(one, hosts))
+    # Plain threads rather than concurrent.futures: importing that (and logging with it)
+    # costs every command 6 ms, a tenth of a no-change sync's own work.
+    results: List[Optional[HostResult[T]]] = [None] * len(hosts)
+    bugs: List[BaseException] = []
+    queue = iter(range(len(hosts)))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                index = next(queue, None)
+            if index is None:
+                return
+            try:
+                results[index] = one(hosts[index])
+            except BaseException as exc:  # a bug: raised below, once every host is done
+                bugs.append(exc)
+
+    threads = [threading.Thread(target=worker, daemon=True)
+               for _ in range(max(1, min(workers, len(hosts))))]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        for thread in threads:  # as before: what was started on a host finishes
+            thread.join()
+        raise
+    if bugs:
+        raise bugs[0]
+    return results  # type: ignore[return-value]
 
 
 class Cluster:
@@ -66,6 +95,26 @@ class Cluster:
         self._transports: Dict[int, Transport] = {}
         self._errors: Dict[int, MultihostError] = {}
         self._locks = {host.rank: threading.Lock() for host in self.hosts}
+        self._masters: List = []
+
+    def reused(self, host: Host) -> Optional[Transport]:
+        """A transport through the host's OpenSSH master left by an earlier command
+        (transport/openssh.py), or None: for quick steps that fall back to ``transport``."""
+        if is_local_host(host):
+            return None
+        from .transport.openssh import MuxTransport
+
+        return MuxTransport.open(host, self.options)
+
+    def leave_connection(self, host: Host) -> None:
+        """Start, in the background, an OpenSSH master to the host for later commands."""
+        if is_local_host(host):
+            return
+        from .transport.openssh import start_master
+
+        master = start_master(host, self.options)
+        if master is not None:
+            self._masters.append(master)
 
     def transport(self, host: Host) -> Transport:
         with self._locks[host.rank]:
@@ -97,6 +146,8 @@ class Cluster:
         for transport in list(self._transports.values()):
             transport.close()
         self._transports.clear()
+        # A master still authenticating finishes on its own (its first session is `true`).
+        self._masters = [m for m in self._masters if m.poll() is None]
 
     def __enter__(self) -> "Cluster":
         return self

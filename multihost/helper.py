@@ -1,9 +1,9 @@
 """Ship and call the remote helper (``multihost/remote``) on a host.
 
-The helper is zipped in memory with fixed timestamps, so its SHA-256 only changes when
-its code does; it is unpacked on each host into ``~/.cache/multihost/helper-<hash>/``
-(unpacked, not run as a zip, so that Python caches its bytecode: a zip is compiled again
-on every run, tens of milliseconds of CPU per call). A call runs it directly and only
+The helper is named by a hash of its files and shipped as a zip made in memory; it is
+unpacked on each host into ``~/.cache/multihost/helper-<hash>/`` (unpacked, not run as a
+zip, so that Python caches its bytecode: a zip is compiled again on every run, tens of
+milliseconds of CPU per call). A call runs it directly and only
 uploads it when the host answers that it is missing (exit 97): a warm host pays one
 round trip per operation, a cold one two more, once.
 """
@@ -14,7 +14,6 @@ import hashlib
 import io
 import json
 import shlex
-import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -27,17 +26,33 @@ _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 _BOOT = "from mhremote.main import main\nmain()\n"
 
 
-@functools.lru_cache(maxsize=1)
-def helper_zip() -> "tuple[bytes, str]":
-    """The helper as zip bytes, and the first 16 hex digits of its hash."""
+def _sources() -> "list[tuple[str, bytes]]":
     source = Path(__file__).with_name("remote")
+    return [("__main__.py", _BOOT.encode())] + [
+        (f"mhremote/{path.name}", path.read_bytes()) for path in sorted(source.glob("*.py"))]
+
+
+@functools.lru_cache(maxsize=1)
+def helper_id() -> str:
+    """The first 16 hex digits of a hash of the helper's files: it names the directory
+    on the hosts, so a changed helper is a new one. Hashed, not zipped: a call on a
+    warm host needs only this name, and zipping costs milliseconds."""
+    digest = hashlib.sha256()
+    for name, data in _sources():
+        digest.update(b"%s\0%d\0" % (name.encode(), len(data)))
+        digest.update(data)
+    return digest.hexdigest()[:16]
+
+
+def helper_zip() -> bytes:
+    """The helper as zip bytes (fixed timestamps), for installing it on a host."""
+    import zipfile  # only when a host lacks the helper
+    
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(zipfile.ZipInfo("__main__.py", _ZIP_DATE), _BOOT)
-        for path in sorted(source.glob("*.py")):
-            archive.writestr(zipfile.ZipInfo(f"mhremote/{path.name}", _ZIP_DATE), path.read_bytes())
-    data = buffer.getvalue()
-    return data, hashlib.sha256(data).hexdigest()[:16]
+        for name, data in _sources():
+            archive.writestr(zipfile.ZipInfo(name, _ZIP_DATE), data)
+    return buffer.getvalue()
 
 
 # Unpacks the zip from stdin next to where it will live, then renames it into place, so
@@ -55,18 +70,18 @@ except OSError:
 
 
 def helper_path() -> str:
-    return f"{HELPER_DIR}/helper-{helper_zip()[1]}"
+    return f"{HELPER_DIR}/helper-{helper_id()}"
 
 
 def helper_command(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None) -> str:
     """The shell line that runs one operation; exits 97 when the helper is not there yet."""
     python = shlex.quote(transport.host.python)
     args = shlex.quote(json.dumps(request or {}, separators=(",", ":")))
-    return f'H="{helper_path()}"; [ -d "$H" ] || exit {MISSING}; exec {python} -S -E "$H" {op} {args}'
+    return f'H="{helper_path()}"; [ -d "$H" ] || exit {MISSING}; exec {python} -S -E "$H/__main__.py" {op} {args}'
 
 
 def install(transport: Transport) -> None:
-    data, _ = helper_zip()
+    data = helper_zip()
     python = shlex.quote(transport.host.python)
     line = (f'mkdir -p "{HELPER_DIR}" && exec {python} -S -c {shlex.quote(_UNPACK)} '
             f'"{helper_path()}"')

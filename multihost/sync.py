@@ -4,7 +4,9 @@
 
 1. The controller builds its manifest (sync_manifest) while it connects to every host.
 2. A host left exactly as its last sync left it is recognised with one `stat` command
-   (sync_fastpath): then it is done, or, for a small change, gets the change at once.
+   (sync_fastpath), through the OpenSSH connection an earlier command left when there is
+   one: then it is done, or, for a small change, gets the change at once (written by
+   its shell when it is new content for a few files, sync_quick; else by the helper).
 3. Any other host compares the manifest with its tree by content: one helper process
    per host (sync_session) answers the plan from its hash cache and stays to receive.
 4. What differs travels: one stream per host, plus relays host to host for heavy files
@@ -21,26 +23,30 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
-from .fanout import Cluster
-from .sync_deliver import deliver, direct_fill
+from .errors import MultihostError
+from .fanout import Cluster, fan_out
 from .sync_manifest import Manifest, build_manifest, code_revision, size_warnings
 from .sync_model import (HostNeeds, HostSync, SyncHostDone, SyncPlanned, SyncReport, SyncScanned,
                          dry_result, failed_result, merge_result, needs_from_plan, sync_error)
-from .sync_fastpath import (forget_record, host_unchanged, load_record, matches_manifest,
-                            plan_from_record, save_record, unchanged_keys)
-from .sync_session import HostSession
+from .sync_fastpath import (forget_record, host_digest, host_unchanged, load_record,
+                            matches_manifest, plan_from_record, remember_check, save_record,
+                            unchanged_keys)
+from .sync_quick import quick_send
 from .sync_transfer import RELAY_MIN_BYTES, SyncProgress, pipe_errors_raise, stream_to
 
-# The data side lives in data.py; it is part of this module's public API too.
-from .data import DataReport, data_error, sync_data, verify_data  # noqa: E402,F401
+if TYPE_CHECKING:
+    from .sync_session import HostSession
+    from .transport import Transport
 
-__all__ = ["sync_code", "code_revision", "verify_data", "sync_data", "data_error", "SyncReport",
-           "HostSync", "HostNeeds", "DataReport", "SyncPlanned", "SyncProgress", "SyncHostDone",
-           "SyncScanned"]
+# What a sync that finds nothing (or little) to do never needs is imported where it is
+# used (sync_session, sync_deliver): a no-change sync is mostly Python's own start-up.
+__all__ = ["sync_code", "code_revision", "SyncReport", "HostSync", "HostNeeds", "SyncPlanned",
+           "SyncProgress", "SyncHostDone", "SyncScanned"]
 
 Listener = Callable[[object], None]
+QUICK_TIMEOUT = 5.0   # seconds for a `stat` through a reused connection (100k files: ~1 s)
 
 
 def _same_tree(transport, code_root: str, remote_root: str) -> bool:
@@ -72,19 +78,37 @@ def _sync_code(cluster: Cluster, code_dir: str, workdirs: Dict[int, str], dry_ru
     code_root = os.path.abspath(os.path.expanduser(code_dir))
     ready = threading.Event()
     built: Dict[str, Manifest] = {}
+    used: Dict[int, Transport] = {}     # the way each host was reached (for _record)
 
     def start_session(host, transport) -> HostSession:
+        from .sync_session import HostSession
+
         return HostSession.start(transport, {"root": workdirs[host.rank], "verify": verify,
                                              "dry_run": dry_run, "rank": host.rank,
                                              "keys": not dry_run})
 
-    def begin(host, transport):
-        """Once connected. A host exactly as the last sync left it needs no helper to be
-        compared (one `stat`, see sync_fastpath), and a small change goes to it at once;
-        any other host gets its helper started right away, to compare by content."""
+    def begin(host):
+        """A host exactly as the last sync left it needs no helper to be compared (one
+        `stat`, see sync_fastpath), through the OpenSSH master an earlier command left
+        when there is one (no handshake), and a small change goes to it at once; any
+        other host gets its helper started right away, to compare by content."""
         record = None if verify else load_record(host.label, workdirs[host.rank], code_root)
-        if record is None or not host_unchanged(transport, record):
+        quick = None if record is None else cluster.reused(host)
+        # Through a master, a host that does not answer within seconds is left to the
+        # paramiko path (its connect timeout, its error), not waited for.
+        if quick is not None and host_unchanged(quick, record, QUICK_TIMEOUT):
+            used[host.rank] = quick
+            try:
+                return as_known(host, quick, record)
+            except MultihostError:
+                pass  # the master went away half-way: the full path below redoes it
+        transport = used[host.rank] = cluster.transport(host)
+        cluster.leave_connection(host)
+        if record is None or quick is not None or not host_unchanged(transport, record):
             return start_session(host, transport)
+        return as_known(host, transport, record)
+
+    def as_known(host, transport, record) -> _Known:
         ready.wait()
         manifest = built.get("manifest")
         if manifest is None or matches_manifest(record, manifest):
@@ -94,13 +118,22 @@ def _sync_code(cluster: Cluster, code_dir: str, workdirs: Dict[int, str], dry_ru
             return _Known(record, needs)  # heavy: sent with the others (relays may serve)
         emit(SyncPlanned(host.label, needs))
         began = time.monotonic()
-        nodes = stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
-                          direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
+        try:
+            nodes = quick_send(transport, needs, record, manifest.root)
+        except MultihostError:
+            nodes = None  # the helper's stream below redoes it, whatever got written
+        if nodes is None:
+            from .sync_deliver import direct_fill
+
+            nodes = stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
+                              direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
         return _Known(record, needs, nodes, time.monotonic() - began)
 
     # Connect and check or start every host while the code is hashed here.
     starting: List = []
-    connecting = threading.Thread(target=lambda: starting.extend(cluster.map(begin)), daemon=True)
+    connecting = threading.Thread(target=lambda: starting.extend(fan_out(cluster.hosts, begin,
+                                                                            cluster.workers)),
+                                  daemon=True)
     connecting.start()
     revision: List[Tuple[Optional[str], bool]] = []
     git = threading.Thread(target=lambda: revision.append(code_revision(code_dir)), daemon=True)
@@ -111,7 +144,7 @@ def _sync_code(cluster: Cluster, code_dir: str, workdirs: Dict[int, str], dry_ru
         ready.set()
         connecting.join()
         for result in starting:
-            if result.ok and isinstance(result.value, HostSession):
+            if result.ok and not isinstance(result.value, _Known):
                 result.value.abort()
         raise
     built["manifest"] = manifest
@@ -124,20 +157,24 @@ def _sync_code(cluster: Cluster, code_dir: str, workdirs: Dict[int, str], dry_ru
     sessions: Dict[int, HostSession] = {}
     known: Dict[int, _Known] = {}
     keys: Dict[int, Dict[str, list]] = {}
+    digests: Dict[int, str] = {}
     for result in starting:
         host = result.host
         if not result.ok:
             results[host.rank] = failed_result(host.label, host.rank, result.error)
-        elif isinstance(result.value, HostSession):
+        elif not isinstance(result.value, _Known):
             sessions[host.rank] = result.value
         else:
             known[host.rank] = item = result.value
             if item.needs is None:
                 results[host.rank] = HostSync(host.label, host.rank, item.record["root"])
+                remember_check(host.label, workdirs[host.rank], code_root, item.record)
             elif item.nodes is not None:
                 node = item.nodes.get(str(host.rank), {})
                 results[host.rank] = merge_result(host.label, item.needs, [node], None, (), item.seconds)
                 keys[host.rank] = dict(node.get("keys") or {})
+                if node.get("stat"):
+                    digests[host.rank] = node["stat"]
     pending = {rank: k.needs for rank, k in known.items() if k.needs is not None and k.nodes is None}
     try:
         keys.update(_compare_and_send(cluster, manifest, sessions, pending, results, dry_run, emit))
@@ -151,7 +188,7 @@ def _sync_code(cluster: Cluster, code_dir: str, workdirs: Dict[int, str], dry_ru
             plan = plan_from_record(item.record, manifest)
             keys[rank] = {**unchanged_keys(item.record, manifest, plan), **keys[rank]}
     if not dry_run:
-        _record(cluster, manifest, workdirs, code_root, results, keys)
+        _record(cluster, manifest, workdirs, code_root, results, keys, digests, used)
     git.join()
     commit, dirty = revision[0] if revision else (None, False)
     report = SyncReport(manifest.root, manifest.files, manifest.bytes,
@@ -202,6 +239,8 @@ def _compare_and_send(cluster: Cluster, manifest, sessions: Dict[int, HostSessio
         if closed.ok:
             keys[closed.host.rank] = closed.value.get(str(closed.host.rank), {}).get("keys") or {}
     if busy:
+        from .sync_deliver import deliver
+
         delivered, more_keys = deliver(cluster, manifest, busy, sessions, emit)
         results.update(delivered)
         keys.update(more_keys)
@@ -209,14 +248,19 @@ def _compare_and_send(cluster: Cluster, manifest, sessions: Dict[int, HostSessio
 
 
 def _record(cluster: Cluster, manifest, workdirs: Dict[int, str], code_root: str,
-            results: Dict[int, HostSync], keys: Dict[int, Dict[str, list]]) -> None:
-    """Remember each fully synced host's state for the next sync's fast path."""
+            results: Dict[int, HostSync], keys: Dict[int, Dict[str, list]],
+            digests: Dict[int, str], used: Dict[int, Transport]) -> None:
+    """Remember each fully synced host's state for the next sync's fast path, with the
+    hash of its `stat` answer (asked for here when the sync did not bring it back)."""
+    synced = [h for h in cluster.hosts if h.rank in keys and results.get(h.rank) is not None
+              and results[h.rank].ok and not results[h.rank].kept]
+    asked = fan_out([h for h in synced if h.rank not in digests], lambda host: host_digest(
+        used.get(host.rank) or cluster.transport(host), results[host.rank].root, manifest,
+        keys[host.rank]), cluster.workers)
+    digests = {**digests, **{a.host.rank: a.value for a in asked if a.ok and a.value}}
     for host in cluster.hosts:
-        result = results.get(host.rank)
-        if result is None or host.rank not in keys:
-            continue
-        if result.ok and not result.kept:
-            save_record(host.label, workdirs[host.rank], code_root, result.root, manifest,
-                        keys[host.rank])
-        else:
+        if host in synced:
+            save_record(host.label, workdirs[host.rank], code_root, results[host.rank].root,
+                        manifest, keys[host.rank], digests.get(host.rank))
+        elif host.rank in keys:
             forget_record(host.label, workdirs[host.rank], code_root)

@@ -82,7 +82,9 @@ def hosts_from_args(args: argparse.Namespace) -> Tuple[Host, ...]:
 def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
     from ..fanout import Cluster
     from ..transport import SshOptions
+    from ..transport.openssh import persist_seconds
 
+    persist_seconds()  # a bad MULTIHOST_CONTROL_PERSIST is refused before any host is touched
     options = SshOptions(connect_timeout=args.connect_timeout,
                          accept_new_host_keys=args.accept_new_host_keys,
                          config_file=args.ssh_config)

@@ -140,9 +140,11 @@ def sync(cluster, job, args, data_checked: bool):
             view.show_sync(report)
     if paths and not data_checked:  # the preflight verifies the data itself
         _say(args, f"verifying {len(paths)} dataset(s) on {len(cluster.hosts)} host(s)...")
-        report = sync_module.verify_data(cluster, paths, workdirs=workdirs)
+        from ..data import data_error, verify_data
+
+        report = verify_data(cluster, paths, workdirs=workdirs)
         if not report.ok:
-            raise sync_module.data_error(report)
+            raise data_error(report)
 
 
 def _workdir(host, job):

@@ -53,7 +53,6 @@ def data_paths(hosts) -> tuple:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..data import data_error, sync_data, verify_data
     from ..errors import ConfigError, SyncError
     from ..job import job_options_from_args, workdir_for
     from ..sync import sync_code
@@ -82,6 +81,8 @@ def main(args: argparse.Namespace) -> int:
                     raise
                 view.show_sync(report)
             if paths:
+                from ..data import data_error, sync_data, verify_data
+
                 data = verify_data(cluster, paths, workdirs=workdirs, verify=args.verify,
                                    listener=view)
                 view.show_data(data)

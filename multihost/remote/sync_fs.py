@@ -141,7 +141,7 @@ class HashCache(object):
     def _read(self):
         try:
             with open(self.path, "rb") as handle:
-                data = marshal.load(handle)
+                data = marshal.loads(handle.read())  # whole: load() reads object by object
         except (OSError, EOFError, ValueError, TypeError):
             return {}
         if not isinstance(data, dict) or data.get("v") != CACHE_VERSION:

@@ -82,7 +82,7 @@ class LocalTransport(Transport):
         try:
             # own session: a Ctrl-C at the terminal is the controller's to handle, as it
             # would be for a command on a remote host
-            done = subprocess.run(["/bin/sh", "-c", line], input=input, capture_output=True,
+            done = subprocess.run(self._argv(line), input=input, capture_output=True,
                                   timeout=timeout, start_new_session=True)
         except subprocess.TimeoutExpired:
             raise CommandTimeout(f"command did not finish within {timeout:.0f}s: {line[:80]}",
@@ -91,10 +91,14 @@ class LocalTransport(Transport):
                              time.monotonic() - started)
 
     def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
-        popen = subprocess.Popen(["/bin/sh", "-c", to_shell(command, cwd)], stdin=subprocess.PIPE,
+        popen = subprocess.Popen(self._argv(to_shell(command, cwd)), stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  start_new_session=True)
         return LocalProcess(popen, self.host.label)
+
+    def _argv(self, line: str) -> list:
+        """The argv that runs a shell line (the OpenSSH transport puts `ssh` in front)."""
+        return ["/bin/sh", "-c", line]
 
     def close(self) -> None:
         pass

@@ -10,12 +10,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import IO, Dict, List, Optional
+from typing import IO, TYPE_CHECKING, Dict, List, Optional
 
-from ..data import DataProgress, DataReport, DataSyncReport, describe
-from ..sync import HostSync, SyncHostDone, SyncPlanned, SyncProgress, SyncReport, SyncScanned
+from ..sync_model import HostSync, SyncHostDone, SyncPlanned, SyncReport, SyncScanned
+from ..sync_transfer import SyncProgress
 from ..sync_manifest import human_bytes
 from . import wants_plain
+
+if TYPE_CHECKING:  # the data side is imported only when data is checked
+    from ..data import DataReport, DataSyncReport
 
 PLAIN_EVERY = 2.0   # seconds between progress lines per host when not on a terminal
 
@@ -85,6 +88,8 @@ def sync_lines(report: SyncReport) -> List[str]:
 
 
 def data_lines(report: DataReport) -> List[str]:
+    from ..data import describe
+
     lines = []
     for index, path in enumerate(report.paths):
         states = [h.states[index] for h in report.hosts if h.states]
@@ -161,17 +166,23 @@ class SyncView:
                 self._advance(event)
             elif isinstance(event, SyncHostDone):
                 self._finish(event.result.host)
-            elif isinstance(event, DataProgress):
-                if self.plain:
-                    if self._due(f"data {event.host}"):
-                        self._say(f"{event.host}: hashing {event.path}: "
-                                  f"{_count(event.files, 'file')}, {human_bytes(event.bytes)}")
-                else:
-                    key = f"hashing {event.host}"
-                    if key not in self._tasks:
-                        self._start(key, 0, 0, total=None)
-                    self._progress.update(self._tasks[key], completed=event.bytes,
-                                          files=f"{event.files} files")
+            else:
+                self._data_progress(event)
+
+    def _data_progress(self, event: object) -> None:
+        from ..data import DataProgress
+
+        if isinstance(event, DataProgress):
+            if self.plain:
+                if self._due(f"data {event.host}"):
+                    self._say(f"{event.host}: hashing {event.path}: "
+                              f"{_count(event.files, 'file')}, {human_bytes(event.bytes)}")
+            else:
+                key = f"hashing {event.host}"
+                if key not in self._tasks:
+                    self._start(key, 0, 0, total=None)
+                self._progress.update(self._tasks[key], completed=event.bytes,
+                                      files=f"{event.files} files")
 
     def _say(self, text: str) -> None:
         if self._progress is not None:

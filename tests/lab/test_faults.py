@@ -441,6 +441,43 @@ def test_the_controller_killed_mid_sync_leaves_no_half_written_file_on_any_host(
             lab.host_run(i, ["rm", "-rf", workdir])
 
 
+def test_a_killed_master_connection_costs_the_next_sync_nothing_but_time(lab, code):
+    """The OpenSSH master a sync left behind is killed (its socket stays, stale): the
+    next sync still finds every host, by the paramiko path, and leaves a new master."""
+    workdir = f"/root/sync-{secrets.token_hex(3)}"
+    sync = ["sync", "--ips", ips(lab, 2), "--code", str(code), "--workdir", workdir, "--plain"]
+    assert lab.multihost(*sync).returncode == 0
+    sockets = lab.home / ".cache" / "multihost" / "ssh"
+
+    def master_pids():
+        pids = {}
+        for path in (sorted(sockets.iterdir()) if sockets.is_dir() else []):
+            shown = lab.run(["ssh", "-o", f"ControlPath={path}", "-O", "check", lab.address(1)],
+                            timeout=10)
+            found = re.search(r"pid=(\d+)", shown.stderr + shown.stdout)
+            if found:
+                pids[path] = int(found.group(1))
+        return pids
+
+    wait_for(lambda: len(master_pids()) >= 2, 15, "no master connections were left")
+    killed = master_pids()
+    for pid in killed.values():   # started by the sync above, in this test's lab
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not master_pids(), 10, "the masters did not die")
+    assert all(path.exists() for path in killed)   # stale sockets stay behind
+    (code / "train.py").write_text("print('after the masters died')\n")
+    started = time.monotonic()
+    done = lab.multihost(*sync, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 20
+    for i in (1, 2):
+        assert (on_host(lab, i, workdir) / "train.py").read_text() == "print('after the masters died')\n"
+    wait_for(lambda: len(master_pids()) >= 2, 15, "no new master connections")
+    assert not set(master_pids().values()) & set(killed.values())
+    for i in (1, 2):
+        lab.host_run(i, ["rm", "-rf", workdir])
+
+
 def test_a_full_disk_on_one_host_during_sync_is_named_and_leaves_no_partial_file(lab, code):
     workdir = f"/root/sync-{secrets.token_hex(3)}"
     (code / "model.bin").write_bytes(os.urandom(3 << 20))

@@ -94,6 +94,41 @@ def test_fresh_sync_then_a_one_line_change_and_a_deletion_reach_every_host(lab, 
     assert again.returncode == 0 and again.stdout.count("up to date") == 3
 
 
+def masters(lab):
+    """The control sockets of the OpenSSH connections syncs left behind."""
+    directory = lab.home / ".cache" / "multihost" / "ssh"
+    return sorted(directory.iterdir()) if directory.is_dir() else []
+
+
+def test_the_next_sync_goes_through_the_connection_the_last_one_left(lab, code, workdir):
+    """A sync leaves an OpenSSH master connection per host; the next sync's check and a
+    small edit go through it, without a new SSH connection: they succeed while a host's
+    sshd takes none, which no other way of connecting could."""
+    assert sync(lab, code, workdir).returncode == 0
+    deadline = time.monotonic() + 15
+    while len(masters(lab)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(masters(lab)) >= 3
+    assert all((os.stat(p).st_mode & 0o777) == 0o600 for p in masters(lab))
+    assert (os.stat(masters(lab)[0].parent).st_mode & 0o777) == 0o700
+    (code / "pkg3" / "mod3.py").write_text("VALUE = 'edited'\n")
+    with lab.sshd_stopped(2):
+        refused = lab.ssh(2, "true")
+        assert refused.returncode == 255          # no new connection gets in
+        done = sync(lab, code, workdir)
+        assert done.returncode == 0, done.stderr
+        assert f"{lab.address(2)}: 1 file (17 B) written" in done.stdout
+        again = sync(lab, code, workdir)
+        assert again.returncode == 0 and again.stdout.count("up to date") == 3, again.stdout
+    for i in (1, 2, 3):
+        host = on_host(lab, i, workdir)
+        assert snapshot(host) == snapshot(code), f"h{i}"
+        assert not [p for p in host.rglob(".mh-tmp.*")]
+    # and the record it left is right: a comparison by content finds nothing to do
+    verified = sync(lab, code, workdir, "--verify")
+    assert verified.returncode == 0 and verified.stdout.count("up to date") == 3
+
+
 def test_verify_repairs_a_hand_edit_that_kept_size_and_mtime(lab, code, workdir):
     assert sync(lab, code, workdir).returncode == 0
     victim = on_host(lab, 2, workdir) / "pkg2" / "mod2.py"

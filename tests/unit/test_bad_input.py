@@ -292,6 +292,12 @@ def test_cases_are_many_and_distinct():
     assert len(names) >= 30
 
 
+def test_a_bad_control_persist_setting_is_refused(sandbox: Sandbox):
+    sandbox.env["MULTIHOST_CONTROL_PERSIST"] = "10m"
+    assert_refused(sandbox, ["sync", "--ips=127.0.0.1"], "MULTIHOST_CONTROL_PERSIST='10m'",
+                   "seconds")
+
+
 # -- cases that need a host: this machine, run locally (no ssh) -----------------------------
 
 def test_gpus_the_host_does_not_have(sandbox: Sandbox):

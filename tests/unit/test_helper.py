@@ -19,13 +19,25 @@ def local(tmp_path, monkeypatch):
 
 
 def test_zip_is_deterministic_and_holds_only_the_remote_package():
-    data, digest = helper.helper_zip()
-    helper.helper_zip.cache_clear()
-    again, digest_again = helper.helper_zip()
-    assert (data, digest) == (again, digest_again)
+    data, digest = helper.helper_zip(), helper.helper_id()
+    helper.helper_id.cache_clear()
+    assert (helper.helper_zip(), helper.helper_id()) == (data, digest)
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
     assert "__main__.py" in names and "mhremote/proto.py" in names
     assert all(n == "__main__.py" or n.startswith("mhremote/") for n in names)
+
+
+def test_helper_name_changes_with_its_code(monkeypatch):
+    """A host must never run an old helper under a new helper's name."""
+    before = helper.helper_id()
+    sources = helper._sources()
+    changed = sources[:-1] + [(sources[-1][0], sources[-1][1] + b"\n# changed\n")]
+    monkeypatch.setattr(helper, "_sources", lambda: changed)
+    helper.helper_id.cache_clear()
+    try:
+        assert helper.helper_id() != before
+    finally:
+        helper.helper_id.cache_clear()
 
 
 def test_first_call_installs_then_reuses(local, tmp_path):

@@ -1,16 +1,21 @@
-"""The no-change fast path's parser, on output recorded from coreutils 9.1 `stat`."""
+"""The no-change fast path's parser, on output recorded from coreutils 9.1 `stat`, and
+the record it keeps between syncs."""
+import hashlib
 import stat
 
-from multihost.sync_fastpath import parse_stat_output, stat_command
+from multihost.sync_fastpath import (load_record, parse_stat_output, record_entries,
+                                     save_record, stat_command, verified_digest)
+from multihost.sync_manifest import build_manifest
 
-# printf 'a.py\0link\0pkg\0' | xargs -0 stat --printf '%n\0%f\0%s\0%.9Y\0%.9Z\0%i\0'
-RECORDED = (b"a.py\x0081a4\x00120\x001795299624.002425747\x001795299624.102425747\x002146375\x00"
-            b"link\x00a1ff\x0010\x001795299624.002425747\x001795299624.002425747\x002146376\x00"
-            b"pkg\x0041ed\x004096\x001795299624.006773038\x001795299624.006773038\x002296745\x00")
+# printf 'a.py\0link\0pkg\0' | xargs -0 stat --printf '%f\0%s\0%.9Y\0%.9Z\0%i\0'
+NAMES = ["a.py", "link", "pkg"]
+RECORDED = (b"81a4\x00120\x001795299624.002425747\x001795299624.102425747\x002146375\x00"
+            b"a1ff\x0010\x001795299624.002425747\x001795299624.002425747\x002146376\x00"
+            b"41ed\x004096\x001795299624.006773038\x001795299624.006773038\x002296745\x00")
 
 
 def test_stat_output_becomes_the_keys_the_hosts_record():
-    keys = parse_stat_output(RECORDED)
+    keys = parse_stat_output(RECORDED, NAMES)
     assert keys["a.py"] == [stat.S_IFREG, 120, 1795299624002425747, 1795299624102425747, 2146375]
     assert keys["link"][0] == stat.S_IFLNK
     assert keys["pkg"] == [stat.S_IFDIR, 0o755]     # a directory: type and mode only
@@ -18,9 +23,32 @@ def test_stat_output_becomes_the_keys_the_hosts_record():
 
 def test_a_stat_without_nanoseconds_or_a_cut_output_is_no_answer():
     old_stat = RECORDED.replace(b".002425747", b"").replace(b".102425747", b"")
-    assert parse_stat_output(old_stat) is None
-    assert parse_stat_output(RECORDED[:-20]) is None
+    assert parse_stat_output(old_stat, NAMES) is None
+    assert parse_stat_output(RECORDED[:-20], NAMES) is None
+    assert parse_stat_output(RECORDED, NAMES + ["missing.py"]) is None   # a name unanswered
+
+
+def test_the_answer_is_hashed_only_when_it_shows_every_recorded_key():
+    keys = parse_stat_output(RECORDED, NAMES)
+    assert verified_digest(RECORDED, NAMES, keys) == hashlib.sha256(RECORDED).hexdigest()
+    moved = dict(keys, **{"a.py": keys["a.py"][:3] + [keys["a.py"][3] + 1, keys["a.py"][4]]})
+    assert verified_digest(RECORDED, NAMES, moved) is None      # a ctime moved: no hash
 
 
 def test_the_command_quotes_the_root():
     assert stat_command("/home/me/my work").startswith("cd -- '/home/me/my work' && xargs -0 -r stat")
+
+
+def test_a_record_keeps_names_keys_and_hash(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "a.py").write_text("x")
+    manifest = build_manifest(str(tmp_path / "code"), cache_dir=str(tmp_path / "cache"))
+    key = [stat.S_IFREG, 1, 2, 3, 4]
+    assert not save_record("h1", "~/w", "/code", "/root/w", manifest, {})   # a key missing
+    assert load_record("h1", "~/w", "/code") is None
+    assert save_record("h1", "~/w", "/code", "/root/w", manifest, {"a.py": key}, "ab" * 32)
+    record = load_record("h1", "~/w", "/code")
+    assert (record["root"], record["names"], record["stat"]) == ("/root/w", b"a.py", "ab" * 32)
+    assert record_entries(record) == [manifest.entries[0].wire() + [key]]
+    assert load_record("h2", "~/w", "/code") is None   # another host: its own record

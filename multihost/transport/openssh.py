@@ -1,0 +1,149 @@
+"""Reused OpenSSH connections: one ControlMaster per host that outlives the command.
+
+A sync that finds nothing to do costs one `stat` per host; what made it slower than
+rsync was everything around that `stat`: importing paramiko and a full SSH handshake per
+host. So, as Ansible and SkyPilot do, a command that connects to a host also leaves an
+OpenSSH master connection behind it (ControlMaster=auto, ControlPersist: it ends by
+itself after MULTIHOST_CONTROL_PERSIST idle seconds, 600 by default; 0 turns this off).
+The next command's quick checks go through that master as plain `ssh` clients, a few
+milliseconds each, with no handshake and without loading paramiko.
+
+Only quick, retryable steps use these connections (the sync's no-change and small-change
+path). When there is no master, or it does not answer, the caller goes the paramiko way,
+which reports every failure in full: this module never decides that a host is down.
+
+Security: the control sockets live in ~/.cache/multihost/ssh (or, when HOME is too deep
+for a socket's path, /tmp/multihost-ssh-UID), a directory that must be ours alone (0700,
+not a link; OpenSSH makes the sockets 0600), named by a hash of everything that decides
+where a connection goes (host, user, port, identity file, ssh config file). A master is an ordinary `ssh` in batch mode with
+strict host-key checking: an unknown key is refused unless --accept-new-host-keys, a
+changed key always is, as on the paramiko path.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+from typing import List, Optional
+
+from ..errors import ConfigError
+from ..hosts import Host
+from .base import SshOptions
+from .local import LocalTransport
+
+CONTROL_DIRS = ("~/.cache/multihost/ssh", "/tmp/multihost-ssh-{uid}")
+PERSIST_ENV = "MULTIHOST_CONTROL_PERSIST"
+DEFAULT_PERSIST = 600
+DEFAULT_CONFIG = "~/.ssh/config"
+# A unix socket path holds 107 bytes, and OpenSSH binds a temporary name 17 bytes longer
+# before renaming it into place.
+MAX_SOCKET_PATH = 88
+
+
+def persist_seconds() -> int:
+    """How long an idle master lives on (0: no masters, no reuse)."""
+    text = os.environ.get(PERSIST_ENV, "").strip()
+    if not text:
+        return DEFAULT_PERSIST
+    if not text.isdigit():
+        raise ConfigError(f"{PERSIST_ENV}={text!r} is not a number of seconds",
+                          fix=f"set {PERSIST_ENV} to idle seconds, like 600, or 0 to turn "
+                              "connection reuse off")
+    return int(text)
+
+
+def client_argv(host: Host, options: SshOptions) -> List[str]:
+    """`ssh` reaching the host as a user's own `ssh` would (OpenSSH reads ~/.ssh/config
+    itself), never interactive, never accepting a changed host key."""
+    argv = ["ssh", "-T", "-x", "-a", "-o", "BatchMode=yes",
+            "-o", f"ConnectTimeout={max(1, int(options.connect_timeout))}",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR",
+            "-o", "StrictHostKeyChecking=" + ("accept-new" if options.accept_new_host_keys
+                                              else "yes")]
+    config = os.path.expanduser(options.config_file or DEFAULT_CONFIG)
+    if config != os.path.expanduser(DEFAULT_CONFIG):
+        argv += ["-F", config]
+    if host.user:
+        argv += ["-l", host.user]
+    if host.port:
+        argv += ["-p", str(host.port)]
+    if host.identity_file:
+        argv += ["-i", os.path.expanduser(host.identity_file), "-o", "IdentitiesOnly=yes"]
+    return argv
+
+
+def control_path(host: Host, options: SshOptions) -> Optional[str]:
+    """Where this host's master listens; None when reuse is off or no directory gives a
+    path short enough."""
+    if persist_seconds() == 0:
+        return None
+    identity = "\0".join((host.name, host.user or "", str(host.port or ""),
+                          host.identity_file or "", os.path.expanduser(options.config_file or ""),
+                          "accept-new" if options.accept_new_host_keys else ""))
+    name = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    for template in CONTROL_DIRS:
+        path = os.path.join(os.path.expanduser(template.format(uid=os.getuid())), name)
+        if len(path.encode()) <= MAX_SOCKET_PATH:
+            return path
+    return None
+
+
+def private_dir(directory: str) -> bool:
+    """The directory exists (made 0700 if it did not) and is ours alone: a real
+    directory, our own, closed to everyone else. Anything else: no reuse."""
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        st = os.lstat(directory)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+class MuxTransport(LocalTransport):
+    """Commands through a live master: each is an `ssh` client process that opens a new
+    session on the master's connection. The client falls back to nothing: with
+    ProxyCommand=false, a master that is gone makes it fail at once (exit 255) instead
+    of starting a handshake of its own."""
+
+    is_local = False
+
+    def __init__(self, host: Host, argv: List[str]):
+        super().__init__(host)
+        self._ssh = argv
+
+    @classmethod
+    def open(cls, host: Host, options: SshOptions) -> Optional["MuxTransport"]:
+        """A transport through the host's master, or None when there is none."""
+        path = control_path(host, options)
+        if path is None or not os.path.exists(path) or not private_dir(os.path.dirname(path)) \
+                or shutil.which("ssh") is None:
+            return None
+        return cls(host, client_argv(host, options) + [
+            "-o", "ControlMaster=no", "-o", f"ControlPath={path}", "-o", "ProxyCommand=false",
+            "--", host.name])
+
+    def _argv(self, line: str) -> list:
+        return self._ssh + [line]
+
+
+def start_master(host: Host, options: SshOptions) -> Optional["subprocess.Popen[bytes]"]:
+    """Leave a master connection to the host behind, in the background (never waited for:
+    the command that asks goes on at once).
+
+    The master's first session runs `true`; with ControlPersist the connection then stays,
+    detached, and ends after the idle time. ControlMaster=auto: when a master is already
+    there (two commands raced) this merely uses it, so none is left over; when only its
+    socket is (the master was killed), OpenSSH removes it and becomes the new master."""
+    path = control_path(host, options)
+    if path is None or not private_dir(os.path.dirname(path)) or shutil.which("ssh") is None:
+        return None
+    argv = client_argv(host, options) + [
+        "-o", "ControlMaster=auto", "-o", f"ControlPath={path}",
+        "-o", f"ControlPersist={persist_seconds()}", "--", host.name, "true"]
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return None

@@ -1,0 +1,144 @@
+"""The shell-written small change (sync_quick), on this machine's own /bin/sh: what a
+host holds after it, and that a cut stream or a failing host never leaves a half file."""
+import os
+import sys
+
+import pytest
+
+from multihost import sync_quick
+from multihost.errors import SyncError
+from multihost.fanout import Cluster
+from multihost.hosts import Host
+from multihost import sync_fastpath as fastpath
+from multihost.sync import sync_code
+from multihost.sync_fastpath import load_record
+from multihost.sync_manifest import build_manifest
+from multihost.transport import LocalTransport
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "train.py").write_text("print('train')\n")
+    (code / "pkg" / "model.py").write_text("LAYERS = 4\n")
+    (code / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(code / "run.sh", 0o755)
+    hosts = (Host(name="127.0.0.1", rank=0, python=sys.executable),
+             Host(name="localhost", rank=1, python=sys.executable))
+    workdirs = {0: str(tmp_path / "w0"), 1: str(tmp_path / "w1")}
+
+    def sync(**kw):
+        with Cluster(hosts) as cluster:
+            return sync_code(cluster, str(code), workdirs=workdirs, **kw)
+
+    return code, workdirs, sync
+
+
+def helper_streams(monkeypatch):
+    """Count the helper streams a sync starts (the quick path starts none)."""
+    import multihost.sync as engine
+
+    calls = []
+    real = engine.stream_to
+    monkeypatch.setattr(engine, "stream_to", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def same_file(a, b):
+    sa, sb = os.stat(a), os.stat(b)
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        assert fa.read() == fb.read()
+    assert (sa.st_mode & 0o7777, sa.st_mtime_ns) == (sb.st_mode & 0o7777, sb.st_mtime_ns)
+
+
+def test_an_edit_is_written_by_the_shell_with_content_mode_and_mtime(env, monkeypatch):
+    code, workdirs, sync = env
+    sync()
+    (code / "pkg" / "model.py").write_text("LAYERS = 12\n# a longer file than before\n")
+    (code / "run.sh").write_text("#!/bin/sh\necho run\n")
+    streams = helper_streams(monkeypatch)
+    report = sync()
+    assert streams == [] and [h.files for h in report.hosts] == [2, 2]
+    for root in workdirs.values():
+        same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
+        same_file(code / "run.sh", os.path.join(root, "run.sh"))
+        assert not [n for n in os.listdir(os.path.join(root, "pkg")) if n.startswith(".mh-tmp.")]
+    # what it recorded is right: the next sync finds every host as it is by one hash
+    # of each host's `stat` answer, and a comparison by content agrees
+    for rank, root in workdirs.items():
+        assert load_record(["127.0.0.1", "localhost"][rank], root, str(code))["stat"]
+    parsed = []
+    real = fastpath.parse_stat_output
+    monkeypatch.setattr(fastpath, "parse_stat_output", lambda *a: parsed.append(1) or real(*a))
+    assert [h.files for h in sync().hosts] == [0, 0] and parsed == []
+    assert [h.files + h.meta for h in sync(verify=True).hosts] == [0, 0]
+
+
+def test_a_full_sync_records_the_hash_too(env):
+    code, workdirs, sync = env
+    sync()
+    for rank, root in workdirs.items():
+        assert load_record(["127.0.0.1", "localhost"][rank], root, str(code))["stat"]
+
+
+def test_new_files_and_deletions_go_the_helper_way(env, monkeypatch):
+    code, workdirs, sync = env
+    sync()
+    (code / "pkg" / "new.py").write_text("x = 1\n")
+    os.remove(code / "train.py")
+    streams = helper_streams(monkeypatch)
+    sync()
+    assert len(streams) == 2
+    for root in workdirs.values():
+        assert os.path.exists(os.path.join(root, "pkg", "new.py"))
+        assert not os.path.exists(os.path.join(root, "train.py"))
+
+
+def test_a_cut_stream_leaves_the_old_file_and_no_temporary(env, tmp_path):
+    code, workdirs, sync = env
+    sync()
+    target = os.path.join(workdirs[0], "pkg", "model.py")
+    before = open(target).read()
+    (code / "pkg" / "model.py").write_text("LAYERS = 400000\n")
+    entry = next(e for e in build_manifest(str(code)).entries if e.path == "pkg/model.py")
+    host = LocalTransport(Host(name="127.0.0.1"))
+    line = sync_quick.script(workdirs[0], [entry])
+    done = host.run(line, input=b"LAYERS", timeout=30)     # 6 of 16 bytes, then EOF
+    assert not done.ok
+    assert open(target).read() == before
+    assert not [n for n in os.listdir(os.path.dirname(target)) if n.startswith(".mh-tmp.")]
+
+
+def test_a_host_that_cannot_do_it_gets_the_change_from_the_helper(env, monkeypatch):
+    code, workdirs, sync = env
+    sync()
+    (code / "train.py").write_text("print('changed')\n")
+    monkeypatch.setattr(sync_quick, "_FUNCTIONS", "put() { return 1; }\nclean() { :; }\n")
+    streams = helper_streams(monkeypatch)
+    report = sync()
+    assert report.ok and len(streams) == 2
+    for root in workdirs.values():
+        same_file(code / "train.py", os.path.join(root, "train.py"))
+
+
+def test_quick_send_refuses_by_raising_and_never_half_reports(env):
+    code, workdirs, sync = env
+    sync()
+    (code / "train.py").write_text("print('changed')\n")
+
+    class Broken(LocalTransport):
+        def _argv(self, line):
+            return ["/bin/sh", "-c", "exit 1"]
+
+    from multihost.sync_fastpath import load_record, plan_from_record
+    from multihost.sync_model import needs_from_plan
+
+    manifest = build_manifest(str(code))
+    record = load_record("127.0.0.1", workdirs[0], str(code))
+    needs = needs_from_plan(manifest, 0, plan_from_record(record, manifest))
+    with pytest.raises(SyncError):
+        sync_quick.quick_send(Broken(Host(name="127.0.0.1")), needs, record, str(code))
+    nodes = sync_quick.quick_send(LocalTransport(Host(name="127.0.0.1")), needs, record, str(code))
+    assert nodes["0"]["files"] == 1 and set(nodes["0"]["keys"]) == {"train.py"}
