@@ -21,8 +21,8 @@ from . import helper
 from .errors import ConnectError, MultihostError
 from .remote.sync_wire import Writer
 from .sync_transfer import HOP_CIPHERS, SendBuffer
+from .transport.openssh import DEFAULT_CONFIG
 
-DEFAULT_CONFIG = "~/.ssh/config"
 
 
 def openssh_argv(transport, config_file: str = DEFAULT_CONFIG) -> Optional[List[str]]:
