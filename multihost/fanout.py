@@ -72,7 +72,7 @@ def fan_out(hosts: Sequence[Host], operation: Callable[[Host], T],
         for thread in threads:
             thread.join()
     except KeyboardInterrupt:
-        for thread in threads:  # as before: what was started on a host finishes
+        for thread in threads:  # what was started on a host finishes before Ctrl-C goes on
             thread.join()
         raise
     if bugs:
