@@ -21,7 +21,7 @@ from . import helper
 from .errors import ConnectError, MultihostError
 from .remote.sync_wire import Writer
 from .sync_transfer import HOP_CIPHERS, SendBuffer
-from .transport.openssh import DEFAULT_CONFIG
+from .transport.openssh import DEFAULT_CONFIG, ssh_base
 
 
 
@@ -31,10 +31,8 @@ def openssh_argv(transport, config_file: str = DEFAULT_CONFIG) -> Optional[List[
     target = getattr(transport, "target", None)
     if target is None or shutil.which("ssh") is None:
         return None
-    argv = ["ssh", "-T", "-x", "-a", "-o", "BatchMode=yes",
-            "-o", f"ConnectTimeout={max(1, int(target.connect_timeout))}",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR",
-            "-o", "Compression=no", "-c", HOP_CIPHERS, "-p", str(target.port), "-l", target.user]
+    argv = ssh_base(target.connect_timeout) + [
+        "-o", "Compression=no", "-c", HOP_CIPHERS, "-p", str(target.port), "-l", target.user]
     if config_file and os.path.expanduser(config_file) != os.path.expanduser(DEFAULT_CONFIG):
         argv += ["-F", os.path.expanduser(config_file)]
     for identity in target.identity_files:

@@ -141,9 +141,11 @@ def _ns(text: bytes) -> int:
     return int(whole) * 1_000_000_000 + int(fraction)
 
 
-def verified_digest(out: bytes, names: Sequence[str], keys: Dict[str, list]) -> Optional[str]:
-    """The hash of a `stat` answer that shows every path with exactly ``keys``, else None."""
-    found = parse_stat_output(out, names)
+def verified_digest(out: bytes, names: Sequence[str], keys: Dict[str, list],
+                    found: Optional[Dict[str, list]] = None) -> Optional[str]:
+    """The hash of a `stat` answer that shows every path with exactly ``keys``, else None
+    (``found``: the answer already parsed)."""
+    found = parse_stat_output(out, names) if found is None else found
     if found is None or any(found.get(name) != keys.get(name) for name in names):
         return None
     return hashlib.sha256(out).hexdigest()

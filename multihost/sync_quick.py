@@ -16,14 +16,14 @@ helper's way, which is always correct: this path only ever saves time.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import stat
 from typing import Optional, Sequence
 
 from .errors import SyncError
-from .sync_fastpath import STAT_FORMAT, parse_stat_output, record_entries, record_names
+from .sync_fastpath import (STAT_FORMAT, parse_stat_output, record_entries, record_names,
+                            verified_digest)
 from .sync_manifest import FILE, Entry
 from .sync_model import HostNeeds
 from .transport import quote_path
@@ -125,7 +125,6 @@ def quick_send(transport, needs: HostNeeds, record: dict, code_root: str) -> Opt
         raise SyncError("the quick write did not complete", host=transport.host.label,
                         fix="none needed: the full sync path takes over")
     expected.update((path, keys[path]) for path in written)
-    same = all(keys[name] == expected.get(name) for name in names)
     return {str(needs.rank): {"files": len(files), "bytes": sum(e.size for e in files),
                               "keys": {path: keys[path] for path in written},
-                              "stat": hashlib.sha256(done.stdout).hexdigest() if same else None}}
+                              "stat": verified_digest(done.stdout, names, expected, keys)}}

@@ -23,6 +23,7 @@ from .hosts import Host
 from .remote.sync_fs import FILE, LINK
 from .remote.sync_wire import Writer
 from .sync_manifest import Entry
+from .transport.openssh import ssh_base
 
 # A group of files goes through a relay when at least two hosts need it and it weighs
 # this much: below, the relay's extra ssh hops cost more than they save.
@@ -242,9 +243,7 @@ def hop_spec(host: Host, transport, root: str) -> dict:
     name = getattr(target, "hostname", None) or host.name
     port = getattr(target, "port", None) or host.port
     user = getattr(target, "user", None) or host.user
-    ssh = ["ssh", "-T", "-x", "-a", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-           "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR",
-           "-o", "Compression=no", "-c", HOP_CIPHERS]
+    ssh = ssh_base(10) + ["-o", "Compression=no", "-c", HOP_CIPHERS]
     if port and int(port) != 22:
         ssh += ["-p", str(port)]
     if user:

@@ -54,14 +54,19 @@ def persist_seconds() -> int:
     return int(text)
 
 
+def ssh_base(connect_timeout: float) -> List[str]:
+    """What every `ssh` multihost starts has (the controller's, and the hosts' own for
+    relays): no tty, no forwarding, never a prompt, a dead link noticed in 15 s."""
+    return ["ssh", "-T", "-x", "-a", "-o", "BatchMode=yes",
+            "-o", f"ConnectTimeout={max(1, int(connect_timeout))}",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR"]
+
+
 def client_argv(host: Host, options: SshOptions) -> List[str]:
     """`ssh` reaching the host as a user's own `ssh` would (OpenSSH reads ~/.ssh/config
     itself), never interactive, never accepting a changed host key."""
-    argv = ["ssh", "-T", "-x", "-a", "-o", "BatchMode=yes",
-            "-o", f"ConnectTimeout={max(1, int(options.connect_timeout))}",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR",
-            "-o", "StrictHostKeyChecking=" + ("accept-new" if options.accept_new_host_keys
-                                              else "yes")]
+    argv = ssh_base(options.connect_timeout) + [
+        "-o", "StrictHostKeyChecking=" + ("accept-new" if options.accept_new_host_keys else "yes")]
     config = os.path.expanduser(options.config_file or DEFAULT_CONFIG)
     if config != os.path.expanduser(DEFAULT_CONFIG):
         argv += ["-F", config]

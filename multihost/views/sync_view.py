@@ -27,6 +27,12 @@ def _count(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
+def _listed(prefix: str, names, count: int) -> List[str]:
+    """The names shown, one a line, then how many more there are."""
+    more = [f"{prefix} ... and {count - len(names)} more"] if count > len(names) else []
+    return [f"{prefix} {name}" for name in names] + more
+
+
 def host_line(result: HostSync, dry_run: bool = False) -> str:
     if not result.ok:
         return f"{result.host}: FAILED: {result.error}" + (f" (fix: {result.fix})" if result.fix else "")
@@ -65,9 +71,7 @@ def sync_lines(report: SyncReport) -> List[str]:
             for mark, names, count in (("+", result.added, result.counts[0]),
                                        ("~", result.changed, result.counts[1]),
                                        ("-", result.removed, result.counts[2])):
-                lines += [f"    {mark} {name}" for name in names]
-                if count > len(names):
-                    lines.append(f"    {mark} ... and {count - len(names)} more")
+                lines += _listed(f"    {mark}", names, count)
         for note in result.notes:
             if result.files or result.deleted:
                 lines.append(f"    note: {note}")
@@ -112,9 +116,7 @@ def data_lines(report: DataReport) -> List[str]:
             for word, names, count in (("missing", diff.missing, diff.counts[0]),
                                        ("extra", diff.extra, diff.counts[1]),
                                        ("differing", diff.differing, diff.counts[2])):
-                lines += [f"      {word:<9} {name}" for name in names]
-                if count > len(names):
-                    lines.append(f"      {word:<9} ... and {count - len(names)} more")
+                lines += _listed(f"      {word:<9}", names, count)
         if path in report.odd_first:
             lines.append("  note: the first host is the odd one out: the others agree with "
                          "each other; --sync-data will refuse to copy from it")

@@ -1,39 +1,16 @@
 """The shell-written small change (sync_quick), on this machine's own /bin/sh: what a
 host holds after it, and that a cut stream or a failing host never leaves a half file."""
 import os
-import sys
 
 import pytest
 
 from multihost import sync_quick
 from multihost.errors import SyncError
-from multihost.fanout import Cluster
 from multihost.hosts import Host
 from multihost import sync_fastpath as fastpath
-from multihost.sync import sync_code
 from multihost.sync_fastpath import load_record
 from multihost.sync_manifest import build_manifest
 from multihost.transport import LocalTransport
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    code = tmp_path / "code"
-    (code / "pkg").mkdir(parents=True)
-    (code / "train.py").write_text("print('train')\n")
-    (code / "pkg" / "model.py").write_text("LAYERS = 4\n")
-    (code / "run.sh").write_text("#!/bin/sh\n")
-    os.chmod(code / "run.sh", 0o755)
-    hosts = (Host(name="127.0.0.1", rank=0, python=sys.executable),
-             Host(name="localhost", rank=1, python=sys.executable))
-    workdirs = {0: str(tmp_path / "w0"), 1: str(tmp_path / "w1")}
-
-    def sync(**kw):
-        with Cluster(hosts) as cluster:
-            return sync_code(cluster, str(code), workdirs=workdirs, **kw)
-
-    return code, workdirs, sync
 
 
 def helper_streams(monkeypatch):
@@ -54,7 +31,7 @@ def same_file(a, b):
 
 
 def test_an_edit_is_written_by_the_shell_with_content_mode_and_mtime(env, monkeypatch):
-    code, workdirs, sync = env
+    code, workdirs, sync = env.code, env.workdirs, env.sync
     sync()
     (code / "pkg" / "model.py").write_text("LAYERS = 12\n# a longer file than before\n")
     (code / "run.sh").write_text("#!/bin/sh\necho run\n")
@@ -77,14 +54,14 @@ def test_an_edit_is_written_by_the_shell_with_content_mode_and_mtime(env, monkey
 
 
 def test_a_full_sync_records_the_hash_too(env):
-    code, workdirs, sync = env
+    code, workdirs, sync = env.code, env.workdirs, env.sync
     sync()
     for rank, root in workdirs.items():
         assert load_record(["127.0.0.1", "localhost"][rank], root, str(code))["stat"]
 
 
 def test_new_files_and_deletions_go_the_helper_way(env, monkeypatch):
-    code, workdirs, sync = env
+    code, workdirs, sync = env.code, env.workdirs, env.sync
     sync()
     (code / "pkg" / "new.py").write_text("x = 1\n")
     os.remove(code / "train.py")
@@ -97,7 +74,7 @@ def test_new_files_and_deletions_go_the_helper_way(env, monkeypatch):
 
 
 def test_a_cut_stream_leaves_the_old_file_and_no_temporary(env, tmp_path):
-    code, workdirs, sync = env
+    code, workdirs, sync = env.code, env.workdirs, env.sync
     sync()
     target = os.path.join(workdirs[0], "pkg", "model.py")
     before = open(target).read()
@@ -112,7 +89,7 @@ def test_a_cut_stream_leaves_the_old_file_and_no_temporary(env, tmp_path):
 
 
 def test_a_host_that_cannot_do_it_gets_the_change_from_the_helper(env, monkeypatch):
-    code, workdirs, sync = env
+    code, workdirs, sync = env.code, env.workdirs, env.sync
     sync()
     (code / "train.py").write_text("print('changed')\n")
     monkeypatch.setattr(sync_quick, "_FUNCTIONS", "put() { return 1; }\nclean() { :; }\n")
@@ -124,7 +101,7 @@ def test_a_host_that_cannot_do_it_gets_the_change_from_the_helper(env, monkeypat
 
 
 def test_quick_send_refuses_by_raising_and_never_half_reports(env):
-    code, workdirs, sync = env
+    code, workdirs, sync = env.code, env.workdirs, env.sync
     sync()
     (code / "train.py").write_text("print('changed')\n")
 

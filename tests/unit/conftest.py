@@ -1,0 +1,41 @@
+"""Fixtures shared by the unit tests."""
+import os
+import sys
+
+import pytest
+
+from multihost.fanout import Cluster
+from multihost.hosts import Host
+from multihost.sync import sync_code
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A code directory and two "hosts" that are local transports (127.0.0.1 and
+    localhost) with their own workdirs: ``env.sync(**kw)`` syncs one to the others."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "train.py").write_text("print('train')\n")
+    (code / "pkg" / "__init__.py").write_text("")
+    (code / "pkg" / "model.py").write_text("LAYERS = 4\n")
+    (code / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(code / "run.sh", 0o755)
+    os.symlink("pkg/model.py", code / "model_link.py")
+    os.symlink("/data/coco", code / "dataset")       # out of the tree: kept as a link
+    hosts = (Host(name="127.0.0.1", rank=0, python=sys.executable),
+             Host(name="localhost", rank=1, python=sys.executable))
+    workdirs = {0: str(tmp_path / "w0"), 1: str(tmp_path / "w1")}
+
+    class Env:
+        pass
+
+    e = Env()
+    e.code, e.hosts, e.workdirs, e.tmp = code, hosts, workdirs, tmp_path
+    e.sync = lambda **kw: _sync(e, **kw)
+    return e
+
+
+def _sync(e, **kw):
+    with Cluster(e.hosts) as cluster:
+        return sync_code(cluster, str(e.code), workdirs=e.workdirs, **kw)
