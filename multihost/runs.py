@@ -134,6 +134,10 @@ def save_run(record: RunRecord, make_last: bool = False) -> Path:
     path = record_path(record.run_id)
     for directory in (state_dir(), path.parent.parent, path.parent):
         directory.mkdir(mode=0o700, exist_ok=True)
+        if directory.stat().st_mode & 0o077 and not directory.is_symlink():
+            # Left open by an older version, or made by this machine's own run (the
+            # host side shares ~/.multihost/runs): the records hold commands and hosts.
+            directory.chmod(0o700)
     _write_private(path, json.dumps(dataclasses.asdict(record), indent=1, sort_keys=True) + "\n")
     if make_last:
         _write_private(state_dir() / "last", record.run_id + "\n")

@@ -77,10 +77,10 @@ def prepare(request):
             raise OpError("busy: run %s holds this host (since %s)" % (holder, since),
                           "wait for it, stop it with `multihost stop %s`, or pass "
                           "--allow-concurrent" % holder)
-    os.makedirs(os.path.join(run_dir, "log"), mode=0o700, exist_ok=True)
-    os.chmod(run_dir, 0o700)
+    run_files.private_dirs(os.path.join(run_dir, "log"))
     wrapper = pkgutil.get_data(__package__, "run_rankwrap.py")
-    with open(os.path.join(run_dir, "rankwrap.py"), "wb") as out:
+    with os.fdopen(os.open(os.path.join(run_dir, "rankwrap.py"),
+                           os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
         out.write(wrapper)
     run_files.write_json(os.path.join(run_dir, "node.json"), {
         "run_id": run_id, "node_rank": request.get("node_rank"), "state": "prepared",
@@ -163,8 +163,17 @@ def launch(request):
         raise OpError("the supervisor ended before starting the launcher",
                       "read %s/supervisor.log on this host" % run_dir)
     if not reply.get("ok"):
+        if reply.get("log"):  # the supervisor itself failed: its traceback is there
+            raise OpError(reply.get("error") or "supervisor crashed",
+                          "read %s on this host; this is a bug in multihost, please report "
+                          "it with that file" % reply["log"])
+        # Point only at a log that exists and says something (none under @spawn rank).
+        said = [path for path in (os.path.join(run_dir, "launcher.log"),
+                                  os.path.join(run_dir, "supervisor.log"))
+                if os.path.isfile(path) and os.path.getsize(path)]
         raise OpError(reply.get("error") or "the launcher did not start",
-                      "check --python and the launcher template; see %s/launcher.log" % run_dir)
+                      "check --python and the launcher template"
+                      + ("; see %s" % said[0] if said else ""))
     return reply["node"]
 
 

@@ -41,6 +41,47 @@ def run_dir(run_id):
     return os.path.join(root_dir(), "runs", run_id)
 
 
+def private_dirs(path):
+    """``mkdir -p`` where every directory made is the user's only (0700; ``makedirs``
+    gives the parents it makes the umask's mode). ``~/.multihost`` and its ``runs/``, left
+    open by an older version or by hand, are closed again: runs hold logs and commands."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
+    for directory in (root_dir(), os.path.join(root_dir(), "runs")):
+        make_private(directory, 0o700)
+
+
+def make_private(path, mode):
+    """chmod ``path`` to ``mode`` when others (or the group) may read it; never follows a
+    link placed there, and a file that went away is fine."""
+    try:
+        st = os.lstat(path)
+        if st.st_uid == os.getuid() and st.st_mode & 0o077 and not os.path.islink(path):
+            os.chmod(path, mode)
+    except OSError:
+        pass
+
+
+def make_run_files_private(run_dir):
+    """What a launcher wrote into the run (paddle's own workerlogs, torchrun's files)
+    with its umask's mode becomes 0600 like the files multihost writes itself."""
+    for directory in (run_dir, os.path.join(run_dir, "log")):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            make_private(path, 0o700 if os.path.isdir(path) else 0o600)
+
+
 def write_json(path, data):
     """Replace ``path`` atomically (readers never see half a file); mode 0600."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
@@ -49,6 +90,12 @@ def write_json(path, data):
         json.dump(data, out, sort_keys=True)
         out.write("\n")
     os.replace(tmp, path)
+
+
+def open_private(path):
+    """Open a log for appending, unbuffered; a new file is the user's only (0600): a
+    job's output can hold what it read from its environment."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab", 0)
 
 
 def read_json(path, default=None):
@@ -97,10 +144,10 @@ def _stat(pid):
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             raw = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()
-    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+        fields = raw[raw.rindex(")") + 2:].split()
+        return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None  # gone between the listing and the read (an empty or cut read)
 
 
 def start_ticks(pid):
@@ -247,7 +294,7 @@ def _holder_active(holder, stale_after):
 
 def _locked(update):
     """Run ``update(current) -> new or None`` on the lock content under flock."""
-    os.makedirs(root_dir(), mode=0o700, exist_ok=True)
+    private_dirs(root_dir())
     fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -25,7 +25,7 @@ CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.S
 
 def write_json(path, data):
     tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as out:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
         json.dump(data, out, sort_keys=True)
     os.replace(tmp, path)
 
@@ -42,7 +42,7 @@ def main(argv):
     rank = os.environ.get("RANK") or os.environ.get("PADDLE_TRAINER_ID")
     record_path = os.path.join(run_dir, "rank.%s.json" % local_rank)
     log_fd = os.open(os.path.join(run_dir, "log", "workerlog." + local_rank),
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     for sig in CAUGHT:  # a Python handler (not SIG_IGN) is reset to default by exec
         signal.signal(sig, lambda *_: None)
     record = {"local_rank": int(local_rank), "rank": int(rank) if rank and rank.isdigit() else None,

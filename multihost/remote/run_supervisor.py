@@ -45,6 +45,10 @@ class Supervisor(object):
         self.node_path = os.path.join(run_dir, "node.json")
         self.node = run_files.read_json(self.node_path, {}) or {}
         self.children = {}      # pid -> local rank (rank mode) or None (the launcher)
+        # The Popen objects stay referenced: a dropped Popen polls (waitpid) its child when
+        # it is collected, and would reap a fast rank before `reap` sees its exit status.
+        self.procs = []
+        self.pgid = None        # known when started: a process may be gone when we look
         self.exits = {}         # pid -> (exit_code, signal, time)
         self.stop_asked = None  # time a stop was asked (from outside, or a local failure)
         self.stopped_from_outside = None  # time of the SIGTERM/SIGUSR1 from `stop`
@@ -85,12 +89,14 @@ class Supervisor(object):
         if spec.get("spawn") == "rank":
             self.start_ranks(spec["argv"], env, cwd)
         else:
-            out = open(os.path.join(self.run_dir, "launcher.log"), "ab", 0)
+            out = run_files.open_private(os.path.join(self.run_dir, "launcher.log"))
             proc = subprocess.Popen(spec["argv"], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True)
             out.close()
+            self.procs.append(proc)
             self.children[proc.pid] = None
+            self.pgid = proc.pid  # a new session leads its own group
 
     def start_ranks(self, argv, env, cwd):
         """The python template: one process per local rank, torch-style variables set
@@ -113,12 +119,16 @@ class Supervisor(object):
                 "GROUP_RANK": str(spec["node_rank"]), "GROUP_WORLD_SIZE": str(spec["nnodes"]),
                 "MASTER_ADDR": spec["master_addr"], "MASTER_PORT": str(spec["master_port"]),
             })
-            log = open(os.path.join(self.run_dir, "log", "workerlog.%d" % local), "ab", 0)
+            log = run_files.open_private(os.path.join(self.run_dir, "log", "workerlog.%d" % local))
+            # Rank 0 leads the group even once it has exited: it stays a zombie (and its
+            # group stays joinable) until `reap` collects it, after every rank started.
             proc = subprocess.Popen(argv, cwd=cwd, env=rank_env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, close_fds=True,
                                     preexec_fn=join_group)
             log.close()
+            self.procs.append(proc)
             group.append(proc.pid)
+            self.pgid = group[0]
             self.children[proc.pid] = local
             run_files.write_json(os.path.join(self.run_dir, "rank.%d.json" % local), {
                 "local_rank": local, "rank": offset + local, "pid": proc.pid,
@@ -159,8 +169,12 @@ class Supervisor(object):
 
     def loop(self):
         grace = float(self.spec.get("grace", 10))
+        tightened = 0.0
         while True:
             self.reap()
+            if time.time() - tightened >= 1.0:  # a launcher's own logs, as they appear
+                run_files.make_run_files_private(self.run_dir)
+                tightened = time.time()
             if self.stop_asked is not None and self.teardown_deadline is None:
                 stop = run_files.read_json(os.path.join(self.run_dir, "stop.json"), {}) or {}
                 if "grace" in stop:
@@ -207,6 +221,7 @@ class Supervisor(object):
         return "succeeded", code, sig
 
     def finish(self, error=None):
+        run_files.make_run_files_private(self.run_dir)
         state, code, sig = ("failed", None, None) if error else self.outcome()
         self.record(state=state, exit_code=code, signal=sig, ended=time.time(),
                     error=error, ranks_left=len(run_files.run_processes(self.run_id, os.getpid())))
@@ -233,11 +248,10 @@ def supervise(spec, run_dir, ready_fd):
             what = err.filename or spec["argv"][0]
             message = "cannot start %s: %s" % (what, err.strerror or err)
             sup.finish(error=message)
-            sup.tell_launch_op({"ok": False, "error": message})
+            sup.tell_launch_op({"ok": False, "error": message})  # no log: the message is all
             return 1
         first = min(sup.children) if sup.children else None
-        sup.record(state="running", started=time.time(), pid=first,
-                   pgid=os.getpgid(first) if first else None,
+        sup.record(state="running", started=time.time(), pid=first, pgid=sup.pgid,
                    pids=sorted(sup.children))
         sup.tell_launch_op({"ok": True, "node": sup.node})
         sup.loop()
@@ -245,10 +259,13 @@ def supervise(spec, run_dir, ready_fd):
         return 0
     except BaseException:  # never leave without a final state
         text = traceback.format_exc()
-        sys.stderr.write(text)
+        sys.stderr.write(text)  # supervisor.log (see ops_run._detach_supervisor)
+        sys.stderr.flush()
+        error = "supervisor crashed: %s" % text.strip().splitlines()[-1]
         try:
             run_files.terminate(sup.run_id, os.getpid(), 0, skip_groups=(os.getpgrp(),))
-            sup.finish(error="supervisor crashed: %s" % text.strip().splitlines()[-1])
+            sup.finish(error=error)
         finally:
-            sup.tell_launch_op({"ok": False, "error": "supervisor crashed"})
+            sup.tell_launch_op({"ok": False, "error": error,
+                                "log": os.path.join(run_dir, "supervisor.log")})
         return 1

@@ -59,13 +59,15 @@ def host(tmp_path, monkeypatch):
 
 
 def start(transport, args=(), nproc=2, template="python", env=None, allow_concurrent=False,
-          grace=1.0):
-    """prepare + launch through the real controller code; returns (run_id, run_dir)."""
+          grace=1.0, command=None):
+    """prepare + launch through the real controller code; returns (run_id, run_dir).
+    ``command`` runs as is (--no-python) instead of ``python job.py ARGS``."""
     run_id = new_run_id()
     plan = build_plan(run_id, [transport.host], JobOptions(nproc_per_node=nproc),
-                      launch.load_template(template), ["job.py", *args], start_port=17000,
-                      addresses=["127.0.0.1"], user_env=env or {}, kill_wait=grace,
-                      allow_concurrent=allow_concurrent)
+                      launch.load_template(template), command or ["job.py", *args],
+                      start_port=17000, addresses=["127.0.0.1"], user_env=env or {},
+                      kill_wait=grace, allow_concurrent=allow_concurrent,
+                      no_python=command is not None)
     reply = helper.call(transport, "run-prepare", {
         "run_id": run_id, "node_rank": 0, "cwd": transport.host.workdir,
         "allow_concurrent": allow_concurrent})
@@ -114,6 +116,30 @@ def test_ranks_get_torch_variables_their_own_logs_and_exit_records(host):
     spec = json.loads((run_dir / "spec.json").read_text())
     assert spec["nproc"] == 3 and "SLEEP" in spec["display"]["env"]
     assert oct((run_dir).stat().st_mode & 0o777) == "0o700"
+
+
+def test_ranks_that_exit_at_once_succeed_with_every_exit_recorded(host):
+    # Issue 11: `run --launcher python --no-python -- echo hello` crashed the supervisor
+    # (the ranks were gone before it looked up their process group).
+    for _ in range(3):
+        run_id, run_dir = start(host, nproc=4, command=["echo", "hello"])
+        reply = wait_state(host, run_id, {"succeeded", "failed"})
+        assert reply["state"] == "succeeded", reply
+        assert [(r["local_rank"], r["exit_code"]) for r in reply["ranks"]] == \
+            [(0, 0), (1, 0), (2, 0), (3, 0)]
+        assert reply["node"]["pgid"] == reply["node"]["pid"]
+        for local in range(4):
+            assert (run_dir / "log" / f"workerlog.{local}").read_text() == "hello\n"
+
+
+def test_run_state_on_a_host_is_private_to_the_user(host):
+    run_id, run_dir = start(host, nproc=2, env={"SLEEP": "0"})
+    wait_state(host, run_id, {"succeeded"})
+    home = Path(os.environ["HOME"])
+    modes = {str(p.relative_to(home)): oct(p.stat().st_mode & 0o777)
+             for p in [home / ".multihost", home / ".multihost" / "runs", run_dir,
+                       run_dir / "log", *run_dir.rglob("*")] if not p.is_symlink()}
+    assert {p: m for p, m in modes.items() if m not in ("0o700", "0o600")} == {}
 
 
 def test_secrets_reach_the_job_but_no_record(host):
@@ -203,6 +229,24 @@ def test_a_launcher_that_cannot_start_is_a_clear_error_and_frees_the_host(host):
         helper.call(host, "run-launch", {"run_id": run_id}, input=json.dumps(request).encode())
     assert "cannot start /nonexistent/python3: No such file or directory" in err.value.cause
     assert "--python" in err.value.fix
+    assert status(host, run_id)["state"] == "failed"
+    start(host)    # the lock was released
+
+
+def test_a_supervisor_crash_points_at_a_log_that_exists_and_frees_the_host(host):
+    run_id = new_run_id()
+    STARTED.append(run_id)
+    plan = build_plan(run_id, [host.host], JobOptions(), launch.load_template("python"),
+                      ["job.py"], start_port=17000, addresses=["127.0.0.1"])
+    prepared = Prepared.from_reply(helper.call(host, "run-prepare", {
+        "run_id": run_id, "node_rank": 0, "cwd": host.host.workdir}))
+    request = dict(launch_request(plan, plan.nodes[0], prepared), nproc="many")  # a bug
+    with pytest.raises(RemoteError) as err:
+        helper.call(host, "run-launch", {"run_id": run_id}, input=json.dumps(request).encode())
+    assert err.value.cause.startswith("supervisor crashed: ValueError")
+    log = Path(prepared.run_dir) / "supervisor.log"
+    assert f"read {log} on this host" in err.value.fix
+    assert "Traceback" in log.read_text() and "many" in log.read_text()
     assert status(host, run_id)["state"] == "failed"
     start(host)    # the lock was released
 

@@ -54,6 +54,15 @@ def test_saved_record_is_private_and_round_trips_every_host_field(home):
     assert loaded.nprocs == (2, 2) and str(loaded.mirror_dir) == "/tmp/log/20250101-120000-ab12"
 
 
+def test_state_left_open_by_an_older_version_is_closed_again(home):
+    (home / ".multihost" / "runs").mkdir(parents=True)
+    for directory in (home / ".multihost", home / ".multihost" / "runs"):
+        directory.chmod(0o755)
+    runs.save_run(record("20250101-120000-ab12"))
+    for directory in (home / ".multihost", home / ".multihost" / "runs"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+
+
 def test_runs_by_prefix_and_the_errors_that_name_the_fix():
     with pytest.raises(ConfigError, match="no run has been started"):
         runs.load_run(None)
