@@ -34,6 +34,7 @@ from .fanout import Cluster
 from .hosts import Host
 from .job import AUTO_PORT_RANGE, JobOptions, workdir_for
 from .remote import ops_check_net as net
+from .runs import run_ids
 
 FACT_PROBES = ("hostname", "python", "gpus", "ports", "net", "disk", "leftovers", "ping")
 DEFAULT_BUDGET = 8.0        # seconds a host may spend gathering facts
@@ -79,7 +80,7 @@ def run_checks(cluster: Cluster, job: JobOptions, *, workdirs: Optional[dict] = 
     # time fast); the hours-long bound only guards against a hang.
     verified = data.results(timeout=DATA_TIMEOUT)
     probes = [s.probe(budget, verified.get(s.host.rank)) for s in sessions]
-    verdict = make_cluster(probes, job, start_port, master, auto, note)
+    verdict = make_cluster(probes, job, start_port, master, auto, note, known_runs=run_ids())
     return CheckReport(judge(verdict), start_port, master, ping_matrix(verdict), auto,
                        time.monotonic() - started)
 

@@ -9,7 +9,7 @@ live in ``check_job``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from .check_parsers import Software, gib
 from .check_report import FAIL, PASS, SKIP, WARN, CheckResult
@@ -68,6 +68,9 @@ class Cluster:
     auto_port: bool = False
     auto_note: str = ""
     software: Dict[int, Software] = field(default_factory=dict)
+    # Runs with a record on this controller (runs.run_ids()); None: not known, every run
+    # is taken as this controller's.
+    known_runs: Optional[FrozenSet[str]] = None
 
     def label(self, rank: int) -> str:
         return self.probes[rank].host.label
@@ -248,7 +251,10 @@ def judge_clock(probe: HostProbe) -> CheckResult:
     return CheckResult("clock", PASS, text, brief="ok")
 
 
-def judge_leftovers(probe: HostProbe) -> CheckResult:
+def judge_leftovers(probe: HostProbe, cluster: Cluster) -> CheckResult:
+    """This user's processes of earlier runs (the host reports no other user's). A run
+    this controller has no record of is said to be so: `multihost stop` here can not
+    find its hosts."""
     skipped = not_checked(probe, "leftovers")
     if skipped:
         return skipped
@@ -256,20 +262,24 @@ def judge_leftovers(probe: HostProbe) -> CheckResult:
     if not runs:
         return CheckResult("leftovers", PASS, "no processes of earlier runs", brief="none")
     run = runs[0]
-    pids = run.get("pids", [])
+    run_id, pids = run["run_id"], run.get("pids", [])
     count = f"{len(pids)} process{'es' if len(pids) != 1 else ''}"
     more = f" (and {len(runs) - 1} more run{'s' if len(runs) > 2 else ''})" if len(runs) > 1 else ""
     pgid = run.get("pgid")
     kill = f"kill -TERM -- -{pgid}" if pgid else f"kill {' '.join(str(p) for p in pids[:5])}"
+    where = f"pid {pids[0]}: {run.get('command', '?')}"
+    if cluster.known_runs is not None and run_id not in cluster.known_runs:
+        return CheckResult(
+            "leftovers", FAIL,
+            f"run {run_id}, not started from this controller, still has {count} here "
+            f"({where}){more}",
+            f"stop it from the controller that started it (multihost stop {run_id} there), "
+            f"or `{kill}` on the host", f"run {run_id}")
     return CheckResult(
-        "leftovers", FAIL,
-        f"run {run['run_id']} still has {count} here (pid {pids[0]}: {run.get('command', '?')})"
-        f"{more}",
-        f"stop it: multihost stop {run['run_id']} (or `{kill}` on the host)",
-        f"run {run['run_id']}")
+        "leftovers", FAIL, f"run {run_id} still has {count} here ({where}){more}",
+        f"stop it: multihost stop {run_id} (or `{kill}` on the host)", f"run {run_id}")
 
 
 HOST_JUDGES: Dict[str, Callable[[HostProbe], CheckResult]] = {
     "reach": judge_reach, "ssh": judge_ssh, "disk": judge_disk, "clock": judge_clock,
-    "leftovers": judge_leftovers,
 }

@@ -7,8 +7,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .check_eval import (HOST_JUDGES, Cluster, HostProbe, folded, groups, judge_software,
-                         not_checked)
+from .check_eval import (HOST_JUDGES, Cluster, HostProbe, folded, groups, judge_leftovers,
+                         judge_software, not_checked)
 from .check_parsers import fold_ranges, parse_gpu_apps, parse_gpus, parse_software
 from .check_report import CHECKS, FAIL, PASS, SKIP, WARN, CheckResult, HostReport, PingMatrix
 from .hosts import Host
@@ -333,9 +333,39 @@ def judge_data(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
                        brief="present")
 
 
-JOB_JUDGES = {"software": judge_software, "gpus": judge_gpus, "ports": judge_ports,
+# -- the same machine twice -----------------------------------------------------------
+def same_machine(cluster: Cluster) -> Dict[int, HostProbe]:
+    """{rank: the first entry on the same machine} for every later entry that reaches a
+    machine already listed (its boot id and network namespace, see remote/ops_check)."""
+    first: Dict[str, HostProbe] = {}
+    repeats: Dict[int, HostProbe] = {}
+    for probe in cluster.probes:
+        identity = (probe.fact("hostname") or {}).get("machine") if probe.facts else None
+        if not identity:
+            continue
+        if identity in first:
+            repeats[probe.host.rank] = first[identity]
+        else:
+            first[identity] = probe
+    return repeats
+
+
+def judge_machine(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
+    """Shown only for an entry that repeats a machine: its runs would collide on that
+    machine's ports and run directory ("run already exists", "busy")."""
+    original = same_machine(cluster).get(probe.host.rank)
+    if original is None:
+        return None
+    return CheckResult("machine", FAIL,
+                       f"{probe.host.label} is the same machine as {original.host.label} "
+                       f"(rank {original.host.rank}): one kernel, one network stack",
+                       f"list each machine once: drop {probe.host.label} from --ips or the "
+                       "hostfile (more processes there: --nproc_per_node)", "repeated")
+
+
+JOB_JUDGES = {"machine": judge_machine, "software": judge_software, "gpus": judge_gpus, "ports": judge_ports,
               "rendezvous": judge_rendezvous, "ping": judge_ping, "iface": judge_iface,
-              "data": judge_data}
+              "leftovers": judge_leftovers, "data": judge_data}
 
 
 def ping_matrix(cluster: Cluster) -> PingMatrix:
@@ -353,19 +383,26 @@ def ping_matrix(cluster: Cluster) -> PingMatrix:
 
 def make_cluster(probes: Sequence[HostProbe], job: JobOptions, start_port: Optional[int],
                  master_addr: Optional[str], auto_port: bool = False,
-                 auto_note: str = "") -> Cluster:
+                 auto_note: str = "", known_runs: Optional[Iterable[str]] = None) -> Cluster:
     software = {p.host.rank: parse_software(p.fact("python")) for p in probes
                 if p.fact("python") and not p.fact("python").get("error")}
-    return Cluster(tuple(probes), job, start_port, master_addr, auto_port, auto_note, software)
+    return Cluster(tuple(probes), job, start_port, master_addr, auto_port, auto_note, software,
+                   frozenset(known_runs) if known_runs is not None else None)
 
 
 def judge(cluster: Cluster) -> Tuple[HostReport, ...]:
     """Every check of every host, in rank order and in the order of CHECKS."""
     reports = []
+    repeats = same_machine(cluster)
     for probe in cluster.probes:
         results = []
         for name in CHECKS:
-            if name in HOST_JUDGES:
+            if name == "ports" and probe.host.rank in repeats:
+                # Its ports are its original's: the first host's listener would be
+                # reported as a port in use by multihost itself.
+                result = CheckResult("ports", SKIP, "not checked: the same machine as "
+                                     f"{repeats[probe.host.rank].host.label}", brief="-")
+            elif name in HOST_JUDGES:
                 result = HOST_JUDGES[name](probe)
             else:
                 result = JOB_JUDGES[name](probe, cluster)

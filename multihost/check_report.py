@@ -14,7 +14,7 @@ PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 
 # The columns of the report, in the order a user reads them: can I reach it, can I log
 # in, is the software there, then the job's own needs, then the host's hygiene.
-CHECKS = ("reach", "ssh", "software", "gpus", "ports", "rendezvous", "ping", "iface",
+CHECKS = ("reach", "ssh", "machine", "software", "gpus", "ports", "rendezvous", "ping", "iface",
           "disk", "clock", "leftovers", "data")
 
 

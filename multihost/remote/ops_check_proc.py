@@ -1,6 +1,7 @@
 """The process half of the preflight, run on a host: which TCP ports are taken and by
-whom (/proc/net/tcp, /proc/*/fd), and which processes an earlier multihost run left
-behind (MULTIHOST_RUN_ID in /proc/*/environ, live records under ~/.multihost/runs).
+whom (/proc/net/tcp, /proc/*/fd), and which of this user's processes an earlier
+multihost run left behind (MULTIHOST_RUN_ID in /proc/*/environ, live records under
+~/.multihost/runs).
 Stdlib only, Python 3.6+; nothing here is ever killed, only reported.
 """
 import errno
@@ -8,9 +9,10 @@ import json
 import os
 import socket
 
+from . import run_files
+
 TCP_LISTEN = "0A"
 TCP_TIME_WAIT = "06"
-RUN_ID_VAR = b"MULTIHOST_RUN_ID="
 # node.json states of a run that has not ended (see docs/design.md, "State on a host").
 LIVE_STATES = ("prepared", "pending", "syncing", "launching", "running")
 
@@ -129,38 +131,14 @@ def _command(pid, limit=120):
         return "?"
 
 
-def _ancestors():
-    pids, pid = set(), os.getpid()
-    while pid > 1 and pid not in pids:
-        pids.add(pid)
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return pids
-
-
 def leftover_facts(request):
-    """Processes of earlier multihost runs: they carry MULTIHOST_RUN_ID in their
-    environment; and runs whose node.json says they still run with a live pid."""
+    """This user's processes of earlier multihost runs: they carry MULTIHOST_RUN_ID in
+    their environment; and runs whose node.json says they still run with a live pid.
+    Other users' processes are none of this run's business: never reported."""
     runs = {}
-    mine = _ancestors()
-    for pid in _pids():
-        if pid in mine:
-            continue
-        try:
-            with open("/proc/%d/environ" % pid, "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        start = env.find(RUN_ID_VAR)
-        if start < 0 or (start and env[start - 1:start] != b"\0"):
-            continue
-        run_id = env[start + len(RUN_ID_VAR):].split(b"\0", 1)[0].decode("utf-8", "replace")
-        run = runs.setdefault(run_id, {"run_id": run_id, "pids": [], "command": _command(pid)})
-        run["pids"].append(pid)
-    base = os.path.expanduser("~/.multihost/runs")
+    for run_id, pids in sorted(run_files.own_marked_processes(run_files.ancestors()).items()):
+        runs[run_id] = {"run_id": run_id, "pids": sorted(pids), "command": _command(min(pids))}
+    base = os.path.join(run_files.root_dir(), "runs")
     try:
         names = sorted(os.listdir(base))[-50:]
     except OSError:
@@ -174,25 +152,12 @@ def leftover_facts(request):
             ticks = supervisor.get("ticks") if supervisor.get("pid") else None
         except (OSError, ValueError, TypeError, AttributeError):
             continue
-        if node.get("state") in LIVE_STATES and _alive(pid, ticks):
+        if node.get("state") in LIVE_STATES and pid > 1 and run_files.is_alive(pid, ticks):
             run = runs.setdefault(name, {"run_id": name, "pids": [], "command": _command(pid)})
             if pid not in run["pids"]:
                 run["pids"].append(pid)  # the supervisor, which the job's env may not name
             run["pgid"] = node.get("pgid")
     return sorted(runs.values(), key=lambda r: r["run_id"])
-
-
-def _alive(pid, ticks=None):
-    """The very process recorded still runs: same start time (a reused pid is another
-    process), and not a zombie."""
-    if pid <= 1:
-        return False
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return fields[0] not in ("Z", "X") and (ticks is None or int(fields[19]) == ticks)
 
 
 def _read_ints(path):

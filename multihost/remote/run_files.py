@@ -169,13 +169,46 @@ def _all_pids():
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
-def _has_marker(pid, run_id):
+def run_marker(pid):
+    """The MULTIHOST_RUN_ID a process carries, or None (or unreadable: not ours)."""
     try:
         with open("/proc/%d/environ" % pid, "rb") as f:
             env = f.read()
     except OSError:
-        return False
-    return ("%s=%s" % (MARKER, run_id)).encode() in env.split(b"\0")
+        return None
+    prefix = ("%s=" % MARKER).encode()
+    for entry in env.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode("utf-8", "replace")
+    return None
+
+
+def _has_marker(pid, run_id):
+    return run_marker(pid) == run_id
+
+
+def own_marked_processes(excluded=()):
+    """{run_id: [pid, ...]} of this user's live processes that carry a run's marker.
+    Another user's processes are never ours to report or stop, root's view included."""
+    uid = os.getuid()
+    found = {}
+    for pid in _all_pids():
+        if pid in excluded or not _owned(pid, uid):
+            continue  # (a zombie's environ reads empty: it carries no marker)
+        run_id = run_marker(pid)
+        if run_id is not None:
+            found.setdefault(run_id, []).append(pid)
+    return found
+
+
+def ancestors():
+    """This process and its ancestors: the ssh session that runs us may carry a marker."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        stat = _stat(pid)
+        pid = stat[1] if stat else 0
+    return pids
 
 
 def run_processes(run_id, root_pid=None):
@@ -211,8 +244,10 @@ def run_processes(run_id, root_pid=None):
 
 
 def _owned(pid, uid):
+    """Run by this user. Root too asks this: a marker in another user's process (copied
+    from an environment, or that user's own run) does not make it part of root's run."""
     try:
-        return uid == 0 or os.stat("/proc/%d" % pid).st_uid == uid
+        return os.stat("/proc/%d" % pid).st_uid == uid
     except OSError:
         return False
 

@@ -263,6 +263,36 @@ def test_leftovers_of_an_earlier_run_fail_with_the_stop_command():
     assert "multihost stop 20261121-101500-3f2a" in result.fix and "kill -TERM -- -311" in result.fix
 
 
+def test_leftovers_of_a_run_this_controller_never_started_say_so():
+    probes = lab_probes(2)
+    run = {"run_id": "20261121-101500-3f2a", "pids": [311], "command": "python train.py"}
+    probes[1] = with_facts(probes[1], leftovers=[run])
+    for known, stop_here in ((["20261121-101500-3f2a"], True), (["20261120-090000-0000"], False)):
+        cluster = make_cluster(probes, JobOptions(), 17000, ADDRESSES[0], known_runs=known)
+        result = judge(cluster)[1].result("leftovers")
+        assert result.status == FAIL
+        assert ("not started from this controller" in result.detail) is not stop_here
+        assert ("stop it: multihost stop 20261121-101500-3f2a" in result.fix) is stop_here
+        assert "kill 311" in result.fix
+
+
+def test_the_same_machine_listed_twice_is_one_line_naming_both_entries():
+    hosts = [Host("localhost", rank=0), Host("127.0.0.1", rank=1), Host(ADDRESSES[2], rank=2)]
+    probes = lab_probes(3, hosts)
+    for rank, machine in enumerate(["boot-a/net:[1]", "boot-a/net:[1]", "boot-b/net:[1]"]):
+        hostname = dict(probes[rank].facts["hostname"], machine=machine)
+        probes[rank] = with_facts(probes[rank], hostname=hostname)
+    report = report_of(probes)
+    assert [h.result("machine") is not None for h in report.hosts] == [False, True, False]
+    result = report.hosts[1].result("machine")
+    assert result.status == FAIL
+    assert result.detail.startswith("127.0.0.1 is the same machine as localhost (rank 0)")
+    assert "drop 127.0.0.1 from --ips or the hostfile" in result.fix
+    assert report.hosts[1].result("ports").status == SKIP
+    assert [r.name for r in report.hosts[0].results] == \
+        [r.name for r in report.hosts[2].results]  # no column where every machine is one
+
+
 @pytest.mark.parametrize("free,status", [(500 * 2 ** 20, FAIL), (3 * 2 ** 30, WARN),
                                          (80 * 2 ** 30, PASS)])
 def test_free_disk_thresholds(free, status):
