@@ -41,10 +41,17 @@ def statuses(doc: dict, name: str):
     return [by_name(doc, h["rank"])[name]["status"] for h in doc["hosts"]]
 
 
+# The same as a shell builtin, for another user (who may not reach this python).
+LEFTOVER_SH = ["sh", "-c", "echo up; read line"]
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
 @contextlib.contextmanager
-def on_host(lab, i: int, code: str, *args: str, env: Dict[str, str] = None) -> Iterator[int]:
-    """Run python code inside host i until the block ends (its stdin is closed then)."""
-    argv = [sys.executable, "-c", code, *args]
+def on_host(lab, i: int, code: str, *args: str, env: Dict[str, str] = None,
+            argv=None) -> Iterator[int]:
+    """Run python code (or ``argv``) inside host i until the block ends (its stdin is
+    closed then)."""
+    argv = list(argv or [sys.executable, "-c", code, *args])
     if env:
         argv = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
     proc = subprocess.Popen(lab.lab.host_argv(i, argv), stdin=subprocess.PIPE,
@@ -201,14 +208,113 @@ def test_a_hostname_on_loopback_warns_with_the_fix(lab):
     assert statuses(doc, "iface") == ["pass", "warn", "pass", "pass"]
 
 
+@contextlib.contextmanager
+def run_recorded_here(lab, run_id: str) -> Iterator[None]:
+    """A record of ``run_id`` on the controller: a run this controller started."""
+    record = Path(lab.home) / ".multihost" / "runs" / run_id / "run.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text("{}\n")
+    try:
+        yield
+    finally:
+        record.unlink()
+        record.parent.rmdir()
+
+
 def test_leftovers_of_an_earlier_run(lab):
-    with on_host(lab, 4, LEFTOVER, env={"MULTIHOST_RUN_ID": RUN_ID}) as _:
+    with run_recorded_here(lab, RUN_ID), \
+            on_host(lab, 4, LEFTOVER, env={"MULTIHOST_RUN_ID": RUN_ID}) as _:
         done, doc = check(lab)
     assert done.returncode == 3
     assert statuses(doc, "leftovers") == ["pass", "pass", "pass", "fail"]
     leftovers = by_name(doc, 3)["leftovers"]
     assert leftovers["detail"].startswith(f"run {RUN_ID} still has 1 process here")
-    assert f"multihost stop {RUN_ID}" in leftovers["fix"]
+    assert f"stop it: multihost stop {RUN_ID}" in leftovers["fix"]
+
+
+def test_leftovers_are_the_users_own_and_a_run_unknown_here_says_so(lab):
+    # Host 3: another user's job carries a run marker: none of this user's business.
+    # Host 4: this user's process of a run this controller has no record of.
+    marker = {"MULTIHOST_RUN_ID": RUN_ID}
+    with on_host(lab, 3, "", env=marker, argv=NOBODY + LEFTOVER_SH), \
+            on_host(lab, 4, "", env=marker, argv=LEFTOVER_SH) as _:
+        done, doc = check(lab)
+    assert done.returncode == 3
+    assert statuses(doc, "leftovers") == ["pass", "pass", "pass", "fail"]
+    leftovers = by_name(doc, 3)["leftovers"]
+    assert leftovers["detail"].startswith(
+        f"run {RUN_ID}, not started from this controller, still has 1 process here")
+    assert leftovers["fix"].startswith("stop it from the controller that started it")
+
+
+# The lab's sshd listens on the host's first address only: this relays the second
+# address's ssh port to it, until the test closes its stdin.
+RELAY = """
+import socket, sys, threading
+listen, target = (sys.argv[1], 22), (sys.argv[2], 22)
+def pump(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+def serve(server):
+    while True:
+        client, _ = server.accept()
+        upstream = socket.create_connection(target)
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=pump, args=(a, b), daemon=True).start()
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(listen)
+server.listen(16)
+threading.Thread(target=serve, args=(server,), daemon=True).start()
+print("up", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def second_address(lab, i: int, address: str) -> Iterator[None]:
+    """Host i also answers on ``address`` (its eth0 holds both, its sshd is reached
+    there through a relay), known to the controller's ssh as host i."""
+    lab.host_run(i, ["ip", "addr", "add", f"{address}/24", "dev", "eth0"], check=True)
+    known_hosts = Path(lab.home) / ".ssh" / "known_hosts"
+    original = known_hosts.read_text()
+    keys = [line.split(None, 1)[1] for line in original.splitlines()
+            if lab.address(i) in line.split(None, 1)[0].split(",")]
+    known_hosts.write_text(original + "".join(f"{address} {key}\n" for key in keys))
+    try:
+        with on_host(lab, i, RELAY, address, lab.address(i)):
+            yield
+    finally:
+        known_hosts.write_text(original)
+        lab.host_run(i, ["ip", "addr", "del", f"{address}/24", "dev", "eth0"], check=True)
+
+
+def test_the_same_machine_under_two_addresses_is_named_once_with_the_fix(lab, tmp_path):
+    hostfile = tmp_path / "hosts.ini"
+    hostfile.write_text(Path(lab.hostfile).read_text() + "\n[198.18.0.99]\n")
+    with second_address(lab, 2, "198.18.0.99"):
+        done, doc = check(lab, hostfile=hostfile)
+    assert done.returncode == 3, done.stdout
+    assert [("machine" in by_name(doc, h["rank"])) for h in doc["hosts"]] == \
+        [False, False, False, False, True], json.dumps(doc["hosts"][4], indent=1)
+    machine = by_name(doc, 4)["machine"]
+    assert machine["status"] == "fail"
+    assert machine["detail"].startswith(f"198.18.0.99 is the same machine as {lab.address(2)} "
+                                        "(rank 1)")
+    assert "drop 198.18.0.99 from --ips or the hostfile" in machine["fix"]
+    assert by_name(doc, 4)["ports"]["status"] == "skip"  # not "in use by multihost"
 
 
 SLOW_PYTHON = """#!/bin/sh

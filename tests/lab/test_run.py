@@ -237,6 +237,43 @@ def test_a_controller_killed_with_sigkill_leaves_the_job_to_status_and_stop(lab,
     assert leftovers(lab, 2, run_id) == {}
 
 
+MODES = textwrap.dedent("""\
+    import os, sys
+    root = os.path.expanduser("~/.multihost")
+    paths = [root, os.path.join(root, "runs")]
+    for top, dirs, files in os.walk(os.path.join(root, "runs", sys.argv[1])):
+        paths += [top] + [os.path.join(top, name) for name in files]
+    for path in paths:
+        print("%o %s" % (os.stat(path).st_mode & 0o777, path))
+""")
+
+
+def open_modes(lab, i: int, run_id: str) -> list:
+    """Every path of the run's state on host i whose mode lets others (or the group) in."""
+    lines = lab.host_run(i, [sys.executable, "-c", MODES, run_id], check=True).stdout.splitlines()
+    assert len(lines) > 6, lines
+    return [line for line in lines if line.split()[0] not in ("700", "600")]
+
+
+def test_ranks_that_exit_at_once_succeed_and_leave_private_state(lab, tmp_path, code):
+    # Issue 11: this crashed the supervisor two times in three.
+    hosts = hostfile(lab, tmp_path, 2)
+    for _ in range(3):
+        result = lab.multihost("run", "--hostfile", str(hosts), "--nproc_per_node", "2",
+                               "--code", str(code), "--launcher", "python", "--no-python",
+                               "--plain", "--log_dir", str(tmp_path / "log"), "--",
+                               "echo", "hello", timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.count("hello") == 4, result.stdout[-3000:]
+        run_id = run_id_in(result.stderr)
+        assert [n["state"] for n in status_json(lab, run_id)["nodes"]] == ["succeeded"] * 2
+    for i in (1, 2):
+        assert open_modes(lab, i, run_id) == []
+    controller = lab.home / ".multihost"
+    for path in (controller, controller / "runs", controller / "runs" / run_id):
+        assert oct(path.stat().st_mode & 0o777) == "0o700", path
+
+
 def test_one_run_per_host_unless_allow_concurrent(lab, tmp_path, code):
     hosts = hostfile(lab, tmp_path, 2)
     first = lab.multihost("run", "--hostfile", str(hosts), "--launcher", "python",
