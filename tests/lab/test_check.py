@@ -55,7 +55,7 @@ def on_host(lab, i: int, code: str, *args: str, env: Dict[str, str] = None,
     if env:
         argv = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
     proc = subprocess.Popen(lab.lab.host_argv(i, argv), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, cwd="/")
     try:
         assert proc.stdout.readline().strip() == "up"
         yield proc.pid
