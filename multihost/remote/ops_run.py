@@ -66,23 +66,31 @@ def prepare(request):
     if not os.path.isdir(workdir):
         raise OpError("workdir %s does not exist" % workdir,
                       "sync the code there (run without --no-sync) or give the right --workdir")
-    if os.path.exists(os.path.join(run_dir, "node.json")):
-        raise OpError("run %s already exists on this host" % run_id, "start a new run")
+    run_files.private_dirs(os.path.join(run_dir, "log"))
+    node_path = os.path.join(run_dir, "node.json")
+    try:  # claimed atomically: two entries of one machine prepare at the same moment
+        os.close(os.open(node_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        # Run ids are new for every run: another entry of this very run prepared here.
+        raise OpError("run %s already exists on this host: the machine is listed twice "
+                      "(under another name or address)" % run_id,
+                      "list each machine once in --ips or the hostfile (`multihost check` "
+                      "names the entries)")
     if not request.get("allow_concurrent"):
         try:
             run_files.take_lock(run_id, float(request.get("stale_after", 120)))
         except run_files.Busy as busy:
+            os.unlink(node_path)
             holder = busy.holder.get("run_id")
             since = time.strftime("%H:%M:%S", time.localtime(float(busy.holder.get("time") or 0)))
             raise OpError("busy: run %s holds this host (since %s)" % (holder, since),
                           "wait for it, stop it with `multihost stop %s`, or pass "
                           "--allow-concurrent" % holder)
-    run_files.private_dirs(os.path.join(run_dir, "log"))
     wrapper = pkgutil.get_data(__package__, "run_rankwrap.py")
     with os.fdopen(os.open(os.path.join(run_dir, "rankwrap.py"),
                            os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
         out.write(wrapper)
-    run_files.write_json(os.path.join(run_dir, "node.json"), {
+    run_files.write_json(node_path, {
         "run_id": run_id, "node_rank": request.get("node_rank"), "state": "prepared",
         "prepared": time.time(), "allow_concurrent": bool(request.get("allow_concurrent"))})
     return {"home": os.path.expanduser("~"), "run_dir": run_dir, "workdir": os.path.abspath(workdir),

@@ -251,6 +251,19 @@ def test_a_supervisor_crash_points_at_a_log_that_exists_and_frees_the_host(host)
     start(host)    # the lock was released
 
 
+def test_one_machine_prepared_twice_for_a_run_is_named_as_listed_twice(host):
+    # localhost and 127.0.0.1 (or two addresses of one host) in one hostfile.
+    run_id = new_run_id()
+    STARTED.append(run_id)
+    request = {"run_id": run_id, "node_rank": 0, "cwd": host.host.workdir}
+    helper.call(host, "run-prepare", request)
+    with pytest.raises(RemoteError) as err:
+        helper.call(host, "run-prepare", dict(request, node_rank=1))
+    assert "the machine is listed twice" in err.value.cause
+    assert "list each machine once" in err.value.fix
+    assert status(host, run_id)["node"]["node_rank"] == 0   # the first entry's, untouched
+
+
 def test_prepare_refuses_a_missing_workdir_before_anything_starts(host, tmp_path):
     with pytest.raises(RemoteError) as err:
         helper.call(host, "run-prepare", {"run_id": new_run_id(), "node_rank": 0,
