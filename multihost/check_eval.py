@@ -150,6 +150,36 @@ def judge_ssh(probe: HostProbe) -> CheckResult:
     return CheckResult("ssh", FAIL, error.cause, error.fix, brief)
 
 
+# -- the same machine twice ----------------------------------------------------------
+def same_machine(cluster: Cluster) -> Dict[int, HostProbe]:
+    """{rank: the first entry on the same machine} for every later entry that reaches a
+    machine already listed (its boot id and network namespace, see remote/ops_check)."""
+    first: Dict[str, HostProbe] = {}
+    repeats: Dict[int, HostProbe] = {}
+    for probe in cluster.probes:
+        identity = (probe.fact("hostname") or {}).get("machine") if probe.facts else None
+        if not identity:
+            continue
+        if identity in first:
+            repeats[probe.host.rank] = first[identity]
+        else:
+            first[identity] = probe
+    return repeats
+
+
+def judge_machine(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
+    """Shown only for an entry that repeats a machine: its runs would collide on that
+    machine's ports and run directory ("run already exists", "busy")."""
+    original = same_machine(cluster).get(probe.host.rank)
+    if original is None:
+        return None
+    return CheckResult("machine", FAIL,
+                       f"{probe.host.label} is the same machine as {original.host.label} "
+                       f"(rank {original.host.rank}): one kernel, one network stack",
+                       f"list each machine once: drop {probe.host.label} from --ips or the "
+                       "hostfile (more processes there: --nproc_per_node)", "repeated")
+
+
 # -- software -------------------------------------------------------------------------
 # What must be the same on every host, and how to read it from a host's Software.
 SAME_EVERYWHERE = (("torch", lambda s: s.torch), ("paddle", lambda s: s.paddle),

@@ -8,7 +8,7 @@ import ipaddress
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .check_eval import (HOST_JUDGES, Cluster, HostProbe, folded, groups, judge_leftovers,
-                         judge_software, not_checked)
+                         judge_machine, judge_software, not_checked, same_machine)
 from .check_parsers import fold_ranges, parse_gpu_apps, parse_gpus, parse_software
 from .check_report import CHECKS, FAIL, PASS, SKIP, WARN, CheckResult, HostReport, PingMatrix
 from .hosts import Host
@@ -333,37 +333,8 @@ def judge_data(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
                        brief="present")
 
 
-# -- the same machine twice -----------------------------------------------------------
-def same_machine(cluster: Cluster) -> Dict[int, HostProbe]:
-    """{rank: the first entry on the same machine} for every later entry that reaches a
-    machine already listed (its boot id and network namespace, see remote/ops_check)."""
-    first: Dict[str, HostProbe] = {}
-    repeats: Dict[int, HostProbe] = {}
-    for probe in cluster.probes:
-        identity = (probe.fact("hostname") or {}).get("machine") if probe.facts else None
-        if not identity:
-            continue
-        if identity in first:
-            repeats[probe.host.rank] = first[identity]
-        else:
-            first[identity] = probe
-    return repeats
-
-
-def judge_machine(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
-    """Shown only for an entry that repeats a machine: its runs would collide on that
-    machine's ports and run directory ("run already exists", "busy")."""
-    original = same_machine(cluster).get(probe.host.rank)
-    if original is None:
-        return None
-    return CheckResult("machine", FAIL,
-                       f"{probe.host.label} is the same machine as {original.host.label} "
-                       f"(rank {original.host.rank}): one kernel, one network stack",
-                       f"list each machine once: drop {probe.host.label} from --ips or the "
-                       "hostfile (more processes there: --nproc_per_node)", "repeated")
-
-
-JOB_JUDGES = {"machine": judge_machine, "software": judge_software, "gpus": judge_gpus, "ports": judge_ports,
+JOB_JUDGES = {"machine": judge_machine, "software": judge_software, "gpus": judge_gpus,
+              "ports": judge_ports,
               "rendezvous": judge_rendezvous, "ping": judge_ping, "iface": judge_iface,
               "leftovers": judge_leftovers, "data": judge_data}
 

@@ -19,8 +19,8 @@ PLAIN = {PASS: "", WARN: "WARN ", FAIL: "FAIL ", SKIP: ""}
 MATRIX_LIMIT = 16   # larger clusters list the silent pairs instead of drawing the matrix
 # Headers of the compact table (symbols only), for terminals too narrow for the details.
 SHORT = {"reach": "rch", "ssh": "ssh", "machine": "mach", "software": "sw", "gpus": "gpu",
-         "ports": "port", "rendezvous": "rdzv", "ping": "ping", "iface": "if", "disk": "disk", "clock": "clk",
-         "leftovers": "left", "data": "data"}
+         "ports": "port", "rendezvous": "rdzv", "ping": "ping", "iface": "if", "disk": "disk",
+         "clock": "clk", "leftovers": "left", "data": "data"}
 
 Row = Tuple[List[HostReport], Tuple[Tuple[str, str], ...]]
 
