@@ -15,6 +15,7 @@ examples:
   multihost run --hostfile hosts.ini --nproc_per_node 2 -- examples/train_ddp.py --epochs 3
   multihost run --hostfile hosts.ini --launcher paddle --gpus 0,1 -- tools/train.py -c cfg.yml
   multihost run --hostfile hosts.ini --env NCCL_DEBUG=INFO --env-file secrets.env -- train.py
+  HF_TOKEN=hf_... multihost run --hostfile hosts.ini --env HF_TOKEN -- train.py
   multihost run --hostfile hosts.ini --detach -- train.py    # then: multihost logs --follow
 
 Host k (the k-th of --ips or the hostfile) is node rank k; its first process is global
@@ -44,8 +45,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     group.add_argument("--no-python", action="store_true",
                        help="run the command as given instead of `python COMMAND` "
                             "(a shell script, a binary)")
-    group.add_argument("--env", action="append", default=[], metavar="K=V",
-                       help="an environment variable for every process (repeatable)")
+    group.add_argument("--env", action="append", default=[], metavar="K=V|K",
+                       help="an environment variable for every process (repeatable); "
+                            "a bare NAME takes its value from this shell, so a secret "
+                            "stays off the command line")
     group.add_argument("--env-file", action="append", default=[], metavar="FILE",
                        help="NAME=value lines for every process (repeatable)")
     group.add_argument("--no-check", action="store_true", help="skip the preflight checks")
@@ -84,13 +87,19 @@ def script_words(words):
 
 
 def user_env(args, gpus_given: bool):
-    from ..run_env import check_user_env, parse_assignment, parse_env_file
+    from ..run_env import check_user_env, is_secret, parse_env_file, parse_env_flag
 
     env = {}
     for path in args.env_file:
         env.update(check_user_env(parse_env_file(path), path, gpus_given))
-    pairs = [parse_assignment(text, "--env") for text in args.env]
+    pairs = [parse_env_flag(text, os.environ) for text in args.env]
     env.update(check_user_env(pairs, "--env", gpus_given))
+    for text in args.env:
+        name = text.partition("=")[0].strip()
+        if "=" in text and is_secret(name):
+            _say(args, f"note: --env {name}=... can be read by any user of this machine in "
+                       f"`ps` while the run lasts; `--env {name}` takes it from your "
+                       "environment instead")
     return env
 
 
