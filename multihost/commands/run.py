@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
@@ -101,6 +102,31 @@ def user_env(args, gpus_given: bool):
                        f"`ps` while the run lasts; `--env {name}` takes it from your "
                        "environment instead")
     return env
+
+
+def check_log_dir(text: str) -> None:
+    """--log_dir must be a directory this controller can create and write, known before
+    anything starts: found after the launch, it left the job running unwatched."""
+    import errno
+
+    from ..errors import ConfigError
+
+    path = os.path.abspath(os.path.expanduser(text))
+    existing = path
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    fix = "give a directory you can write, e.g. --log_dir ./log"
+    if not os.path.isdir(existing):
+        where = "is" if existing == path else f"is inside {existing}, which is"
+        raise ConfigError(f"--log_dir {text} {where} not a directory", fix=fix)
+    problem = None
+    if not os.access(existing, os.W_OK | os.X_OK):
+        problem = os.strerror(errno.EACCES)
+    elif os.statvfs(existing).f_flag & os.ST_RDONLY:
+        problem = os.strerror(errno.EROFS)
+    if problem:
+        place = "" if existing == path else f" (in {existing})"
+        raise ConfigError(f"--log_dir {text} cannot be written{place}: {problem}", fix=fix)
 
 
 def _say(args, text: str) -> None:
@@ -215,9 +241,11 @@ def main(args: argparse.Namespace) -> int:
 
     command = script_words(args.command)
     hosts = hosts_from_args(args)
-    job = job_options_from_args(args)
     template = launch.load_template(args.launcher)
+    # The preflight checks that every host has what the launcher imports (torchrun: torch).
+    job = dataclasses.replace(job_options_from_args(args, hosts), frameworks=template.frameworks)
     env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
+    check_log_dir(args.log_dir)
     if args.kill_wait < 0 or (args.wait is not None and args.wait < 0):
         raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
     # Every mistake in the input is found now, not after a long check and sync.
