@@ -74,6 +74,18 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        return dispatch(argv)
+    except BrokenPipeError:
+        # The reader of our output left (`check | head -1`, `stop --json | head`), which
+        # is its right. Any other broken pipe is a bug worth its traceback.
+        if not output_closed():
+            raise
+        silence_stdout()
+        return EXIT_CLOSED_PIPE
+
+
+def dispatch(argv: Optional[List[str]] = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     first = next((w for w in words if not w.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
@@ -102,13 +114,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("multihost: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The other commands (`check | head -1`, `stop --json | head`): the reader of our
-        # output left, which is its right. Any other broken pipe is a bug worth a traceback.
-        if not output_closed():
-            raise
-        silence_stdout()
-        return EXIT_CLOSED_PIPE
 
 
 def output_closed() -> bool:
