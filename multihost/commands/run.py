@@ -88,20 +88,27 @@ def script_words(words):
 
 
 def user_env(args, gpus_given: bool):
-    from ..run_env import check_user_env, is_secret, parse_env_file, parse_env_flag
+    from ..run_env import check_user_env, parse_env_file, parse_env_flag
 
     env = {}
     for path in args.env_file:
         env.update(check_user_env(parse_env_file(path), path, gpus_given))
     pairs = [parse_env_flag(text, os.environ) for text in args.env]
     env.update(check_user_env(pairs, "--env", gpus_given))
+    return env
+
+
+def note_secrets_in_argv(args) -> None:
+    """A secret's value on our command line is in `ps` for the whole run: say so once,
+    with the way around it (after the input is known good: a refusal stays one line)."""
+    from ..run_env import is_secret
+
     for text in args.env:
         name = text.partition("=")[0].strip()
         if "=" in text and is_secret(name):
             _say(args, f"note: --env {name}=... can be read by any user of this machine in "
                        f"`ps` while the run lasts; `--env {name}` takes it from your "
                        "environment instead")
-    return env
 
 
 def check_log_dir(text: str) -> None:
@@ -253,6 +260,7 @@ def main(args: argparse.Namespace) -> int:
                         addresses=[h.name for h in hosts], no_python=args.no_python)
     if not args.no_sync:
         run_plan.check_script(command, job.code, no_python=args.no_python)
+    note_secrets_in_argv(args)
     revision = in_background(code_revision, job.code)
     with cluster_from_args(args, hosts) as cluster:
         report = None if args.no_check else preflight(cluster, job, args)
