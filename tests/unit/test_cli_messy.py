@@ -6,6 +6,7 @@ locally, without ssh), so nothing here can reach a network.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -65,8 +66,6 @@ def save_record(sandbox: Sandbox, nprocs=(1, 1)) -> str:
     record = RunRecord(run_id, time.time(), tuple(nodes), ("train.py",), "python", "",
                        world_size=offset, state="succeeded", exit_code=0,
                        log_dir=str(sandbox.cwd / "log" / run_id))
-    import dataclasses
-
     path = sandbox.home / ".multihost" / "runs" / run_id / "run.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(dataclasses.asdict(record)))
