@@ -225,20 +225,24 @@ def judge_software(probe: HostProbe, cluster: Cluster) -> CheckResult:
 
 def _missing_framework(mine: Software, cluster: Cluster) -> Optional[CheckResult]:
     """A framework other hosts have (or the job's launcher needs) and this one lacks."""
-    launcher = getattr(cluster.job, "launcher", None) or ""
+    needed = cluster.job.frameworks
     for framework in ("torch", "paddle"):
         if getattr(mine, framework):
             continue
         present = {rank: getattr(sw, framework) for rank, sw in cluster.software.items()
                    if getattr(sw, framework)}
-        if present or framework in launcher:
+        if present or framework in needed:
             where = f" ({groups(present, cluster)})" if present else ""
+            why = ", which the launcher needs" if framework in needed else ""
             version = next(iter(present.values()), None)
             pin = f"=={version}" if version and "(" not in version else ""
+            fix = (f"install {framework}{pin} into {mine.executable}, or point --python "
+                   "(python = in the hostfile) at the interpreter that has it")
+            if framework in needed:
+                fix += f"; a job without {framework}: --launcher python"
             return CheckResult(
-                "software", FAIL, f"{mine.executable} has no {framework}{where}",
-                f"install {framework}{pin} into {mine.executable}, or point --python "
-                "(python = in the hostfile) at the interpreter that has it", f"no {framework}")
+                "software", FAIL, f"{mine.executable} has no {framework}{why}{where}", fix,
+                f"no {framework}")
     return None
 
 

@@ -11,6 +11,7 @@ import argparse
 import atexit
 import importlib
 import os
+import select
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ from . import __version__
 from .errors import EXIT_INTERRUPTED, MultihostError
 
 PIPE_COMMANDS = ("logs", "exec", "status")
+EXIT_CLOSED_PIPE = 128 + 13  # what a shell reports for a reader gone (`yes | head -1`)
 
 # The order is the order of `multihost --help`.
 COMMANDS = ["check", "sync", "run", "logs", "status", "stop", "exec", "lab"]
@@ -66,11 +68,24 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
                 raise
             continue  # a command not built yet
         command_parser = module.register(sub)
-        command_parser.set_defaults(_module=module, _parser=command_parser)
+        # Not `command`: exec's and run's own positional words are stored under that name.
+        command_parser.set_defaults(_module=module, _parser=command_parser, _name=name)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        return dispatch(argv)
+    except BrokenPipeError:
+        # The reader of our output left (`check | head -1`, `stop --json | head`), which
+        # is its right. Any other broken pipe is a bug worth its traceback.
+        if not output_closed():
+            raise
+        silence_stdout()
+        return EXIT_CLOSED_PIPE
+
+
+def dispatch(argv: Optional[List[str]] = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     first = next((w for w in words if not w.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
@@ -89,7 +104,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     # A closed pipe (`multihost logs | head`) is not an error worth a traceback; only for
     # the commands whose output is meant for pipes: elsewhere a dead ssh child's pipe
     # must be an error that is handled, not a silent death.
-    if args.command in PIPE_COMMANDS and hasattr(signal, "SIGPIPE"):
+    if args._name in PIPE_COMMANDS and hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         return int(module.main(args) or 0)
@@ -101,6 +116,31 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def output_closed() -> bool:
+    """Whether stdout or stderr is a pipe whose reader is gone (poll says POLLERR for the
+    writing end of a pipe with no reader left; never for a terminal or a file)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            poller = select.poll()
+            poller.register(stream.fileno(), 0)  # errors are always reported
+            if any(events & select.POLLERR for _, events in poller.poll(0)):
+                return True
+        except (AttributeError, OSError, ValueError):
+            continue
+    return False
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is still
+    buffered does not fail a second time on its way out."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def run() -> None:
     """The entry point: main(), then a quick exit.
 
@@ -110,11 +150,14 @@ def run() -> None:
     when only this thread is left and no library registered an exit hook, the output
     is flushed and the process ends at once; otherwise Python exits as usual."""
     code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # the reader left before the last lines: no traceback
+        silence_stdout()
+        code = EXIT_CLOSED_PIPE
+    except (OSError, ValueError):
+        pass
     if threading.active_count() == 1 and atexit._ncallbacks() == 0:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            sys.exit(code)  # a closed pipe: let the usual exit report it
         os._exit(code)
     sys.exit(code)

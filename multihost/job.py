@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 from .errors import ConfigError
 from .hosts import Host, parse_gpus, parse_port
@@ -25,6 +25,7 @@ class JobOptions:
     start_port: Optional[int] = DEFAULT_START_PORT  # None means "auto": check picks one
     data: Tuple[str, ...] = ()
     code: str = "."
+    frameworks: Tuple[str, ...] = ()           # what the launcher imports: torchrun, torch
 
     def gpus_for(self, host: Host) -> Tuple[int, ...]:
         """The devices this host's ranks use: --gpus beats the hostfile; () is CPU."""
@@ -36,6 +37,22 @@ class JobOptions:
         if self.nproc_per_node is not None:
             return self.nproc_per_node
         return len(self.gpus_for(host)) or 1
+
+    def check_devices(self, hosts: Sequence[Host]) -> None:
+        """More processes than devices would share GPUs without anyone having asked
+        (4 processes on 2 GPUs): refused, naming where the devices came from."""
+        wanted = self.nproc_per_node
+        for host in hosts:
+            gpus = self.gpus_for(host)
+            if not gpus or wanted is None or wanted <= len(gpus):
+                continue
+            source = "--gpus" if self.gpus is not None else "the hostfile's gpus ="
+            raise ConfigError(
+                f"--nproc_per_node {wanted} would put {wanted} processes on {len(gpus)} "
+                f"device(s) ({source} {','.join(str(g) for g in gpus)})",
+                host=None if self.gpus is not None else host.label,
+                fix=f"list {wanted} devices with --gpus, or drop --nproc_per_node: one "
+                    "process per device is the default")
 
     def ports(self, start_port: int, host: Host) -> Tuple[int, ...]:
         """The ports a node needs: the master/rendezvous port, then one per local trainer."""
@@ -61,8 +78,10 @@ def parse_nproc(text: str) -> int:
     return int(text)
 
 
-def job_options_from_args(args) -> JobOptions:
-    return JobOptions(
+def job_options_from_args(args, hosts: Sequence[Host] = ()) -> JobOptions:
+    """The job of the command line; with ``hosts``, also checked against each host's
+    devices (the hostfile's gpus count too)."""
+    job = JobOptions(
         gpus=parse_gpus(args.gpus, "--gpus") if getattr(args, "gpus", None) is not None else None,
         nproc_per_node=parse_nproc(args.nproc_per_node) if getattr(args, "nproc_per_node", None)
         else None,
@@ -70,6 +89,8 @@ def job_options_from_args(args) -> JobOptions:
         data=tuple(getattr(args, "data", None) or ()),
         code=getattr(args, "code", None) or ".",
     )
+    job.check_devices(hosts)
+    return job
 
 
 def workdir_for(host: Host, code: str = ".") -> str:

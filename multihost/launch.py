@@ -56,6 +56,7 @@ LIST_VARIABLES: Dict[str, str] = {
     "rank_log": "the per-rank wrapper: writes log/workerlog.<LOCAL_RANK> and records the "
                 "rank's exit; put it before {program...} with torchrun --no-python",
 }
+FRAMEWORKS = ("torch", "paddle")  # what the check's software probe can see
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(\.\.\.)?\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -79,6 +80,15 @@ class Template:
     @property
     def builtin(self) -> bool:
         return self.name in BUILTIN
+
+    @property
+    def frameworks(self) -> Tuple[str, ...]:
+        """The frameworks this launcher itself imports (``{python} -m torch.distributed.run``
+        needs torch on every host): the preflight fails a host without them."""
+        texts = [w.text for w in self.words]
+        return tuple(dict.fromkeys(
+            module.split(".")[0] for flag, module in zip(texts, texts[1:])
+            if flag == "-m" and module.split(".")[0] in FRAMEWORKS))
 
     def variables(self) -> Tuple[str, ...]:
         texts = [_escaped(w.text) for w in self.words] + [_escaped(v) for _, v, _ in self.env]

@@ -45,7 +45,8 @@ class NodeStatus:
         if view is not None:
             data.update({
                 "procs": view.procs, "exit_code": view.exit_code, "signal": view.signal,
-                "exit": decode_exit(view.exit_code, view.signal) if view.finished else None,
+                "exit": decode_exit(view.exit_code, view.signal, view.state == "stopped")
+                if view.finished else None,
                 "started": view.started, "ended": view.ended, "detail": view.detail,
                 "rank_exits": [dataclasses.asdict(r) for r in view.ranks]})
         else:

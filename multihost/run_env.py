@@ -12,7 +12,8 @@ Layers, later ones win (docs/environment.md):
   4. --env-file FILE, then --env K=V (repeatable)
 
 Values travel to the hosts inside the launch request on stdin, never in a command line.
-Anything printed or recorded goes through ``mask_env`` / ``mask_argv`` first.
+Anything printed or recorded goes through ``mask_env`` / ``mask_argv`` first: the values
+of names that contain a secret word (SECRET_WORDS) and the password of any URL.
 """
 from __future__ import annotations
 
@@ -26,8 +27,14 @@ from .hosts import read_config_text
 PASS_PREFIXES = ("NCCL_", "GLOO_", "CUDA_", "TORCH_", "PYTHON", "FLAGS_")
 PASS_NAMES = ("OMP_NUM_THREADS",)
 NOT_PASSED = ("CUDA_VISIBLE_DEVICES",)
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+# A name containing one of these (any case) holds a secret: its value is never shown.
+# Plain substrings on purpose: masking a harmless value (--keyframes=***) costs nothing,
+# missing a secret (DB_PASS, MYSQL_PWD, BASIC_AUTH) leaks it into records and screens.
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASS", "PWD", "CREDENTIAL", "AUTH", "PRIVATE",
+                "COOKIE")
 MASK = "***"
+# scheme://userinfo@ : the userinfo of a URL (postgres://user:pw@db/x) carries passwords.
+_URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@\s]+)@")
 SOCKET_IFNAMES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 # Set per host or per rank by multihost or the launcher: a user value would make hosts
@@ -75,6 +82,20 @@ def _unquote(value: str, where: str) -> str:
         raise ConfigError(f"{where}: the value opens a {value[0]} quote that is never closed",
                           fix=f"close the quote on the same line: NAME={value[0]}value{value[0]}")
     return value
+
+
+def parse_env_flag(text: str, environ: Mapping[str, str]) -> Tuple[str, str]:
+    """``--env NAME=VALUE``, or ``--env NAME``: the value of NAME in the controller's own
+    environment, so that a secret need never be written on a command line (where `ps`
+    shows it to every user of the controller for the whole run)."""
+    name = text.strip()
+    if "=" in text or not _NAME.match(name):
+        return parse_assignment(text, "--env")
+    if name not in environ:
+        raise ConfigError(f"--env {name}: {name} is not set in this shell",
+                          fix=f"export {name}=... before running multihost, "
+                              f"or give the value: --env {name}=VALUE")
+    return name, environ[name]
 
 
 def parse_env_file(path: str) -> List[Tuple[str, str]]:
@@ -134,8 +155,18 @@ def node_env(passed: Mapping[str, str], computed: Mapping[str, str],
     return env
 
 
+def mask_url_userinfo(text: str) -> str:
+    """``postgres://user:pw@db/x`` -> ``postgres://user:***@db/x``; a userinfo without a
+    colon (``https://TOKEN@host``) is all secret."""
+    def hide(match: "re.Match[str]") -> str:
+        user, colon, _ = match.group(2).partition(":")
+        return f"{match.group(1)}{user + ':' if colon else ''}{MASK}@"
+
+    return _URL_USERINFO.sub(hide, text) if "://" in text else text
+
+
 def mask_env(env: Mapping[str, str]) -> Dict[str, str]:
-    return {k: (MASK if is_secret(k) and v else v) for k, v in env.items()}
+    return {k: (MASK if is_secret(k) and v else mask_url_userinfo(v)) for k, v in env.items()}
 
 
 def secret_values(env: Mapping[str, str]) -> List[str]:
@@ -144,7 +175,8 @@ def secret_values(env: Mapping[str, str]) -> List[str]:
 
 
 def mask_argv(argv: Sequence[str], env: Mapping[str, str] = {}) -> List[str]:
-    """``--api-key X``, ``--token=X``, ``HF_TOKEN=X`` and any secret env value become ***."""
+    """``--api-key X``, ``--token=X``, ``HF_TOKEN=X``, any secret env value and the
+    password of any URL become ***."""
     values = secret_values(env)
     out: List[str] = []
     hide_next = False
@@ -162,5 +194,5 @@ def mask_argv(argv: Sequence[str], env: Mapping[str, str] = {}) -> List[str]:
             hide_next = True
         for value in values:
             word = word.replace(value, MASK)
-        out.append(word)
+        out.append(mask_url_userinfo(word))
     return out

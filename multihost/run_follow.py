@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional
 
+from .errors import ConfigError
 from .events import RunStarted
 from .monitor import LOST_AFTER, POLL_INTERVAL, Interrupts, Monitor, RunResult
 from .run_plan import RunPlan, launch_request
@@ -46,15 +47,30 @@ class Controls:
         self.interrupts.detached = True
 
 
-def _log_follower(cluster, plan: RunPlan, record: RunRecord, listener: Listener):
-    """The lead's LogFollower (logs.py), reporting lines only: node states are ours."""
+def _open_mirror(record: RunRecord, starter: Starter) -> Optional[Path]:
+    """The controller's log mirror, made before anything is launched: a directory that
+    cannot be made must stop the run, not leave it running with nobody watching."""
     if not record.log_dir:  # no mirror asked for (an embedding caller): states only
         return None
     try:
-        from .logs import LogFollower, ensure_private
+        from .logs import ensure_private
     except ImportError:  # logs.py not in this build: states and the root cause only
         return None
-    mirror = ensure_private(Path(record.log_dir))
+    try:
+        return ensure_private(Path(record.log_dir))
+    except OSError as exc:
+        starter.rollback("the run did not start: the log mirror could not be made")
+        raise ConfigError(f"cannot make the log mirror {record.log_dir}: "
+                          f"{exc.strerror or exc}",
+                          fix="give a directory you can write with --log_dir") from None
+
+
+def _log_follower(cluster, plan: RunPlan, mirror: Optional[Path], listener: Listener):
+    """The lead's LogFollower (logs.py), reporting lines only: node states are ours."""
+    if mirror is None:
+        return None
+    from .logs import LogFollower
+
     pairs = [(node.host, node.nproc) for node in plan.nodes]
     return LogFollower(cluster, plan.run_id, pairs, mirror, listener, follow=True,
                        report_states=False).start()
@@ -63,7 +79,7 @@ def _log_follower(cluster, plan: RunPlan, record: RunRecord, listener: Listener)
 def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listener,
                      options: RunOptions = RunOptions(),
                      holder: Optional[Dict[str, object]] = None) -> Outcome:
-    keeper = RecordKeeper(record)
+    keeper = RecordKeeper(record, make_last=False)
     with Interrupts() as interrupts:
         if holder is not None:
             holder["controls"] = Controls(interrupts)
@@ -71,13 +87,15 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
                             plan.nodes[0].nproc, plan.display_command(), time.time()))
         starter = Starter(cluster, plan, listener, keeper, interrupts)
         prepared = starter.prepare()
+        keeper.make_last()  # every host is ours: this run started (a refused one did not)
+        mirror = None if options.detach else _open_mirror(record, starter)
         display = launch_request(plan, plan.nodes[0], prepared[0])["display"]
         keeper.update(node0_argv=display["command"], env=display["env"], started=time.time())
         starter.launch()
         if options.detach:
             keeper.update(state="running")
             return Outcome(True)
-        follower = _log_follower(cluster, plan, record, listener)
+        follower = _log_follower(cluster, plan, mirror, listener)
 
         def settle(lost: bool) -> None:
             if follower is not None:

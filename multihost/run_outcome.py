@@ -32,19 +32,30 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def decode_exit(exit_code: Optional[int], signal: Optional[int] = None) -> str:
-    """``exit 3``; ``killed by SIGKILL (out of memory? ...)``; ``exit 137 (killed by SIGKILL ...)``."""
+# On a node multihost stopped (stop, Ctrl-C, another rank's failure), its own signals
+# are no mystery: a SIGKILL there is multihost's, not the OOM killer's.
+STOPPED_NOTES = {
+    _signal.SIGTERM: "stopped by multihost",
+    _signal.SIGKILL: "multihost killed it after the --kill-wait grace: it ignored SIGTERM",
+}
+
+
+def decode_exit(exit_code: Optional[int], signal: Optional[int] = None,
+                stopped: bool = False) -> str:
+    """``exit 3``; ``killed by SIGKILL (out of memory? ...)``; ``exit 137 (killed by SIGKILL ...)``.
+    ``stopped``: the node was stopped by multihost, which explains its SIGTERM and SIGKILL."""
     if signal is None and exit_code is not None and exit_code < 0:
         signal, exit_code = -exit_code, None   # subprocess's convention
+    notes = {**SIGNAL_NOTES, **STOPPED_NOTES} if stopped else SIGNAL_NOTES
     if signal:
-        note = SIGNAL_NOTES.get(signal)
+        note = notes.get(signal)
         return f"killed by {signal_name(signal)}" + (f" ({note})" if note else "")
     if exit_code is None:
         return "ended without an exit status"
     if 128 < exit_code <= 128 + 64:
         name = signal_name(exit_code - 128)
         if not name.startswith("signal "):
-            note = SIGNAL_NOTES.get(exit_code - 128)
+            note = notes.get(exit_code - 128)
             return f"exit {exit_code} (killed by {name}" + (f"; {note})" if note else ")")
     return f"exit {exit_code}"
 

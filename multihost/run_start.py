@@ -8,7 +8,9 @@
    the run everywhere (``rollback``) and names the host, the cause and the fix.
 
 The run's record (runs.py) is written before the first launch, so ``status`` and
-``stop`` can find the run even if this controller dies a moment later.
+``stop`` can find the run even if this controller dies a moment later. It becomes the
+"last" run only once every host is prepared: a run refused there (a busy host) never
+started, and a bare ``status`` must go on meaning the run that did.
 """
 from __future__ import annotations
 
@@ -39,6 +41,11 @@ class RecordKeeper:
         self._lock = threading.Lock()
         self.record = record
         save_run(record, make_last=make_last)
+
+    def make_last(self) -> None:
+        """Name this run in ``~/.multihost/last``: what a bare status, logs or stop mean."""
+        with self._lock:
+            save_run(self.record, make_last=True)
 
     def update(self, **changes: Any) -> RunRecord:
         with self._lock:

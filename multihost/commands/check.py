@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="print one JSON document (ok, start_port, per host: rank, address, "
                             "checks)")
     group.add_argument("--plain", action="store_true",
-                       help="plain text even on a terminal (the default in a pipe)")
+                       help="plain text even on a terminal (the default in a pipe, "
+                            "with NO_COLOR or TERM=dumb)")
     group.add_argument("-v", "--verbose", action="store_true",
                        help="also print every check's detail, one line each")
     group.add_argument("--timeout", type=float, default=8.0, metavar="S",
@@ -52,11 +53,13 @@ def main(args: argparse.Namespace) -> int:
     from ..check import run_checks
     from ..errors import EXIT_CHECK, EXIT_OK
     from ..job import job_options_from_args
+    from ..views import wants_plain
     from .common import cluster_from_args, hosts_from_args
 
     hosts = hosts_from_args(args)
-    job = job_options_from_args(args)
-    fancy = not args.json and not args.plain and sys.stdout.isatty()
+    job = job_options_from_args(args, hosts)
+    # The one rule of every view: a terminal gets the table, unless NO_COLOR or TERM=dumb.
+    fancy = not args.json and not args.plain and not wants_plain(sys.stdout)
     with cluster_from_args(args, hosts) as cluster:
         if fancy:
             from rich.console import Console

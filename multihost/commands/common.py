@@ -92,7 +92,7 @@ def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
 
 
 def add_job_options(parser: argparse.ArgumentParser) -> None:
-    """The job's shape, shared by check, sync and run so check checks what run starts."""
+    """The job's shape, shared by check and run so check checks what run starts."""
     group = parser.add_argument_group("job")
     group.add_argument("--gpus", metavar="LIST",
                        help="devices per host, e.g. 0,1,2,3 (sets CUDA_VISIBLE_DEVICES and "
@@ -102,6 +102,12 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--start-port", "--start_port", dest="start_port", metavar="N|auto",
                        help="FLAGS_START_PORT for every host (default: the controller's "
                             "FLAGS_START_PORT, else 17000); 'auto' picks a range free on all")
+    add_code_options(group)
+
+
+def add_code_options(group) -> None:
+    """What must be identical on every host: check, sync and run (sync takes only these:
+    a job's shape means nothing to it)."""
     group.add_argument("--data", action="append", metavar="PATH",
                        help="a dataset that must be identical on every host (repeatable)")
     group.add_argument("--code", metavar="DIR", default=".",

@@ -16,6 +16,8 @@ examples:
 
 A single argument is a shell command line (pipes and $VARS work, as with ssh); several
 arguments are one argv, each quoted, so nothing in them is re-parsed by a shell.
+It runs in the login directory, or in --workdir DIR (relative to HOME, as with ssh; a
+hostfile's workdir is not used: it may not exist before the first sync).
 Hosts with identical output and exit status are shown once, under their folded names.
 Exit status: the largest of the hosts' (255 when a host could not be reached).
 """
@@ -45,14 +47,24 @@ def _command(args: argparse.Namespace):
     return words[0] if len(words) == 1 else words
 
 
+def _workdir(args: argparse.Namespace):
+    """--workdir as every host's shell sees it: relative to HOME, like ssh (also on the
+    host that is this machine, which runs in the controller's directory otherwise)."""
+    workdir = args.workdir
+    if workdir is None or workdir.startswith(("/", "~")):
+        return workdir
+    return "~/" + workdir
+
+
 def main(args: argparse.Namespace) -> int:
     from .common import cluster_from_args
 
     command = _command(args)
+    cwd = _workdir(args)
     with cluster_from_args(args) as cluster:
         if args.plain:
-            return _run_plain(cluster, command, args.timeout)
-        results = cluster.map(lambda host, t: t.run(command, timeout=args.timeout))
+            return _run_plain(cluster, command, args.timeout, cwd)
+        results = cluster.map(lambda host, t: t.run(command, timeout=args.timeout, cwd=cwd))
     return print_grouped(results, sys.stdout, sys.stderr)
 
 
@@ -97,11 +109,11 @@ def print_grouped(results, out, err) -> int:
     return exit_status(results)
 
 
-def _run_plain(cluster, command, timeout) -> int:
+def _run_plain(cluster, command, timeout, cwd=None) -> int:
     lock = threading.Lock()
 
     def stream(host, transport):
-        process = transport.start(command)
+        process = transport.start(command, cwd=cwd)
         process.stdin.close()
         for raw in process.stdout:
             with lock:

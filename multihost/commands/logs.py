@@ -60,6 +60,33 @@ def _filter(args):
                       since=parse_since(args.since, time.time()) if args.since else None)
 
 
+def _fit_to_run(keep, record, args):
+    """The filter checked against the run: a rank or host the run does not have would
+    print nothing, silently, as if that rank had said nothing. Hosts may be named as
+    shown (with a port) or by their bare name."""
+    from ..errors import ConfigError
+
+    world = sum(record.nprocs)
+    outside = sorted(r for r in keep.ranks or () if r >= world)
+    if outside:
+        raise ConfigError(f"--rank {args.rank}: run {record.run_id} has no rank {outside[0]}: "
+                          f"its ranks are 0-{world - 1}",
+                          fix=f"pick ranks from 0-{world - 1}, e.g. --rank 0")
+    if keep.hosts is None:
+        return keep
+    labels = {}
+    for node in record.nodes:
+        labels[node.label] = node.label
+        labels.setdefault(str(node.host.get("name")), node.label)
+    unknown = [h for h in args.host if h not in labels]
+    if unknown:
+        names = [node.label for node in record.nodes]
+        shown = ", ".join(names[:8]) + (f", ... ({len(names)} hosts)" if len(names) > 8 else "")
+        raise ConfigError(f"--host {unknown[0]}: run {record.run_id} has no such host "
+                          f"(its hosts: {shown})", fix="name one of its hosts, as listed")
+    return dataclasses.replace(keep, hosts={labels[h] for h in args.host})
+
+
 class _Filtered:
     """Passes on the lines the user asked for, and every other event."""
 
@@ -91,6 +118,7 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--tail must be 0 or more", fix="e.g. --tail 100")
     keep = _filter(args)  # a bad filter is the user's typo: say so before any lookup
     record = load_run(args.run)
+    keep = _fit_to_run(keep, record, args)
     pairs = list(zip(record.hosts, record.nprocs))
     nodes = nodes_of(pairs)
     options = SshOptions(connect_timeout=args.connect_timeout, config_file=args.ssh_config)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
@@ -15,6 +16,7 @@ examples:
   multihost run --hostfile hosts.ini --nproc_per_node 2 -- examples/train_ddp.py --epochs 3
   multihost run --hostfile hosts.ini --launcher paddle --gpus 0,1 -- tools/train.py -c cfg.yml
   multihost run --hostfile hosts.ini --env NCCL_DEBUG=INFO --env-file secrets.env -- train.py
+  HF_TOKEN=hf_... multihost run --hostfile hosts.ini --env HF_TOKEN -- train.py
   multihost run --hostfile hosts.ini --detach -- train.py    # then: multihost logs --follow
 
 Host k (the k-th of --ips or the hostfile) is node rank k; its first process is global
@@ -44,8 +46,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     group.add_argument("--no-python", action="store_true",
                        help="run the command as given instead of `python COMMAND` "
                             "(a shell script, a binary)")
-    group.add_argument("--env", action="append", default=[], metavar="K=V",
-                       help="an environment variable for every process (repeatable)")
+    group.add_argument("--env", action="append", default=[], metavar="K=V|K",
+                       help="an environment variable for every process (repeatable); "
+                            "a bare NAME takes its value from this shell, so a secret "
+                            "stays off the command line")
     group.add_argument("--env-file", action="append", default=[], metavar="FILE",
                        help="NAME=value lines for every process (repeatable)")
     group.add_argument("--no-check", action="store_true", help="skip the preflight checks")
@@ -84,14 +88,52 @@ def script_words(words):
 
 
 def user_env(args, gpus_given: bool):
-    from ..run_env import check_user_env, parse_assignment, parse_env_file
+    from ..run_env import check_user_env, parse_env_file, parse_env_flag
 
     env = {}
     for path in args.env_file:
         env.update(check_user_env(parse_env_file(path), path, gpus_given))
-    pairs = [parse_assignment(text, "--env") for text in args.env]
+    pairs = [parse_env_flag(text, os.environ) for text in args.env]
     env.update(check_user_env(pairs, "--env", gpus_given))
     return env
+
+
+def note_secrets_in_argv(args) -> None:
+    """A secret's value on our command line is in `ps` for the whole run: say so once,
+    with the way around it (after the input is known good: a refusal stays one line)."""
+    from ..run_env import is_secret
+
+    for text in args.env:
+        name = text.partition("=")[0].strip()
+        if "=" in text and is_secret(name):
+            _say(args, f"note: --env {name}=... can be read by any user of this machine in "
+                       f"`ps` while the run lasts; `--env {name}` takes it from your "
+                       "environment instead")
+
+
+def check_log_dir(text: str) -> None:
+    """--log_dir must be a directory this controller can create and write, known before
+    anything starts: found after the launch, it left the job running unwatched."""
+    import errno
+
+    from ..errors import ConfigError
+
+    path = os.path.abspath(os.path.expanduser(text))
+    existing = path
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    fix = "give a directory you can write, e.g. --log_dir ./log"
+    if not os.path.isdir(existing):
+        where = "is" if existing == path else f"is inside {existing}, which is"
+        raise ConfigError(f"--log_dir {text} {where} not a directory", fix=fix)
+    problem = None
+    if not os.access(existing, os.W_OK | os.X_OK):
+        problem = os.strerror(errno.EACCES)
+    elif os.statvfs(existing).f_flag & os.ST_RDONLY:
+        problem = os.strerror(errno.EROFS)
+    if problem:
+        place = "" if existing == path else f" (in {existing})"
+        raise ConfigError(f"--log_dir {text} cannot be written{place}: {problem}", fix=fix)
 
 
 def _say(args, text: str) -> None:
@@ -206,9 +248,11 @@ def main(args: argparse.Namespace) -> int:
 
     command = script_words(args.command)
     hosts = hosts_from_args(args)
-    job = job_options_from_args(args)
     template = launch.load_template(args.launcher)
+    # The preflight checks that every host has what the launcher imports (torchrun: torch).
+    job = dataclasses.replace(job_options_from_args(args, hosts), frameworks=template.frameworks)
     env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
+    check_log_dir(args.log_dir)
     if args.kill_wait < 0 or (args.wait is not None and args.wait < 0):
         raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
     # Every mistake in the input is found now, not after a long check and sync.
@@ -216,6 +260,7 @@ def main(args: argparse.Namespace) -> int:
                         addresses=[h.name for h in hosts], no_python=args.no_python)
     if not args.no_sync:
         run_plan.check_script(command, job.code, no_python=args.no_python)
+    note_secrets_in_argv(args)
     revision = in_background(code_revision, job.code)
     with cluster_from_args(args, hosts) as cluster:
         report = None if args.no_check else preflight(cluster, job, args)

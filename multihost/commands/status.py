@@ -76,14 +76,15 @@ def rows(status, now):
                         node.error.cause if node.error else ""))
             continue
         exit_text = "-"
+        stopped = view.state == "stopped"
         if view.finished:
-            exit_text = decode_exit(view.exit_code, view.signal) if view.state != "succeeded" \
-                else "0"
+            exit_text = decode_exit(view.exit_code, view.signal, stopped) \
+                if view.state != "succeeded" else "0"
         failed = [r for r in view.ranks if r.failed]
         detail = view.detail
         if failed:
             first = min(failed, key=lambda r: r.ended or now)
-            detail = (f"rank {first.rank}: {decode_exit(first.exit_code, first.signal)}"
+            detail = (f"rank {first.rank}: {decode_exit(first.exit_code, first.signal, stopped)}"
                       + (f"; {detail}" if detail else ""))
         out.append((str(node.node_rank), node.host, view.state,
                     f"{node.rank_offset}-{node.rank_offset + node.nproc - 1}", str(view.procs),

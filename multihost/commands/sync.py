@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options
+from .common import HOST_OPTIONS_HELP, add_code_options, add_host_options
 
 EPILOG = HOST_OPTIONS_HELP + """
 examples:
@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                         "workdir; check that datasets are identical.",
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_host_options(parser)
-    add_job_options(parser)
     group = parser.add_argument_group("sync")
+    add_code_options(group)
     group.add_argument("--dry-run", "-n", action="store_true",
                        help="list what would change on each host; change nothing")
     group.add_argument("--verify", action="store_true",

@@ -196,8 +196,10 @@ CASES = [
     ("template-missing", ["run", "--ips=127.0.0.1", "--launcher", "torchrunn", "--", "train.py"],
      {}, ["torchrunn", "torchrun, paddle, python"]),
     # --env and --env-file
-    ("env-no-equals", ["run", "--ips=127.0.0.1", "--env", "NCCL_DEBUG", "--", "train.py"], {},
-     ["--env", "'NCCL_DEBUG' is not NAME=VALUE"]),
+    # a bare NAME takes the value from the controller's environment; unset, it is refused
+    ("env-name-not-set", ["run", "--ips=127.0.0.1", "--env", "MY_UNSET_TOKEN", "--",
+                          "train.py"], {},
+     ["--env MY_UNSET_TOKEN", "not set in this shell", "export MY_UNSET_TOKEN="]),
     ("env-no-name", ["run", "--ips=127.0.0.1", "--env", "=INFO", "--", "train.py"], {},
      ["--env", "'=INFO'"]),
     ("env-bad-name", ["run", "--ips=127.0.0.1", "--env", "A B=1", "--", "train.py"], {},

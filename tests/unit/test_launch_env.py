@@ -102,6 +102,10 @@ def test_env_file_dotenv_style(tmp_path):
 @pytest.mark.parametrize("name, secret", [
     ("HF_TOKEN", True), ("WANDB_API_KEY", True), ("DB_PASSWORD", True), ("aws_secret", True),
     ("MY_PASSWD", True), ("GOOGLE_CREDENTIALS", True), ("NCCL_DEBUG", False), ("PATH", False),
+    # names that were shown in clear before the rule was widened (issue 11)
+    ("DB_PASS", True), ("PASSWD", True), ("CREDENTIAL", True), ("AUTH", True),
+    ("BASIC_AUTH_HEADER", True), ("MYSQL_PWD", True), ("SSH_PRIVATE", True),
+    ("SESSION_COOKIE", True), ("OMP_NUM_THREADS", False), ("WANDB_PROJECT", False),
 ])
 def test_secret_looking_names(name, secret):
     assert run_env.is_secret(name) is secret
@@ -115,6 +119,29 @@ def test_masking_env_and_argv():
     assert run_env.mask_argv(argv, env) == [
         "train.py", "--api-key", "***", "--token=***", "WANDB_API_KEY=***",
         "--url=https://x/?t=***", "--lr", "0.1", "--keyframes=***"]
+
+
+def test_passwords_in_urls_are_masked_in_env_and_argv():
+    env = {"DATABASE_URL": "postgres://app:pw-123@db:5432/x", "REPO": "https://ghp_tok@github.com/o/r",
+           "HOME_PAGE": "https://example.org/a@b", "NCCL_DEBUG": "INFO"}
+    assert run_env.mask_env(env) == {
+        "DATABASE_URL": "postgres://app:***@db:5432/x", "REPO": "https://***@github.com/o/r",
+        "HOME_PAGE": "https://example.org/a@b", "NCCL_DEBUG": "INFO"}
+    argv = ["train.py", "--db", "mysql://root:hunter2@10.0.0.5/app", "--mirror=s3://K:S@bucket/p"]
+    assert run_env.mask_argv(argv) == [
+        "train.py", "--db", "mysql://root:***@10.0.0.5/app", "--mirror=s3://K:***@bucket/p"]
+
+
+def test_env_flag_takes_a_bare_name_from_the_controller_environment():
+    environ = {"HF_TOKEN": "hf_from_shell", "EMPTY": ""}
+    assert run_env.parse_env_flag("HF_TOKEN", environ) == ("HF_TOKEN", "hf_from_shell")
+    assert run_env.parse_env_flag("EMPTY", environ) == ("EMPTY", "")
+    assert run_env.parse_env_flag("A=b=c", environ) == ("A", "b=c")
+    with pytest.raises(ConfigError, match=r"--env WANDB_API_KEY: WANDB_API_KEY is not set in "
+                                          r"this shell.*export WANDB_API_KEY="):
+        run_env.parse_env_flag("WANDB_API_KEY", environ)
+    with pytest.raises(ConfigError, match="is not NAME=VALUE"):
+        run_env.parse_env_flag("A B", environ)
 
 
 def test_launch_request_records_only_masked_values_for_display():

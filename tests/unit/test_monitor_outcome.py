@@ -51,6 +51,18 @@ def test_exit_statuses_are_decoded(code, sig, text):
     assert decode_exit(code, sig) == text
 
 
+def test_on_a_node_multihost_stopped_its_own_signals_are_named_as_its_own():
+    """After `stop` (or Ctrl-C), a rank that ignored SIGTERM was SIGKILLed by multihost:
+    no hint at the OOM killer, which would send the user looking in the wrong place."""
+    killed = "killed by SIGKILL (multihost killed it after the --kill-wait grace: it ignored SIGTERM)"
+    assert decode_exit(None, signal.SIGKILL, stopped=True) == killed
+    assert decode_exit(137, None, stopped=True) == \
+        "exit 137 (killed by SIGKILL; multihost killed it after the --kill-wait grace: it " \
+        "ignored SIGTERM)"
+    assert decode_exit(-15, None, stopped=True) == "killed by SIGTERM (stopped by multihost)"
+    assert decode_exit(None, signal.SIGSEGV, stopped=True) == "killed by SIGSEGV (segmentation fault)"
+
+
 @pytest.mark.parametrize("code, sig, status", [
     (3, None, 3), (None, 9, 137), (-15, None, 143), (0, None, 1), (256, None, 1), (1, None, 1)])
 def test_exit_status_as_a_shell_reports_it(code, sig, status):

@@ -18,7 +18,7 @@ REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::(\w+)(?:\[([^\]`]+)\])?`")
 
 # Files whose every test is a fault or a security case and must have a row.
 EVERY_TEST_LISTED = ["tests/lab/test_faults.py", "tests/lab/test_security.py",
-                     "tests/unit/test_bad_input.py"]
+                     "tests/unit/test_bad_input.py", "tests/unit/test_cli_messy.py"]
 
 
 def table_rows(text: str) -> List[List[str]]:
