@@ -30,7 +30,7 @@ from .hosts import Host
 
 RUN_ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
 HOST_FIELDS = ("name", "rank", "user", "port", "identity_file", "workdir", "python", "gpus",
-               "iface", "data")
+               "iface", "data", "slots")
 
 
 def state_dir() -> Path:
