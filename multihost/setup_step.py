@@ -39,7 +39,7 @@ sh -c "$5" </dev/null >"$dir/$2.log" 2>&1
 code=$?
 tail -c %(shown)d "$dir/$2.log"
 if [ "$code" = 0 ]; then
-  printf '%%s' "$1" > "$dir/$2.tmp" && mv -f "$dir/$2.tmp" "$dir/$2"
+  ( umask 077; printf '%%s' "$1" > "$dir/$2.tmp" ) && mv -f "$dir/$2.tmp" "$dir/$2"
 fi
 exit "$code"
 ''' % {"shown": SHOWN_BYTES}
