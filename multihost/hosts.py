@@ -7,13 +7,18 @@ item or the hostfile line, the cause and the fix.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import ConfigError
 
-HOST_KEYS = ("user", "port", "identity_file", "workdir", "python", "gpus", "iface", "data")
+HOST_KEYS = ("user", "port", "identity_file", "workdir", "python", "gpus", "iface", "data",
+             "slots")
+# `NAME slots=N`, one host per line: the hostfile of DeepSpeed, Open MPI and Horovod.
+_SLOTS_LINE = re.compile(r"^(\S+)\s+slots\s*=\s*(\S+)$")
+_OTHER_LAUNCHER_LINE = re.compile(r"^(\S+)\s+(max_slots|max-slots|slots|cpu|gpu)\S*")
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class Host:
     gpus: Optional[Tuple[int, ...]] = None   # None: not said; (): no GPUs
     iface: Optional[str] = None
     data: Tuple[str, ...] = ()
+    slots: Optional[int] = None          # processes on this host (`slots=N`); None: not said
 
     @property
     def label(self) -> str:
@@ -70,13 +76,27 @@ def parse_gpus(text: str, where: str) -> Tuple[int, ...]:
     gpus: List[int] = []
     for item in text.split(","):
         item = item.strip()
-        if not item.isdigit():
+        low, dash, high = item.partition("-")  # 0-3: the range multihost itself prints
+        if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
             raise ConfigError(f"{where}: gpu {item!r} is not a device index",
-                              fix="list device indexes like 0,1,2,3 (or 'none' for CPU)")
-        if int(item) in gpus:
-            raise ConfigError(f"{where}: gpu {item} is listed twice", fix="list each device once")
-        gpus.append(int(item))
+                              fix="list device indexes like 0,1,2,3 or 0-3 (or 'none' for CPU)")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first or last - first > 1024:
+            raise ConfigError(f"{where}: gpu range {item!r} is backwards or too large",
+                              fix="write a range low to high, e.g. 0-3")
+        for index in range(first, last + 1):
+            if index in gpus:
+                raise ConfigError(f"{where}: gpu {index} is listed twice",
+                                  fix="list each device once")
+            gpus.append(index)
     return tuple(gpus)
+
+
+def parse_slots(text: str, where: str) -> int:
+    if not text.strip().isdigit() or not 1 <= int(text) <= 1024:
+        raise ConfigError(f"{where}: slots {text!r} is not a number of processes from 1 to 1024",
+                          fix="write NAME slots=N, e.g. worker-1 slots=4")
+    return int(text)
 
 
 def parse_host_item(item: str, where: str) -> Tuple[str, Optional[str], Optional[int]]:
@@ -167,12 +187,14 @@ def parse_hostfile(path: Path) -> List[Dict[str, object]]:
     defaults: Dict[str, object] = {}
     hosts: List[Dict[str, object]] = []
     section: Optional[Dict[str, object]] = None
+    sections_seen = False
     for lineno, raw in enumerate(text.splitlines(), start=1):
         where = f"{path}:{lineno}"
         line = raw.strip()
         if not line or line[0] in "#;":
             continue
         if line.startswith("["):
+            sections_seen = True
             if not line.endswith("]") or len(line) < 3:
                 raise ConfigError(f"{where}: bad section {line!r}",
                                   fix="write [defaults] or [HOST], one per line")
@@ -186,6 +208,11 @@ def parse_hostfile(path: Path) -> List[Dict[str, object]]:
                 name, user, port = parse_host_item(title, where)
                 section = {"name": name, "user": user, "port": port, "_where": where}
                 hosts.append(section)
+            continue
+        entry = _launcher_line(line, where, bare_names=not sections_seen)
+        if entry is not None:  # a host as other launchers write it; ends any section
+            hosts.append(entry)
+            section = None
             continue
         if "=" not in line:
             raise ConfigError(f"{where}: expected 'key = value', got {line!r}",
@@ -209,11 +236,34 @@ def parse_hostfile(path: Path) -> List[Dict[str, object]]:
     return merged
 
 
+def _launcher_line(line: str, where: str, bare_names: bool) -> Optional[Dict[str, object]]:
+    """``NAME slots=N`` (DeepSpeed, Open MPI, Horovod): a host running N processes; a bare
+    ``NAME`` before any section: one host (an MPI machinefile). Other launchers' options
+    (``max_slots``...) are refused with the hint, never silently dropped."""
+    line = line.split("#", 1)[0].strip()
+    match = _SLOTS_LINE.match(line)
+    if match:
+        name, user, port = parse_host_item(match.group(1), where)
+        return {"name": name, "user": user, "port": port, "_where": where,
+                "slots": parse_slots(match.group(2), where)}
+    other = _OTHER_LAUNCHER_LINE.match(line)
+    if other and "=" not in other.group(1):
+        raise ConfigError(f"{where}: {line!r} uses launcher options multihost does not read",
+                          fix="write NAME slots=N (N processes on that host), or an INI "
+                              "section [NAME] with gpus = 0-3")
+    if bare_names and "=" not in line:
+        name, user, port = parse_host_item(line, where)
+        return {"name": name, "user": user, "port": port, "_where": where}
+    return None
+
+
 def _parse_value(key: str, value: str, where: str, previous: object) -> object:
     if key == "port":
         return parse_port(value, where)
     if key == "gpus":
         return parse_gpus(value, where)
+    if key == "slots":
+        return parse_slots(value, where)
     if key == "data":  # repeatable, and comma-separated
         paths = tuple(p.strip() for p in value.split(",") if p.strip())
         return tuple(previous or ()) + paths  # type: ignore[arg-type]
@@ -261,3 +311,42 @@ def load_hosts(ips: Optional[str], hostfile: Optional[str],
     else:
         entries = [{"name": "127.0.0.1"}]  # the single-machine case of the reference docs
     return build_hosts(entries, options)
+
+
+def select_hosts(hosts: Sequence[Host], include: Optional[str],
+                 exclude: Optional[str]) -> Tuple[Host, ...]:
+    """``--include``/``--exclude`` (DeepSpeed's names): host names, labels (name:port) or
+    node sets (``10.0.0.[1-4]``). Kept hosts keep their relative order and are numbered
+    again from 0, so node rank is still position. Every name must match a host: a typo
+    in --exclude would otherwise run on the very machine meant to be left out."""
+    from dataclasses import replace
+
+    from .nodeset import expand, fold
+
+    kept = list(hosts)
+    for flag, text in (("--include", include), ("--exclude", exclude)):
+        if text is None:
+            continue
+        if not text.strip():
+            raise ConfigError(f"{flag} is empty", fix=f"name hosts, e.g. {flag} 10.0.0.[1-2]")
+        names = expand(text, flag)
+        wanted = {name.lower() for name in names}
+        known = {key for host in hosts for key in _match_keys(host)}
+        unknown = [name for name in names if name.lower() not in known]
+        if unknown:
+            raise ConfigError(f"{flag}: {fold(unknown)} is not one of the hosts "
+                              f"({fold([h.label for h in hosts])})",
+                              fix="name hosts as --ips or the hostfile name them")
+        keep = flag == "--include"
+        kept = [h for h in kept if bool(wanted & set(_match_keys(h))) == keep]
+    if not kept:
+        raise ConfigError("--include/--exclude leave no host",
+                          fix="keep at least one host")
+    return tuple(replace(host, rank=rank) for rank, host in enumerate(kept))
+
+
+def _match_keys(host: Host) -> Tuple[str, ...]:
+    keys = {host.name.lower(), host.label.lower()}
+    if host.user:
+        keys.add(f"{host.user}@{host.name}".lower())
+    return tuple(keys)

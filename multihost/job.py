@@ -34,9 +34,10 @@ class JobOptions:
         return host.gpus or ()
 
     def nproc_for(self, host: Host) -> int:
+        """--nproc_per_node, else the hostfile's ``slots=N``, else one per GPU, else 1."""
         if self.nproc_per_node is not None:
             return self.nproc_per_node
-        return len(self.gpus_for(host)) or 1
+        return host.slots or len(self.gpus_for(host)) or 1
 
     def check_devices(self, hosts: Sequence[Host]) -> None:
         """More processes than devices would share GPUs without anyone having asked

@@ -51,3 +51,68 @@ def fold(names: Sequence[str]) -> str:
         single = len(ranges) == 1 and "-" not in ranges[0]
         out.append(prefix + ranges[0] if single else f"{prefix}[{','.join(ranges)}]")
     return ",".join(out)
+
+
+def expand(text: str, where: str = "node set") -> List[str]:
+    """The names a node set stands for, in the order written: ``10.0.0.[1-3],gpu[01-02]``
+    -> 10.0.0.1, 10.0.0.2, 10.0.0.3, gpu01, gpu02 (the inverse of ``fold``, as clush
+    writes them). Several bracket groups multiply (``r[1-2]n[1-2]``); a range keeps the
+    width of its first number (``[08-10]`` -> 08, 09, 10)."""
+    names: List[str] = []
+    for item in _top_level_items(text, where):
+        names.extend(_expand_item(item, where))
+    return names
+
+
+def _top_level_items(text: str, where: str) -> List[str]:
+    from .errors import ConfigError
+
+    items, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if depth not in (0, 1):
+            raise ConfigError(f"{where}: {text!r} has unbalanced brackets",
+                              fix="write ranges like node[1-4] or 10.0.0.[1-4]")
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    if depth:
+        raise ConfigError(f"{where}: {text!r} has '[' without ']'",
+                          fix="write ranges like node[1-4] or 10.0.0.[1-4]")
+    items.append(current)
+    for item in items:
+        if not item.strip():
+            raise ConfigError(f"{where}: {text!r} has an empty name",
+                              fix="separate names with single commas, e.g. node1,node2")
+    return [item.strip() for item in items]
+
+
+_GROUP = re.compile(r"\[([^\]]*)\]")
+
+
+def _expand_item(item: str, where: str) -> List[str]:
+    from .errors import ConfigError
+
+    match = _GROUP.search(item)
+    if not match:
+        return [item]
+    head, tail = item[:match.start()], item[match.end():]
+    values: List[str] = []
+    for part in match.group(1).split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ConfigError(f"{where}: [{match.group(1)}] in {item!r} is not a list of "
+                              "numbers and ranges", fix="write ranges like [1-4] or [01-08,10]")
+        if not dash:
+            values.append(low)
+            continue
+        if int(high) < int(low) or int(high) - int(low) >= 100000:
+            raise ConfigError(f"{where}: the range {part.strip()} in {item!r} is backwards "
+                              "or too large", fix="write ranges low to high, e.g. [1-4]")
+        values.extend(str(n).zfill(len(low)) for n in range(int(low), int(high) + 1))
+    return [head + value + rest for value in values for rest in _expand_item(tail, where)]

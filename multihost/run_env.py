@@ -73,17 +73,6 @@ def parse_assignment(text: str, where: str) -> Tuple[str, str]:
     return name, value
 
 
-def _unquote(value: str, where: str) -> str:
-    value = value.strip()
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        return value[1:-1]
-    if value[:1] in ("'", '"'):
-        # A value cut short would silently become a different secret or path.
-        raise ConfigError(f"{where}: the value opens a {value[0]} quote that is never closed",
-                          fix=f"close the quote on the same line: NAME={value[0]}value{value[0]}")
-    return value
-
-
 def parse_env_flag(text: str, environ: Mapping[str, str]) -> Tuple[str, str]:
     """``--env NAME=VALUE``, or ``--env NAME``: the value of NAME in the controller's own
     environment, so that a secret need never be written on a command line (where `ps`
@@ -99,18 +88,43 @@ def parse_env_flag(text: str, environ: Mapping[str, str]) -> Tuple[str, str]:
 
 
 def parse_env_file(path: str) -> List[Tuple[str, str]]:
-    """``NAME=value`` lines (docker --env-file / dotenv style): '#' comments, optional
-    ``export``, optional quotes around the value, no $-expansion."""
+    """A ``.env`` file, read with python-dotenv (as docker compose and most tools read
+    them): '#' comments, ``export NAME=...``, single or double quotes (multi-line inside
+    double quotes), a UTF-8 BOM. No $-expansion: a value is used as written. A line
+    dotenv cannot read is refused, never skipped: a lost line is a lost setting."""
+    import io
+
+    from dotenv.parser import parse_stream
+
     file = Path(path).expanduser()
-    text = read_config_text(file, "env file", "--env-file")
+    text = read_config_text(file, "env file", "--env-file").lstrip("\ufeff")
     pairs = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, value = parse_assignment(line, f"{path}:{lineno}")
-        pairs.append((name, _unquote(value, f"{path}:{lineno}")))
+    for binding in parse_stream(io.StringIO(text)):
+        where = f"{path}:{binding.original.line}"
+        line = binding.original.string.strip()
+        if binding.error and re.match(r"^(export\s+)?[^=\s]+\s*=\s*['\"]", line):
+            # A value cut short would silently become a different secret or path.
+            raise ConfigError(f"{where}: the value of {_start(line)} opens a quote that is "
+                              "never closed", fix="close the quote: NAME=\"value\"")
+        if binding.error:
+            raise ConfigError(f"{where}: the line starting {_start(line)!r} is not NAME=VALUE",
+                              fix="write NAME=value, quoting a value with spaces or '#': "
+                                  "NAME=\"a b\" (close every quote)")
+        if binding.key is None:
+            continue  # a blank or comment line
+        if not _NAME.match(binding.key):
+            raise ConfigError(f"{where}: {binding.key!r} is not a variable name",
+                              fix="names are letters, digits and _, not starting with a digit")
+        if binding.value is None:
+            raise ConfigError(f"{where}: {binding.key} has no value",
+                              fix=f"write {binding.key}=value (or {binding.key}= for empty)")
+        pairs.append((binding.key, binding.value))
     return pairs
+
+
+def _start(line: str) -> str:
+    """The line up to its first '=' or blank: enough to find it, never a (secret) value."""
+    return re.split(r"[=\s]", line, maxsplit=1)[0][:40]
 
 
 def check_user_env(pairs: Iterable[Tuple[str, str]], where: str,

@@ -30,7 +30,7 @@ from .hosts import Host
 
 RUN_ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
 HOST_FIELDS = ("name", "rank", "user", "port", "identity_file", "workdir", "python", "gpus",
-               "iface", "data")
+               "iface", "data", "slots")
 
 
 def state_dir() -> Path:
@@ -84,6 +84,7 @@ class RunRecord:
     allow_concurrent: bool = False
     ssh: Dict[str, Any] = field(default_factory=dict)   # connect_timeout, accept_new_host_keys
     controller: Dict[str, Any] = field(default_factory=dict)  # hostname, pid, cwd
+    code_digest: Optional[str] = None   # the code tree's content hash (rerun --same-code)
 
     @property
     def hosts(self) -> Tuple[Host, ...]:
@@ -141,6 +142,19 @@ def save_run(record: RunRecord, make_last: bool = False) -> Path:
     _write_private(path, json.dumps(dataclasses.asdict(record), indent=1, sort_keys=True) + "\n")
     if make_last:
         _write_private(state_dir() / "last", record.run_id + "\n")
+    return path
+
+
+def job_file_path(run_id: str) -> Path:
+    return record_path(run_id).with_name("job.toml")
+
+
+def save_job_file(run_id: str, text: str) -> Path:
+    """The run's resolved job file beside its run.json (0600; secrets already masked)."""
+    path = job_file_path(run_id)
+    for directory in (state_dir(), path.parent.parent, path.parent):
+        directory.mkdir(mode=0o700, exist_ok=True)
+    _write_private(path, text)
     return path
 
 

@@ -6,13 +6,15 @@ import os
 from typing import Tuple
 
 from ..errors import ConfigError
-from ..hosts import Host, HostOptions, load_hosts, parse_port
+from ..hosts import Host, HostOptions, load_hosts, parse_port, select_hosts
 
 HOST_OPTIONS_HELP = """\
 hosts:
   --ips=a,b,c          hosts in node-rank order ([user@]host[:port], [ipv6]:port)
-  --hostfile FILE      INI hostfile (see hosts.example.ini); order = node rank
+  --hostfile FILE      INI hostfile (see hosts.example.ini), or `NAME slots=N` lines
+                       (DeepSpeed, MPI); order = node rank
   neither              this machine alone, without ssh
+  --include/--exclude  a subset: names or node sets (10.0.0.[1-4]); order is kept
 """
 
 
@@ -43,6 +45,11 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ips", metavar="A,B,...",
                        help="comma-separated hosts, in node-rank order (never sorted)")
     group.add_argument("--hostfile", metavar="FILE", help="hostfile (INI); order = node rank")
+    group.add_argument("--include", metavar="HOSTS",
+                       help="only these hosts: names or node sets like 10.0.0.[1-4] "
+                            "(kept in their order; renumbered from node rank 0)")
+    group.add_argument("--exclude", metavar="HOSTS",
+                       help="leave these hosts out: names or node sets like gpu[3-4]")
     group.add_argument("--user", help="ssh user for every host")
     group.add_argument("--port", type=_port, help="ssh port for every host")
     group.add_argument("-i", "--identity", metavar="FILE", help="ssh private key for every host")
@@ -69,7 +76,8 @@ def hosts_from_args(args: argparse.Namespace) -> Tuple[Host, ...]:
     options = HostOptions(user=args.user, port=args.port, identity_file=args.identity,
                           workdir=args.workdir, python=args.python,
                           data=tuple(getattr(args, "data", None) or ()))
-    hosts = load_hosts(args.ips, args.hostfile, options)
+    hosts = select_hosts(load_hosts(args.ips, args.hostfile, options),
+                         getattr(args, "include", None), getattr(args, "exclude", None))
     for host in hosts:
         # ssh would skip a missing key with a warning and then fail to log in: say why now.
         if host.identity_file and not os.path.isfile(os.path.expanduser(host.identity_file)):

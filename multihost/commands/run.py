@@ -9,6 +9,7 @@ import sys
 import time
 
 from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options
+from .jobargs import keep_words
 
 EPILOG = HOST_OPTIONS_HELP + """
 examples:
@@ -18,6 +19,8 @@ examples:
   multihost run --hostfile hosts.ini --env NCCL_DEBUG=INFO --env-file secrets.env -- train.py
   HF_TOKEN=hf_... multihost run --hostfile hosts.ini --env HF_TOKEN -- train.py
   multihost run --hostfile hosts.ini --detach -- train.py    # then: multihost logs --follow
+  multihost run -f job.toml --gpus 0,1       # the job file, with one value changed
+  multihost rerun                            # the last run again, as it was
 
 Host k (the k-th of --ips or the hostfile) is node rank k; its first process is global
 rank k * nproc_per_node. Everything after -- runs in each host's workdir exactly as
@@ -37,9 +40,18 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = sub.add_parser("run", help="check, sync, launch on every host in ip order, follow",
                             description="Run one distributed job on every host.",
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-f", "--job-file", metavar="JOB.toml",
+                        help="take the job from a TOML file (docs/jobfile.md); flags given "
+                             "here beat the file's")
     add_host_options(parser)
     add_job_options(parser)
     group = parser.add_argument_group("launch")
+    group.add_argument("--setup", metavar="CMD",
+                       help="a shell command run on every host after sync, before launch, "
+                            "in the workdir (e.g. 'pip install -r requirements.txt'); "
+                            "skipped where it already succeeded on the same code")
+    group.add_argument("--setup-always", action="store_true",
+                       help="run the setup even where nothing changed since its last success")
     group.add_argument("--launcher", default="torchrun", metavar="NAME|FILE",
                        help="torchrun (default), paddle, python, or a template file "
                             "(see docs/templates.md)")
@@ -71,6 +83,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     view.add_argument("--plain", action="store_true", help="plain prefixed lines, no dashboard")
     view.add_argument("--json", action="store_true", help="one JSON event per line")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
+    keep_words(parser)
     return parser
 
 
@@ -189,6 +202,32 @@ def sync(cluster, job, args, data_checked: bool):
             raise data_error(report)
 
 
+def setup(cluster, job, args):
+    """The setup step on every host (skipped where unchanged); the code tree's content
+    hash, which keys it and is recorded for `rerun --same-code`."""
+    from .. import setup_step
+
+    digest = setup_step.code_digest(job.code)
+    if not args.setup:
+        return digest
+    _say(args, f"setup on {len(cluster.hosts)} host(s): {args.setup}")
+    write = (lambda line: None) if args.json else \
+        (lambda line: print(f"multihost: {line}", file=sys.stderr, flush=True))
+    workdirs = {host.rank: _workdir(host, job) for host in cluster.hosts}
+    setup_step.run_setup(cluster, args.setup, digest, workdirs, always=args.setup_always,
+                         on_result=lambda result: setup_step.show(result, write))
+    return digest
+
+
+def save_job(args, record, command) -> None:
+    """The resolved job, as a job file in the run's record (for `multihost rerun`)."""
+    from .. import jobfile
+    from ..runs import save_job_file
+    from .jobargs import defaults
+
+    save_job_file(record.run_id, jobfile.dump(jobfile.resolved(args, defaults(args), command)))
+
+
 def _workdir(host, job):
     from ..job import workdir_for
 
@@ -246,8 +285,11 @@ def main(args: argparse.Namespace) -> int:
     from ..runs import new_run_id
     from .common import cluster_from_args, hosts_from_args
 
+    from .jobargs import with_job_file
+
+    args = with_job_file(args)
     command = script_words(args.command)
-    hosts = hosts_from_args(args)
+    hosts = getattr(args, "_hosts", None) or hosts_from_args(args)  # rerun: the run's own
     template = launch.load_template(args.launcher)
     # The preflight checks that every host has what the launcher imports (torchrun: torch).
     job = dataclasses.replace(job_options_from_args(args, hosts), frameworks=template.frameworks)
@@ -269,6 +311,7 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError("--start-port auto needs the preflight to find a free port",
                               fix="drop --no-check, or give a port: --start-port 17000")
         sync(cluster, job, args, data_checked=report is not None)
+        digest = setup(cluster, job, args)
         addresses = [(report.host_report(h).address if report and report.host_report(h) else None)
                      or run_plan.resolve_address(h, cluster.options.config_file) for h in hosts]
         ifaces = [report.iface_for(h) if report else None for h in hosts]
@@ -277,6 +320,8 @@ def main(args: argparse.Namespace) -> int:
             addresses=addresses, ifaces=ifaces, no_python=args.no_python, environ=os.environ,
             user_env=env, kill_wait=args.kill_wait, allow_concurrent=args.allow_concurrent)
         record = initial_record(plan, args, cluster, revision() or (None, None))
+        record = dataclasses.replace(record, code_digest=digest)
+        save_job(args, record, command)
         return follow_run(cluster, plan, record, args)
 
 

@@ -93,7 +93,7 @@ def test_env_file_dotenv_style(tmp_path):
         ("WANDB_PROJECT", "det"), ("NCCL_DEBUG", "INFO"), ("MSG", "hello world"),
         ("QUOTED", "$HOME stays"), ("EMPTY", "")]
     path.write_text("OK=1\nnot an assignment\n")
-    with pytest.raises(ConfigError, match=r"job.env:2: 'not an assignment' is not NAME=VALUE"):
+    with pytest.raises(ConfigError, match=r"job.env:2: the line starting 'not' is not NAME=VALUE"):
         run_env.parse_env_file(str(path))
     with pytest.raises(ConfigError, match="cannot read env file"):
         run_env.parse_env_file(str(tmp_path / "none.env"))
