@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from .errors import ConfigError
-from .run_env import MASK, is_secret
+from .run_env import MASK, is_secret, mask_argv, mask_url_userinfo
 
 # TOML key -> (flag, kind). Kinds: str, path (relative to the file), int, float, bool,
 # list (repeatable flag; a string is one item), paths (the same, relative to the file).
@@ -168,8 +168,9 @@ def resolved(args: Any, defaults: Mapping[str, Any], command: Sequence[str]) -> 
         if value is None or value == defaults.get(dest) or value == [] or value is False:
             continue
         if kind == "env":
-            table[key] = {n: (MASK if is_secret(n) and v else v)
-                          for n, _, v in (item.partition("=") for item in value)}
+            # A bare `--env NAME` came from the shell: like a secret, it is given again.
+            table[key] = {n: (MASK if not eq or is_secret(n) and v else mask_url_userinfo(v))
+                          for n, eq, v in (item.partition("=") for item in value)}
         elif kind in ("path", "paths") or (kind == "launcher" and value not in BUILTIN_LAUNCHERS):
             table[key] = ([os.path.abspath(os.path.expanduser(v)) for v in value]
                           if isinstance(value, list) else os.path.abspath(os.path.expanduser(value)))
@@ -177,7 +178,7 @@ def resolved(args: Any, defaults: Mapping[str, Any], command: Sequence[str]) -> 
             table[key] = int(value)  # --nproc_per_node is kept as typed
         else:
             table[key] = value
-    table["command"] = list(command)
+    table["command"] = mask_argv(command)
     return table
 
 
@@ -206,5 +207,9 @@ def _value(value: Any) -> str:
 
 
 def masked_secrets(table: Mapping[str, Any]) -> List[str]:
-    """The env names whose values were not recorded (secrets) and must be given again."""
-    return [name for name, value in (table.get("env") or {}).items() if value == MASK]
+    """What was not recorded (secret values, passwords in URLs, values from the shell)
+    and must be given again: env names, and "command" for a masked word of the command."""
+    missing = [name for name, value in (table.get("env") or {}).items() if MASK in str(value)]
+    if any(MASK in str(word) for word in table.get("command") or ()):
+        missing.append("command")
+    return missing

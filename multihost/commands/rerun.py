@@ -54,6 +54,10 @@ def main(args: argparse.Namespace) -> int:
     table = jobfile.load(str(path))
     given = {item.partition("=")[0] for item in args.env}
     missing = [name for name in jobfile.masked_secrets(table) if name not in given]
+    if "command" in missing:
+        raise ConfigError(f"run {record.run_id} had a secret in its command line, which is "
+                          "never recorded", fix="start it again with `multihost run`, "
+                                                "passing the secret through --env NAME")
     if missing:
         raise ConfigError(f"run {record.run_id} had the secret {missing[0]}, which is never "
                           "recorded", fix=f"give it again: multihost rerun {record.run_id} "
