@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence
 
@@ -77,3 +78,48 @@ def main_with_lab(doc: str, inside: Callable[[int], None], hosts: int, runs: int
     script = sys.modules["__main__"].__file__
     with bench_lab(hosts) as lab:
         sys.exit(reexec_inside(lab, script, ["--runs", str(args.runs)]))
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One command, as the controller paid for it: wall seconds, CPU seconds (user +
+    system, its own and every process it waited for), and its largest process's peak
+    resident memory."""
+    wall: float
+    cpu: float
+    peak_mib: float
+    stdout: str
+
+    def with_wall(self, wall: float) -> "Measure":
+        return Measure(wall, self.cpu, self.peak_mib, self.stdout)
+
+
+def measured(argv: Sequence[str], ok: Sequence[int] = (0,), **kw) -> Measure:
+    """Run argv to its end and measure it through wait4() (rusage of the process and of
+    the descendants it reaped)."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=err, stdin=subprocess.DEVNULL, **kw)
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        out, err = out.read(), err.read()
+    if proc.returncode not in ok:
+        raise SystemExit(f"bench: {' '.join(argv)[:120]} failed ({proc.returncode}): "
+                         f"{err.decode(errors='replace')[-300:]}")
+    return Measure(elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024,
+                   out.decode(errors="replace"))
+
+
+def hostfile(directory: Path, n: int, workdir: Optional[str] = None) -> Path:
+    """A hostfile of the lab's first n hosts (workdir: every host's, default the
+    directory itself, which the hosts share with the controller)."""
+    lines = ["[defaults]", "user = root", f"python = {sys.executable}",
+             f"workdir = {workdir or directory}"] + [f"[{a}]" for a in addresses(n)]
+    path = directory / f"hosts{n}{'-' + workdir.replace('/', '_') if workdir else ''}.ini"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -78,6 +78,25 @@ def host_netns(name: str, i: int) -> str:
     return f"{name}-h{i}"
 
 
+# Fixed, locally administered MACs (02:...): the lab knows every host's link address, so
+# it writes every neighbour table up front (see neighbour_lines) instead of letting 64
+# hosts ARP for 63 peers at once through one kernel's bridge, a storm no real network of
+# 64 machines suffers. The last byte is the address's last byte, so `ip neigh` reads easily.
+MAC_PREFIX = "02:4d:48:00:00"
+
+
+def host_mac(i: int) -> str:
+    return f"{MAC_PREFIX}:{10 + i:02x}" if i else f"{MAC_PREFIX}:01"
+
+
+def neighbour_lines(n: int, own: int, dev: str) -> List[str]:
+    """`ip -b` lines giving host ``own`` (0: the controller) a permanent neighbour entry
+    for every other member of an n-host lab, on interface ``dev``."""
+    members = [(0, CTL_ADDRESS)] + [(i, host_address(i)) for i in range(1, n + 1)]
+    return [f"neigh replace {address} lladdr {host_mac(i)} dev {dev} nud permanent"
+            for i, address in members if i != own]
+
+
 def bridge_port(i: int) -> str:
     """The bridge end (in the controller namespace) of host i's veth pair."""
     return f"vh{i}"

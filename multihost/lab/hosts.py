@@ -145,9 +145,12 @@ def _failure(paths: LabPaths, i: int, inits: Dict[int, procs.Proc]) -> Optional[
 
 
 def wait_sshd(name: str, paths: LabPaths, inits: Dict[int, procs.Proc],
-              timeout: float = 20.0) -> None:
+              timeout: Optional[float] = None) -> None:
     """Return once every host's sshd accepts TCP, polled from inside the controller
     namespace; fail at once, with the host's log, when a host or its sshd dies."""
+    # 64 hosts start 64 sshds on the machine's few cores, maybe beside other work: give
+    # each host its share of time on top of a fixed base.
+    timeout = 20.0 + 0.5 * len(inits) if timeout is None else timeout
     targets = [f"{host_address(i)}:{SSH_PORT}" for i in sorted(inits)]
     probe = subprocess.Popen(["ip", "netns", "exec", ctl_netns(name), sys.executable, str(PROBE),
                               str(timeout), *targets], stdin=subprocess.DEVNULL,

@@ -262,11 +262,11 @@ class Lab:
     # -- faults ------------------------------------------------------------------------
     def cut(self, i: int) -> None:
         self._init(i)
-        netns.set_link(self.name, i, up=False)
+        netns.set_link(self.name, self.n, i, up=False)
 
     def heal(self, i: int) -> None:
         self._init(i)
-        netns.set_link(self.name, i, up=True)
+        netns.set_link(self.name, self.n, i, up=True)
 
     def sshd_stop(self, i: int) -> None:
         hosts.sshd_stop(self.paths, self._init(i), i)

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 
 from ..errors import LabError
 from .config import (BRIDGE, CTL_ADDRESS, HOST_IFACE, PREFIX_LEN, bridge_port, ctl_netns,
-                     host_address, host_netns, netns_pattern)
+                     host_address, host_mac, host_netns, neighbour_lines, netns_pattern)
 
 NETNS_DIR = "/run/netns"
 
@@ -50,17 +50,18 @@ def create(name: str, n: int, rate: Optional[str] = None, burst: int = 0) -> Non
     # in its namespace (`link add X netns A type veth peer name Y netns B`).
     lines = [f"netns add {ctl}"] + [f"netns add {host_netns(name, i)}" for i in range(1, n + 1)]
     lines += [f"link add {bridge_port(i)} netns {ctl} type veth peer name {HOST_IFACE} "
-              f"netns {host_netns(name, i)}" for i in range(1, n + 1)]
+              f"netns {host_netns(name, i)} address {host_mac(i)}" for i in range(1, n + 1)]
     run_batches([(["ip", "-b", "-"], "\n".join(lines) + "\n")], "creating the lab namespaces")
 
-    ctl_lines = ["link set lo up", f"link add {BRIDGE} type bridge",
+    ctl_lines = ["link set lo up", f"link add {BRIDGE} address {host_mac(0)} type bridge",
                  f"addr add {CTL_ADDRESS}/{PREFIX_LEN} dev {BRIDGE}", f"link set {BRIDGE} up"]
     for i in range(1, n + 1):
         ctl_lines += [f"link set {bridge_port(i)} master {BRIDGE}", f"link set {bridge_port(i)} up"]
+    ctl_lines += neighbour_lines(n, 0, BRIDGE)
     batches = [(["ip", "-n", ctl, "-b", "-"], "\n".join(ctl_lines) + "\n")]
     for i in range(1, n + 1):
         host_lines = ["link set lo up", f"addr add {host_address(i)}/{PREFIX_LEN} dev {HOST_IFACE}",
-                      f"link set {HOST_IFACE} up"]
+                      f"link set {HOST_IFACE} up", *neighbour_lines(n, i, HOST_IFACE)]
         batches.append((["ip", "-n", host_netns(name, i), "-b", "-"], "\n".join(host_lines) + "\n"))
     if rate:
         # Shape both directions: the host's egress on eth0, its ingress on the bridge port,
@@ -102,11 +103,14 @@ def delete(namespaces: Sequence[str]) -> None:
                        fix=f"run `ip netns del {left[0]}` as root")
 
 
-def set_link(name: str, i: int, up: bool) -> None:
+def set_link(name: str, n: int, i: int, up: bool) -> None:
     """Cut (down) or heal (up) host i's cable, at both ends."""
     state = "up" if up else "down"
+    # Taking eth0 down flushes its neighbour table, permanent entries included: a heal
+    # writes it again, as `create` did.
+    host_lines = [f"link set {HOST_IFACE} {state}", *(neighbour_lines(n, i, HOST_IFACE) if up else [])]
     ends = [(["ip", "-n", ctl_netns(name), "link", "set", bridge_port(i), state], None),
-            (["ip", "-n", host_netns(name, i), "link", "set", HOST_IFACE, state], None)]
+            (["ip", "-n", host_netns(name, i), "-b", "-"], "\n".join(host_lines) + "\n")]
     run_batches(ends, f"setting host {i}'s link {state}")
 
 

@@ -130,9 +130,17 @@ def _binary_ping(addresses, timeout):
     return results
 
 
-def ping_many(addresses, timeout=1.0, tries=3):
+# A first echo to a peer waits for its link address: the kernel asks (ARP/ND) again every
+# second, three times, before giving up. On a busy network with many hosts resolving at
+# once the first answer may be lost, so a silent peer gets a second round that covers the
+# kernel's remaining asks before it counts as unreachable.
+PING_RETRY = 2.0
+
+
+def ping_many(addresses, timeout=1.0, tries=3, retry=PING_RETRY):
     """Echo every address at once: ({address: rtt_ms | None}, method).
 
+    Addresses still silent after ``timeout`` are echoed again for ``retry`` seconds.
     method is "icmp" (our own socket), "ping" (the ping command) or None when this
     host may not send ICMP at all; then every value is None and callers must say so.
     """
@@ -143,14 +151,25 @@ def ping_many(addresses, timeout=1.0, tries=3):
         group = [a for a in addresses if family_of(a) == family]
         if not group:
             continue
-        found = _icmp_ping(family, group, timeout, tries)
-        if found is None:
-            found = _binary_ping(group, timeout)
-            method = "ping" if found is not None else None
-        if found is None:
-            found = dict((a, None) for a in group)
+        found, method_here = _ping_family(family, group, timeout, tries)
+        silent = [a for a in group if found.get(a) is None]
+        if silent and method_here and retry > 0:
+            again, _ = _ping_family(family, silent, retry, tries)
+            found.update((a, rtt) for a, rtt in again.items() if rtt is not None)
+        if method_here != "icmp":
+            method = method_here
         results.update(found)
     return results, method
+
+
+def _ping_family(family, group, timeout, tries):
+    found = _icmp_ping(family, group, timeout, tries)
+    if found is not None:
+        return found, "icmp"
+    found = _binary_ping(group, timeout)
+    if found is not None:
+        return found, "ping"
+    return dict((a, None) for a in group), None
 
 
 def tcp_probe(address, port, timeout):
@@ -362,6 +381,9 @@ class Listener(object):
                 "accepted": list(self.accepted)}
 
 
+RETRIED = ("refused", "unreachable", "timeout")
+
+
 def connect_master(address, port, token, rank, timeout=3.0):
     """Connect to the first host's listener as torchrun's workers would: a refused
     connection is retried until ``timeout`` (the listener may come up a moment later)."""
@@ -370,12 +392,17 @@ def connect_master(address, port, token, rank, timeout=3.0):
         remaining = deadline - time.monotonic()
         started = time.monotonic()
         try:
-            sock = socket.create_connection((address, port), max(0.05, remaining))
+            # No single try may eat the whole window: a SYN lost to a slow first
+            # resolution must leave time for another.
+            sock = socket.create_connection((address, port), max(0.05, min(remaining, timeout / 2)))
         except OSError as exc:
             failure = {"ok": False, "error": error_kind(exc), "text": str(exc.strerror or exc)}
-            if failure["error"] != "refused" or deadline - time.monotonic() < 0.05:
+            # Refused: the listener is not up yet. Unreachable or timed out: the first
+            # resolution of the master's link address may have been lost on a busy
+            # network (see PING_RETRY). Both are worth another try within the window.
+            if failure["error"] not in RETRIED or deadline - time.monotonic() < 0.05:
                 return failure
-            time.sleep(0.05)
+            time.sleep(0.05 if failure["error"] == "refused" else 0.2)
             continue
         ms = (time.monotonic() - started) * 1000.0
         try:

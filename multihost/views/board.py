@@ -10,14 +10,16 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..events import LogBlock, LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
 from ..metrics import Metrics, parse_metrics
+from ..nodeset import fold
 
 
 METRIC_LINES = 20
 TAIL = 200                 # lines kept per row, for the full-log panel
+FOLD_ABOVE = 12            # more rows than this: rows in the same state fold into one
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,15 @@ class BoardModel:
         row = self._rows.get(key)
         if row is None:
             row = self._rows[key] = _Row(key, host, node_rank, rank if self.by_rank else None)
+            # By rank, a node's state may come before any of its ranks has spoken: it
+            # waited in a row of the host, which the rank rows take over (and a later
+            # rank row starts in the state its node's rows are in).
+            same_node = [r for r in self._rows.values() if r.node_rank == node_rank and r is not row]
+            if self.by_rank and same_node:
+                for name in ("state", "since", "until", "exit_code", "note"):
+                    setattr(row, name, getattr(same_node[0], name))
+                if same_node[0].rank is None and same_node[0].key == host:
+                    del self._rows[host]
         return row
 
     def apply(self, event: object) -> None:
@@ -149,6 +160,25 @@ class BoardModel:
         with self._lock:
             self.selected = key if key in self._rows else None
 
+    def select_number(self, number: int) -> bool:
+        """Pick the row whose '#' is ``number`` (its rank, or its node rank): the way to
+        reach any of 64 hosts or 512 ranks, where keys 1-9 reach nine."""
+        with self._lock:
+            for row in self._rows.values():
+                if (row.rank if row.rank is not None else row.node_rank) == number:
+                    self.selected = row.key
+                    return True
+            return False
+
+    def step(self, by: int) -> None:
+        """Select the next (by=1) or previous (by=-1) row, wrapping around."""
+        keys = self.keys()
+        if not keys:
+            return
+        with self._lock:
+            at = keys.index(self.selected) if self.selected in keys else (-1 if by > 0 else 0)
+            self.selected = keys[(at + by) % len(keys)]
+
     def keys(self) -> List[str]:
         with self._lock:
             return sorted(self._rows, key=lambda k: self._order(self._rows[k]))
@@ -191,3 +221,79 @@ def fold_recent(recent: List[Tuple[str, int, str]], size: int) -> Tuple[RecentLi
         index[text] = len(folded)
         folded.append(RecentLine(who, text))
     return tuple(folded[-size:])
+
+
+@dataclass(frozen=True)
+class FoldedRow:
+    """Rows in one state shown as one: ``rows`` in rank order, ``who`` their hosts folded
+    like check's output (198.18.0.[12-40,42-74]), ``numbers`` their node ranks or ranks
+    (0-7,16-511)."""
+    rows: Tuple[RowView, ...]
+    who: str
+    numbers: str             # the '#' column: node ranks or ranks, folded
+
+
+def _fold_key(row: RowView) -> tuple:
+    return (row.state, row.exit_code, row.note)
+
+
+def fold_rows(rows: Sequence[RowView], selected: Optional[str] = None,
+              above: int = FOLD_ABOVE) -> List[FoldedRow]:
+    """Rows in the same state (state, exit code, note) folded into one, at the place of
+    the first of them; the selected row always stands alone. With ``above`` rows or fewer
+    every row is its own, as before. Failed and lost hosts differ in their exit code or
+    note from the running ones, so they never hide in a folded row."""
+    if len(rows) <= above:
+        return [FoldedRow((r,), r.key, _number(r)) for r in rows]
+    groups: Dict[tuple, List[RowView]] = {}
+    order: List[tuple] = []
+    for row in rows:
+        key = ("selected",) if row.key == selected else _fold_key(row)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(row)
+    folded = []
+    for key in order:
+        members = groups[key]
+        if len(members) == 1:
+            folded.append(FoldedRow(tuple(members), members[0].key, _number(members[0])))
+            continue
+        hosts = list(dict.fromkeys(r.host for r in members))
+        folded.append(FoldedRow(tuple(members), fold(hosts), _numbers([_number(r) for r in members])))
+    return folded
+
+
+def _number(row: RowView) -> str:
+    return str(row.rank if row.rank is not None else row.node_rank)
+
+
+def _numbers(numbers: Sequence[str]) -> str:
+    """'0,1,2,5' -> '0-2,5': numbers (unlike host names) have no width to keep."""
+    values = sorted({int(n) for n in numbers})
+    spans: List[List[int]] = []
+    for value in values:
+        if spans and value == spans[-1][1] + 1:
+            spans[-1][1] = value
+        else:
+            spans.append([value, value])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+SUMMARY_STATES = (("running", (NodeState.RUNNING,)),
+                  ("finished", (NodeState.SUCCEEDED, NodeState.STOPPED)),
+                  ("failed", (NodeState.FAILED,)), ("lost", (NodeState.LOST,)))
+
+
+def summary(rows: Sequence[RowView]) -> str:
+    """'64 hosts: 60 running, 1 finished, 1 failed, 2 lost' (and how many are still
+    starting, when some are): hosts, never ranks, even when rows are ranks."""
+    state_of: Dict[int, NodeState] = {}
+    for row in rows:
+        state_of.setdefault(row.node_rank, row.state)
+    counts = [(name, sum(s in states for s in state_of.values())) for name, states in SUMMARY_STATES]
+    starting = sum(s in (NodeState.PENDING, NodeState.SYNCING, NodeState.LAUNCHING)
+                   for s in state_of.values())
+    parts = ([f"{starting} starting"] if starting else []) + [f"{n} {name}" for name, n in counts]
+    hosts = len(state_of)
+    return f"{hosts} host{'s' if hosts != 1 else ''}: " + ", ".join(parts)

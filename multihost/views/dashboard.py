@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..events import NodeState, RunFinished
-from .board import BoardModel, BoardSnapshot
+from .board import BoardModel, BoardSnapshot, FoldedRow, fold_rows, summary
 from .plain import describe_root_cause
 
 STATE_STYLE = {
@@ -27,7 +27,8 @@ STATE_STYLE = {
     NodeState.RUNNING: "green", NodeState.SUCCEEDED: "bold green", NodeState.FAILED: "bold red",
     NodeState.LOST: "bold magenta", NodeState.STOPPED: "yellow",
 }
-KEYS = "[1-9] show a host's log  [a] all  [d] detach (the run goes on)  [s] stop the run  [q] quit view"
+KEYS = ("[1-9] show a host's log  [n/p] next/previous  [g N Enter] host or rank #N  [a] all  "
+        "[d] detach (the run goes on)  [s] stop the run  [q] quit view")
 
 
 def _uptime(since: Optional[float], until: Optional[float], now: float) -> str:
@@ -48,6 +49,34 @@ def _num(value: Optional[float], digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
+def _span(values) -> str:
+    """One value, or the range of a folded row's values ("-" when none has one)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "-"
+    low, high = min(known), max(known)
+    return _num(low) if low == high else f"{_num(low)}-{_num(high)}"
+
+
+def _add_row(table: Table, group: FoldedRow, now: float) -> None:
+    row, count = group.rows[0], len(group.rows)
+    state = row.state.value + (f" ({row.exit_code})" if row.exit_code not in (None, 0) else "")
+    style = "red" if row.state in (NodeState.FAILED, NodeState.LOST) else None
+    speeds = [r.metrics.speed for r in group.rows if r.metrics.speed is not None]
+    if row.note:
+        last = Text(f"[{row.note}]", style="magenta")
+    elif count > 1:  # the newest line of the folded rows' first, said to be one of many
+        last = Text.assemble((f"({count} {'ranks' if row.rank is not None else 'hosts'}) ", "dim"),
+                             row.last_line)
+    else:
+        last = Text(row.last_line)
+    table.add_row(group.numbers, group.who, Text(state, style=STATE_STYLE.get(row.state, "")),
+                  _uptime(row.since, row.until, now),
+                  _span(r.metrics.epoch for r in group.rows), _span(r.metrics.step for r in group.rows),
+                  _span(r.metrics.loss for r in group.rows),
+                  _num(sum(speeds)) if speeds else "-", last, style=style)
+
+
 def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = True):
     """The whole screen for one snapshot (a pure function: tests render it to text)."""
     now = time.time() if now is None else now
@@ -58,19 +87,12 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
                          ("step", {"justify": "right"}), ("loss", {"justify": "right"}),
                          ("speed", {"justify": "right"}), ("last line", {"ratio": 1, "no_wrap": True})):
         table.add_column(name, overflow="ellipsis", **kwargs)
-    for row in snapshot.rows:
-        state = row.state.value + (f" ({row.exit_code})" if row.exit_code not in (None, 0) else "")
-        style = "red" if row.state in (NodeState.FAILED, NodeState.LOST) else None
-        table.add_row(str(row.rank if row.rank is not None else row.node_rank), row.key,
-                      Text(state, style=STATE_STYLE.get(row.state, "")),
-                      _uptime(row.since, row.until, now), _num(row.metrics.epoch),
-                      _num(row.metrics.step), _num(row.metrics.loss), _num(row.metrics.speed),
-                      Text(f"[{row.note}]", style="magenta") if row.note else Text(row.last_line),
-                      style=style)
+    for group in fold_rows(snapshot.rows, snapshot.selected):
+        _add_row(table, group, now)
     if snapshot.total_speed is not None:
         table.add_section()
         table.add_row("", "all", "", "", "", "", "", _num(snapshot.total_speed), "summed speed")
-    parts = [table]
+    parts = [table, Text(summary(snapshot.rows), style="bold")]
     if snapshot.selected:
         body = Text("\n".join(snapshot.selected_lines[-30:]) or "(no lines yet)")
         parts.append(Panel(body, title=f"log of {snapshot.selected}", border_style="blue"))
@@ -111,6 +133,7 @@ class Dashboard:
                           refresh_per_second=refresh_per_second, transient=False,
                           redirect_stdout=False, redirect_stderr=False)
         self._started = False
+        self._typed: Optional[str] = None   # digits typed after `g`, until Enter
         self._closed = threading.Event()
         self._lock = threading.Lock()
 
@@ -156,9 +179,24 @@ class Dashboard:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
     def _key(self, key: str) -> None:
+        """1-9 pick one of the first nine rows at once; `g`, digits and Enter pick any
+        row by its '#' (node rank, or rank with --by-rank); n/p step through them all."""
+        if self._typed is not None:
+            if key.isdigit():
+                self._typed += key
+            elif key in ("\r", "\n") and self._typed:
+                self.model.select_number(int(self._typed))
+                self._typed = None
+            elif key != "g":
+                self._typed = None   # anything else (Esc) gives up
+            return
         keys = self.model.keys()
         if key.isdigit() and key != "0" and int(key) <= len(keys):
             self.model.select(keys[int(key) - 1])
+        elif key == "g":
+            self._typed = ""
+        elif key in ("n", "p"):
+            self.model.step(1 if key == "n" else -1)
         elif key == "a":
             self.model.select(None)
         elif key == "s" and self.on_stop:

@@ -141,8 +141,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.lab)
 
 
-@pytest.fixture(scope="session")
-def lab() -> Iterator[LabHandle]:
+@contextlib.contextmanager
+def running_lab(n: int) -> Iterator[LabHandle]:
+    """A lab of n hosts with a random name, down again on exit."""
     reason = lab_unavailable()
     if reason:
         pytest.skip(f"no lab on this machine: {reason}")
@@ -150,9 +151,22 @@ def lab() -> Iterator[LabHandle]:
     # Belt and braces: pytest runs this fixture's teardown on failures and Ctrl-C; atexit
     # catches an exit that skips it. down() is idempotent, so both may run.
     atexit.register(the_lab.down)
-    the_lab.up(HOSTS)  # tears down what it built if it fails
+    the_lab.up(n)  # tears down what it built if it fails
     try:
-        yield LabHandle(the_lab, HOSTS)
+        yield LabHandle(the_lab, n)
     finally:
         the_lab.down()
         atexit.unregister(the_lab.down)
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[LabHandle]:
+    with running_lab(HOSTS) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def lab64() -> Iterator[LabHandle]:
+    """A 64-host lab (the top of our users' range) for one test module, down after it."""
+    with running_lab(64) as handle:
+        yield handle

@@ -1,5 +1,6 @@
 """The helper's probes on this machine, for real: sockets, processes, /proc, ICMP. The same
 code runs on every host through one helper call (see tests/lab/test_check.py)."""
+import errno
 import json
 import os
 import socket
@@ -127,6 +128,42 @@ def test_a_refused_port_is_retried_then_reported():
     result = net.connect_master("127.0.0.1", port, "tok", 1, timeout=0.5)
     assert result == {"ok": False, "error": "refused", "text": "Connection refused"}
     assert 0.4 < time.monotonic() - started < 2
+
+
+def test_a_lost_first_resolution_of_the_master_is_retried(monkeypatch):
+    # On a busy network the first SYN to the master can die with its ARP request; the
+    # next try (within the window) gets through, as a real worker's would.
+    listener = net.Listener(free_port(), "tok9")
+    real = socket.create_connection
+    calls = []
+
+    def flaky(address, timeout=None):
+        calls.append(timeout)
+        if len(calls) == 1:
+            raise OSError(errno.EHOSTUNREACH, "No route to host")
+        return real(address, timeout)
+
+    monkeypatch.setattr(net.socket, "create_connection", flaky)
+    try:
+        result = net.connect_master("127.0.0.1", listener.port, "tok9", 5, timeout=3)
+    finally:
+        listener.close()
+    assert result["ok"] and len(calls) == 2
+
+
+def test_a_peer_silent_at_first_is_pinged_again(monkeypatch):
+    # The first echo of a peer whose link address is still being resolved goes
+    # unanswered; a second round finds it, so the check does not call it unreachable.
+    rounds = []
+
+    def first_round_lost(family, addresses, timeout, tries):
+        rounds.append(list(addresses))
+        return {a: (None if len(rounds) == 1 and a == "10.9.9.2" else 0.1) for a in addresses}
+
+    monkeypatch.setattr(net, "_icmp_ping", first_round_lost)
+    rtt, method = net.ping_many(["10.9.9.1", "10.9.9.2"], timeout=0.1)
+    assert rtt == {"10.9.9.1": 0.1, "10.9.9.2": 0.1} and method == "icmp"
+    assert rounds == [["10.9.9.1", "10.9.9.2"], ["10.9.9.2"]]
 
 
 def test_a_busy_port_stops_the_listener_with_the_reason():

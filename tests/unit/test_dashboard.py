@@ -5,7 +5,7 @@ from rich.console import Console
 
 from multihost.events import LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
 from multihost.views.board import BoardModel
-from multihost.views.dashboard import render
+from multihost.views.dashboard import Dashboard, render
 
 HOSTS = ("198.18.0.11", "198.18.0.12", "198.18.0.13")
 T0 = 1_000_000.0
@@ -47,7 +47,7 @@ def test_a_hosts_speed_is_the_sum_of_its_ranks():
         for local in range(2):
             model.apply(line(node, local, "epoch: 0, step:5, speed: 1500.0"))
     text = screen(model)
-    rows = [[c.strip() for c in l.split("│")] for l in text.splitlines() if "running" in l]
+    rows = [[c.strip() for c in l.split("│")] for l in text.splitlines() if "running" in l and "│" in l]
     assert [r[8] for r in rows] == ["3,000"] * 3
     assert "9,000" in text
     assert "20260101-000000-abcd" in text
@@ -106,3 +106,64 @@ def test_a_host_out_of_contact_says_so_until_it_answers_again():
     model.apply(line(1, 0, "back again"))
     text = screen(model)
     assert "contact lost" not in text and "back again" in text
+
+
+# -- 64 hosts x 8 ranks: folded rows, a summary, any row picked ---------------------------
+MANY = tuple(f"198.18.0.{10 + i}" for i in range(1, 65))
+
+
+def sixty_four(by_rank=False, lost=(), failed=()):
+    model = BoardModel(by_rank=by_rank)
+    model.apply(RunStarted("20260101-000000-abcd", MANY, 8, "train.py", T0))
+    for node, host in enumerate(MANY):
+        model.apply(NodeChanged(node, host, NodeState.RUNNING, time=T0))
+        for local in range(8):
+            model.apply(LogLine(node, host, local, node * 8 + local, f"step:{100 + node}", T0 + 1))
+    for node in lost:
+        model.apply(NodeChanged(node, MANY[node], NodeState.LOST, detail="no answer for 15s",
+                                time=T0 + 9))
+    for node in failed:
+        model.apply(NodeChanged(node, MANY[node], NodeState.FAILED, exit_code=3, time=T0 + 9))
+    return model
+
+
+def table_rows(text):
+    return [l for l in text.splitlines() if l.count("│") >= 8]
+
+
+def test_64_hosts_in_the_same_state_fold_into_one_row_with_a_summary():
+    text = screen(sixty_four(lost=(8, 32, 63), failed=(20,)))
+    rows = table_rows(text)
+    assert len(rows) == 3, text          # running, lost, failed: not 64 rows
+    running = next(r for r in rows if "running" in r)
+    assert "198.18.0.[11-18,20-30,32-42,44-73]" in running and "100-162" in running and "0-7,9-19,21-31,33-62" in running
+    lost = next(r for r in rows if "lost" in r)
+    assert "198.18.0.[19,43,74]" in lost and "no answer for 15s" in lost
+    assert "198.18.0.31" in next(r for r in rows if "failed (3)" in r)
+    assert "64 hosts: 60 running, 0 finished, 1 failed, 3 lost" in text
+
+
+def test_512_ranks_fold_by_rank_and_the_summary_counts_hosts():
+    text = screen(sixty_four(by_rank=True, lost=(1,)))
+    rows = table_rows(text)
+    assert len(rows) == 2, text          # not 512 rows
+    assert any("0-7,16-511" in r and "198.18.0.[11,13-74]" in r and "running" in r for r in rows)
+    assert any("8-15" in r and "198.18.0.12" in r and "lost" in r for r in rows)
+    assert "64 hosts: 63 running, 0 finished, 0 failed, 1 lost" in text
+
+
+def test_any_host_or_rank_is_picked_beyond_the_first_nine():
+    model = sixty_four(by_rank=True)
+    board = Dashboard(io.StringIO())
+    board.model = model
+    for key in "g427\r":                 # go to rank 427
+        board._key(key)
+    text = screen(model)
+    assert "log of rank 427" in text
+    assert any(r.split("│")[2].strip() == "rank 427" for r in table_rows(text))  # unfolded
+    board._key("n")
+    assert model.snapshot().selected == "rank 428"
+    board._key("p"), board._key("p")
+    assert model.snapshot().selected == "rank 426"
+    board._key("3")                      # keys 1-9 still pick the first nine at once
+    assert model.snapshot().selected == "rank 2"
