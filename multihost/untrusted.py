@@ -24,9 +24,10 @@ CUT_MARK = " [... line cut at %d characters; the log mirror has it whole]"
 
 # ESC then: a CSI sequence (colours, cursor), an OSC or other string sequence (window
 # title, clipboard, hyperlinks) up to its terminator, or any other two-character escape.
-_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]?"
-                     r"|[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
-                     r"|[ -/]*[0-~]?)")
+# The same with the one-character C1 introducers (0x9b CSI, 0x9d OSC ...).
+_ESCAPE = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
+                     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+                     r"|\x1b[ -/]*[0-~]?")
 # C0 controls but tab and newline, DEL, and the C1 controls (a terminal may obey 0x9b as CSI).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
 _CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f\x80-\x9f]")
