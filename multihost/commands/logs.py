@@ -109,6 +109,16 @@ def main(args: argparse.Namespace) -> int:
         for block in read_mirror(record.mirror_dir, nodes, keep, tail=args.tail):
             view(block)
         _refuse_bad_replies(catch_up)
+        behind = [(rank, why) for rank, why in sorted(catch_up.mirror_behind.items()) if why]
+        if behind and not args.follow:  # what was shown lacks lines: never pass for whole
+            from ..errors import MultihostError
+
+            rank, why = behind[0]
+            raise MultihostError(f"the log mirror lacks lines the host still has ({why}); "
+                                 f"the lines shown stop where it does",
+                                 host=record.hosts[rank].label,
+                                 fix=f"free space under {record.mirror_dir}, then run "
+                                     f"`multihost logs {record.run_id}` again")
         if not args.follow:
             return 0
         return _follow(cluster, record, pairs, _Filtered(view, keep))
