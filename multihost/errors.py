@@ -30,7 +30,7 @@ class MultihostError(Exception):
     def __init__(self, cause: str, *, host: Optional[str] = None, fix: Optional[str] = None):
         # Causes often quote what a host said: cleaned here, so that no error, wherever it
         # is printed, carries a terminal escape or a second line (see untrusted.py).
-        cause, fix = clean_text(cause), clean_text(fix) if fix else fix
+        cause, fix = clean_text(cause, 8000), clean_text(fix, 8000) if fix else fix
         super().__init__(cause)
         self.cause = cause
         self.host = host

@@ -77,7 +77,7 @@ def clean_text(value: Any, limit: int = MAX_TEXT) -> str:
     newlines and controls made visible, cut at ``limit``. Not a string: its repr."""
     text = value if isinstance(value, str) else "" if value is None else repr(value)
     if "\x1b" in text or _CONTROL_OR_NEWLINE.search(text):
-        text = _ESCAPE.sub("", text).replace("\r\n", " ").replace("\n", " ")
+        text = _ESCAPE.sub("", text).replace("\r\n", " ").replace("\n", " ").replace("\t", " ")
         text = _CONTROL_OR_NEWLINE.sub("\ufffd", text)
     return text if len(text) <= limit else text[:limit] + "..."
 

@@ -197,3 +197,21 @@ def test_a_full_controller_disk_keeps_lines_showing_says_so_once_and_repairs_the
     assert len(notices) == 2, notices
     assert "behind" in notices[0] and "no space left" in notices[0]
     assert "caught up" in notices[1]
+
+
+def test_check_facts_and_error_text_from_a_host_are_shown_without_escapes(monkeypatch):
+    """Process listings and data reports arrive in the check's facts; error text in any
+    failure. Raw tool output keeps its lines (it is parsed here), never its escapes."""
+    from multihost import check_calls
+    from multihost.errors import RemoteError
+    from multihost.transport.local import LocalTransport
+
+    facts = {"leftovers": [{"pid": 7, "cmd": "python train.py" + ESCAPES}],
+             "out": "GPU 0\nGPU 1" + ESCAPES, ESCAPES: "key"}
+    monkeypatch.setattr(check_calls.helper, "call", lambda *a, **k: facts)
+    got = check_calls.call(LocalTransport(HOST), "check.host", {}, 5)
+    assert got["leftovers"][0] == {"pid": 7, "cmd": "python train.py"}
+    assert got["out"].splitlines()[0] == "GPU 0" and "\x1b" not in json.dumps(got)
+    error = RemoteError("disk full" + ESCAPES + "\nsecond line", host="h1", fix="x" + ESCAPES)
+    assert not any(c in str(error) for c in "\x1b\x07\x9b\n"), repr(str(error))
+    assert str(error).startswith("h1: disk full")
