@@ -97,8 +97,16 @@ def test_a_hostile_host_writes_nothing_outside_the_mirror_and_reaches_no_termina
     canary = lab.home / f"{token}.canary"
     canary.write_text("the user's own file\n")
     tries = attacks(canary, token)
+    real = (helper / "__main__.py").read_bytes()
     (helper / "__main__.py").write_text(f"ATTACKS = {json.dumps(tries)}\n" + HOSTILE % {"osc": OSC})
-    mirror = log_dir / run_id
+    try:
+        attack_with(lab, code, run_id, tries, canary, token, log_dir / run_id, tmp_path)
+    finally:  # the lab is shared by the tests after this one
+        (helper / "__main__.py").write_bytes(real)
+        (helper / "attack").unlink(missing_ok=True)
+
+
+def attack_with(lab, code, run_id, tries, canary, token, mirror, tmp_path):
     record = lab.home / ".multihost" / "runs" / run_id   # `status` may update the record
     before = snapshot(lab.home, [record])
 
@@ -121,8 +129,8 @@ def test_a_hostile_host_writes_nothing_outside_the_mirror_and_reaches_no_termina
     assert snapshot(lab.home, [record]) == before
     assert canary.read_text() == "the user's own file\n"
     assert not list(Path("/tmp").glob(f"{token}*")) and not list(tmp_path.rglob(f"{token}*"))
-    inside = [p.relative_to(mirror) for p in mirror.rglob("*") if p.is_file()]
-    assert {str(p) for p in inside} <= {".multihost-mirror", "198.18.0.11/.lock", "198.18.0.11/log/workerlog.0",
-                                       "198.18.0.11/log/.workerlog.0.times",
-                                       "198.18.0.11/launcher.log",
-                                       "198.18.0.11/.launcher.log.times"}, inside
+    host = lab.address(1)
+    inside = {str(p.relative_to(mirror)) for p in mirror.rglob("*") if p.is_file()}
+    assert inside <= {".multihost-mirror", f"{host}/.lock", f"{host}/log/workerlog.0",
+                      f"{host}/log/.workerlog.0.times", f"{host}/launcher.log",
+                      f"{host}/.launcher.log.times"}, inside
