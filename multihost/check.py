@@ -35,6 +35,7 @@ from .hosts import Host
 from .job import AUTO_PORT_RANGE, JobOptions, workdir_for
 from .remote import ops_check_net as net
 from .runs import run_ids
+from .untrusted import clean_report
 
 FACT_PROBES = ("hostname", "python", "gpus", "ports", "net", "disk", "leftovers", "ping")
 DEFAULT_BUDGET = 8.0        # seconds a host may spend gathering facts
@@ -371,7 +372,8 @@ def _hold(transport, session: _Session, request: dict, peers_done: threading.Eve
         if time.monotonic() >= deadline:  # the watchdog ended the session
             raise too_slow(transport, deadline - began)
         code = process.wait(max(0.1, deadline - time.monotonic()))
-        facts = helper.parse_reply(transport, "check.host_hold", code, rest, process.read_stderr())
+        facts = clean_report(helper.parse_reply(transport, "check.host_hold", code, rest,
+                                                process.read_stderr()))
     except (OSError, ValueError) as exc:
         if time.monotonic() >= deadline:
             raise too_slow(transport, deadline - began) from None

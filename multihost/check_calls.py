@@ -9,6 +9,7 @@ import time
 
 from . import helper
 from .errors import CommandTimeout
+from .untrusted import clean_report
 
 
 def command_line(transport, op: str, request: dict) -> str:
@@ -19,7 +20,7 @@ def command_line(transport, op: str, request: dict) -> str:
 def call(transport, op: str, request: dict, timeout: float):
     """One check op to completion: its reply's result, or a RemoteError."""
     try:
-        return helper.call(transport, op, request, timeout=timeout)
+        return clean_report(helper.call(transport, op, request, timeout=timeout))
     except CommandTimeout:
         raise too_slow(transport, timeout) from None
 

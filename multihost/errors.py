@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .untrusted import clean_text
+
 # Named exit codes, one per family, so scripts can tell a bad flag from a dead host.
 EXIT_OK = 0
 EXIT_FAILED = 1          # the job or a remote command failed
@@ -26,6 +28,9 @@ class MultihostError(Exception):
     exit_code = EXIT_FAILED
 
     def __init__(self, cause: str, *, host: Optional[str] = None, fix: Optional[str] = None):
+        # Causes often quote what a host said: cleaned here, so that no error, wherever it
+        # is printed, carries a terminal escape or a second line (see untrusted.py).
+        cause, fix = clean_text(cause, 8000), clean_text(fix, 8000) if fix else fix
         super().__init__(cause)
         self.cause = cause
         self.host = host
@@ -67,6 +72,12 @@ class ConnectError(MultihostError):
 
 class RemoteError(MultihostError):
     """A command or helper operation on a host failed in a way multihost did not expect."""
+
+
+class BadReply(RemoteError):
+    """A host sent something its protocol does not allow (a log frame naming a path, a
+    malformed frame or record): a bug or a hostile host. Never retried; nothing of it is
+    written."""
 
 
 class CommandTimeout(RemoteError):

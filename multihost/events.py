@@ -88,6 +88,17 @@ class LogBlock:
 
 
 @dataclass(frozen=True)
+class Notice:
+    """Something multihost says about a host that is not a change of its state (its log
+    mirror fell behind, or caught up)."""
+
+    node_rank: int
+    host: str
+    text: str
+    time: float = 0.0
+
+
+@dataclass(frozen=True)
 class RootCause:
     """The first failure by time: the failure that explains the run's end."""
 

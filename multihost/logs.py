@@ -8,56 +8,32 @@ host are read by one thread, hosts in parallel.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
-import json
 import os
 import re
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import helper
-from .errors import ConnectError, MultihostError
-from .events import LogBlock, NodeChanged, NodeState
+from .errors import BadReply, ConnectError, MultihostError
+from .events import LogBlock, NodeChanged, NodeState, Notice
 from .hosts import Host
+from .log_frames import LineJoiner, read_frame
 from .sync_ignore import MIRROR_MARKER
+from .untrusted import as_int, clean_block, clean_line, clean_text  # noqa: F401 (re-exported)
 
 REMOTE_RUNS = "~/.multihost/runs"
 LOST_AFTER = 15.0       # seconds without a frame (heartbeats come every 2 s)
 RETRY_EVERY = 3.0
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_NEEDS_CLEANING = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # \r and ESC are in this range
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-
-
-def clean_line(raw: bytes) -> str:
-    """A line safe to show anywhere: valid text, the last state of a \\r progress bar,
-    no terminal escapes or control characters."""
-    text = raw.decode("utf-8", "replace").rstrip("\n")
-    if "\r" in text:
-        parts = [p for p in text.split("\r") if p.strip()]
-        text = parts[-1] if parts else ""
-    text = _ANSI.sub("", text)
-    return _CONTROL.sub("\ufffd", text)
+SPARE_BYTES = 1 << 20   # free space a mirror behind waits for, beyond what it lacks
 
 
 def mirror_path(mirror_dir: Path, host: Host) -> Path:
     return mirror_dir / host.label.replace("/", "_")
-
-
-def clean_block(data: bytes) -> str:
-    """``clean_line`` for a block of whole lines, joined by newlines; a clean block (the
-    usual case) costs one decode and one scan, at C speed, whatever its number of lines."""
-    text = data.decode("utf-8", "replace")
-    if text.endswith("\n"):
-        text = text[:-1]
-    if not _NEEDS_CLEANING.search(text):
-        return text
-    return "\n".join(clean_line(line.encode("utf-8")) if _NEEDS_CLEANING.search(line) else line
-                     for line in text.split("\n"))
 
 
 def times_path(log_file: Path) -> Path:
@@ -107,6 +83,7 @@ class LogFollower:
         self._ended: Dict[int, threading.Event] = {n.host.rank: threading.Event() for n in self.nodes}
         self.final_states: Dict[int, Optional[dict]] = {}
         self.errors: Dict[int, MultihostError] = {}
+        self.mirror_behind: Dict[int, str] = {}   # host rank -> why its mirror lacks lines
 
     def start(self) -> "LogFollower":
         for node in self.nodes:
@@ -143,20 +120,27 @@ class LogFollower:
             owner = True
         except OSError:
             owner = False
-        offsets = {name: (directory / name).stat().st_size for name in _mirror_names(directory)}
+        mirror = HostMirror(directory, owner, lambda text: self._notice(host, text))
         try:
-            self._follow_loop(node, directory, offsets, owner)
+            self._follow_loop(node, mirror)
         finally:
             lock.close()
             self._ended[host.rank].set()
 
-    def _follow_loop(self, node: Node, directory: Path, offsets: Dict[str, int],
-                     owner: bool) -> None:
+    def _follow_loop(self, node: Node, mirror: "HostMirror") -> None:
         host = node.host
+        fed = dict(mirror.sizes)  # bytes of each file given to its line joiner: shown
+        joiners: Dict[str, LineJoiner] = {}
         while not self._stop.is_set():
             try:
-                if self._stream(node, directory, offsets, owner):
+                done = self._stream(node, mirror, fed, joiners)
+                if done:
                     break
+                if done is None:
+                    continue  # the mirror has room again: stream what it lacks
+            except BadReply as err:  # never retried: what it says cannot be trusted
+                self.errors[host.rank] = err
+                break
             except MultihostError as err:
                 self.errors[host.rank] = err
                 if not self.follow:
@@ -173,72 +157,69 @@ class LogFollower:
                                          time=time.time()))
             self.cluster.forget(host)
             self._stop.wait(RETRY_EVERY)
+        self.mirror_behind[host.rank] = mirror.behind
 
-    def _stream(self, node: Node, directory: Path, offsets: Dict[str, int], owner: bool) -> bool:
-        """One connection's worth of streaming; True when the host said it is done."""
+    def _stream(self, node: Node, mirror: "HostMirror", fed: Dict[str, int],
+                joiners: Dict[str, LineJoiner]) -> Optional[bool]:
+        """One connection's worth of streaming: True when the host said it is done, None
+        when the mirror can catch up now (stream again from its sizes)."""
         host = node.host
         transport = self.cluster.transport(host)
+        # The stream starts where the mirror ends; lines already shown are not shown again.
+        start = dict(mirror.sizes) if mirror.owner else dict(fed)
         process = helper.start(transport, "logs.tail", {
-            "run_dir": f"{REMOTE_RUNS}/{self.run_id}", "offsets": offsets,
+            "run_dir": f"{REMOTE_RUNS}/{self.run_id}", "offsets": start,
             "follow": self.follow, "compress": not transport.is_local})
         process.stdin.close()
         process.set_timeout(LOST_AFTER)
         if self._lost.pop(host.rank, False):
             self._report(NodeChanged(host.rank, host.label, NodeState.RUNNING,
                                      detail="contact restored", time=time.time()))
-        buffers: Dict[str, bytes] = {}
+        expected = start
         try:
             while not self._stop.is_set():
-                header = process.stdout.readline()
-                if not header:
+                frame = read_frame(process.stdout, host.label)
+                if frame is None:
                     raise ConnectError("log stream ended early", host=host.label,
                                        kind=ConnectError.LOST)
-                kind, _, rest = header.decode("utf-8", "replace").rstrip("\n").partition(" ")
-                if kind in ("D", "Z"):
-                    if kind == "D":
-                        name, offset, length = rest.rsplit(" ", 2)
-                        data = _read_exact(process.stdout, int(length))
-                    else:
-                        name, offset, length, packed = rest.rsplit(" ", 3)
-                        data = zlib.decompress(_read_exact(process.stdout, int(packed)))
-                        if len(data) != int(length):
-                            raise ConnectError("a log frame arrived damaged", host=host.label,
-                                               kind=ConnectError.PROTOCOL)
-                    if offsets.get(name, 0) != int(offset):
+                if frame.kind == "D":
+                    name, offset, data = frame.name, frame.offset, frame.data
+                    if expected.get(name, 0) != offset:
                         continue  # never a byte twice, never a hole
-                    offsets[name] = int(offset) + len(data)
-                    if owner:
-                        self._write_mirror(directory / name, int(offset), data)
-                    self._lines(node, name, data, buffers)
-                elif kind == "S":
-                    self._state(node, json.loads(rest))
-                elif kind == "E":
-                    self.final_states[host.rank] = json.loads(rest)
-                    for name, rest_bytes in buffers.items():
-                        if rest_bytes:
-                            self._emit(node, name, rest_bytes)
+                    expected[name] = offset + len(data)
+                    mirror.write(name, offset, data)
+                    new = fed.get(name, 0) - offset
+                    if new < len(data):
+                        fed[name] = offset + len(data)
+                        self._lines(node, name, data[max(new, 0):], joiners)
+                    if mirror.can_catch_up(fed):
+                        return None
+                elif frame.kind == "H":
+                    if mirror.can_catch_up(fed):
+                        return None
+                elif frame.kind == "S":
+                    self._state(node, frame.record)
+                elif frame.kind == "E":
+                    if mirror.can_catch_up(fed, wait=False):
+                        return None  # the end, but the mirror lacks lines it can take now
+                    self.final_states[host.rank] = final_state(frame.record)
+                    for name, joiner in joiners.items():
+                        rest = joiner.flush()
+                        if rest:
+                            self._emit(node, name, rest)
                     return True
             return True
         finally:
             process.close()
 
-    @staticmethod
-    def _write_mirror(path: Path, offset: int, data: bytes) -> None:
-        make_private_dirs(path.parent)
-        with open(path, "ab", opener=private_opener) as mirror:
-            if mirror.tell() != offset:  # the mirror was changed behind our back: keep it
-                return
-            mirror.write(data)
-        with open(times_path(path), "a", opener=private_opener) as index:
-            index.write(f"{offset} {time.time():.3f}\n")
-
-    def _lines(self, node: Node, name: str, data: bytes, buffers: Dict[str, bytes]) -> None:
+    def _lines(self, node: Node, name: str, data: bytes, joiners: Dict[str, LineJoiner]) -> None:
         """Whole lines go out as one block; a trailing partial line waits for its end."""
-        pending = buffers.get(name, b"") + data
-        cut = pending.rfind(b"\n") + 1
-        buffers[name] = pending[cut:]
-        if cut:
-            self._emit(node, name, pending[:cut])
+        joiner = joiners.get(name)
+        if joiner is None:
+            joiner = joiners[name] = LineJoiner()
+        whole = joiner.feed(data)
+        if whole:
+            self._emit(node, name, whole)
 
     def _emit(self, node: Node, name: str, data: bytes) -> None:
         local = local_rank_of(name)
@@ -250,11 +231,87 @@ class LogFollower:
         if self.report_states:
             self.listener(event)
 
-    def _state(self, node: Node, state: Optional[dict]) -> None:
-        if not state or state.get("state") not in ("succeeded", "failed", "stopped"):
+    def _notice(self, host: Host, text: str) -> None:
+        self.listener(Notice(host.rank, host.label, text, time.time()))
+
+    def _state(self, node: Node, state: object) -> None:
+        if not isinstance(state, dict) or state.get("state") not in ("succeeded", "failed", "stopped"):
             return
         self._report(NodeChanged(node.host.rank, node.host.label, NodeState(state["state"]),
-                                  exit_code=state.get("exit_code"), time=time.time()))
+                                 exit_code=as_int(state.get("exit_code")), time=time.time()))
+
+
+class HostMirror:
+    """One host's mirror files, written only at their ends: a write that fails (a full
+    disk) leaves the mirror behind, said once; it catches up once there is room again."""
+
+    def __init__(self, directory: Path, owner: bool, notice: Callable[[str], None]):
+        self.directory = directory
+        self.owner = owner
+        self.notice = notice
+        self.sizes = {name: (directory / name).stat().st_size for name in _mirror_names(directory)}
+        self.behind = ""              # why the mirror lacks bytes already shown, or ""
+        self._checked = 0.0
+
+    def write(self, name: str, offset: int, data: bytes) -> None:
+        if not self.owner or self.sizes.get(name, 0) != offset:
+            return  # behind: these bytes wait for the catch-up stream
+        path = self.directory / name
+        try:
+            make_private_dirs(path.parent)
+            with open(path, "ab", opener=private_opener) as mirror:
+                if mirror.tell() != offset:  # the mirror was changed behind our back: keep it
+                    return
+                mirror.write(data)
+        except OSError as err:
+            self._fell_behind(name, path, err)
+            return
+        self.sizes[name] = offset + len(data)
+        try:
+            with open(times_path(path), "a", opener=private_opener) as index:
+                index.write(f"{offset} {time.time():.3f}\n")
+        except OSError:
+            pass  # only --since reads it: those lines count as arrived with the ones before
+
+    def _fell_behind(self, name: str, path: Path, err: OSError) -> None:
+        try:
+            self.sizes[name] = path.stat().st_size  # what did reach the disk stays
+        except OSError:
+            self.sizes[name] = 0
+        if not self.behind:
+            why = "no space left on the controller's disk" if err.errno in (
+                errno.ENOSPC, errno.EDQUOT) else clean_text(err.strerror or str(err))
+            self.behind = why
+            self.notice(f"the log mirror {self.directory} is behind ({why}); lines are "
+                        f"still shown, and the mirror catches up when it can be written")
+
+    def can_catch_up(self, fed: Dict[str, int], wait: bool = True) -> bool:
+        """Behind, and (checked every few seconds unless not ``wait``) the disk has room
+        for what it lacks."""
+        if not self.behind:
+            return False
+        lacking = sum(max(0, fed.get(name, 0) - self.sizes.get(name, 0)) for name in fed)
+        if not lacking:
+            self.behind = ""
+            self.notice(f"the log mirror {self.directory} has caught up")
+            return False
+        now = time.monotonic()
+        if wait and now - self._checked < RETRY_EVERY:
+            return False
+        self._checked = now
+        try:
+            room = os.statvfs(self.directory)
+        except OSError:
+            return False
+        return room.f_bavail * room.f_frsize > lacking + SPARE_BYTES
+
+
+def final_state(record: object) -> Optional[dict]:
+    """A node's last record, from its ``E`` frame, with only the fields read, typed."""
+    if not isinstance(record, dict):
+        return None
+    return {"state": clean_text(record.get("state")), "exit_code": as_int(record.get("exit_code")),
+            "error": clean_text(record.get("error"))}
 
 
 def _mirror_names(directory: Path) -> List[str]:
@@ -266,17 +323,6 @@ def _mirror_names(directory: Path) -> List[str]:
         names += [f"log/{p.name}" for p in sorted(log.iterdir())
                   if p.is_file() and not p.name.startswith(".")]
     return names
-
-
-def _read_exact(stream, length: int) -> bytes:
-    chunks, left = [], length
-    while left:
-        chunk = stream.read(left)
-        if not chunk:
-            raise EOFError("log stream ended inside a frame")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
 
 
 def make_private_dirs(directory: Path) -> None:

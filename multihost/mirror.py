@@ -15,8 +15,11 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .events import LogBlock, LogLine
 
+from .log_frames import LineJoiner
+from .logs import Node, local_rank_of, mirror_path, times_path
+from .untrusted import clean_block
+
 CHUNK = 1 << 20
-from .logs import Node, clean_block, local_rank_of, mirror_path, times_path
 
 
 @dataclass(frozen=True)
@@ -76,21 +79,23 @@ def _segments(path: Path) -> Iterator[Tuple[bytes, float]]:
         offsets, times = [0] + offsets, [0.0] + times
     size = path.stat().st_size
     bounds = offsets[1:] + [size]
-    pending = b""
+    joiner = LineJoiner()  # a line without newlines for 100 MB is held as its start only
     with open(path, "rb") as handle:
         for start, end, when in zip(offsets, bounds, times):
             handle.seek(start)
             left = end - start
             while left > 0:
-                data = pending + handle.read(min(left, CHUNK))
-                left -= len(data) - len(pending)
-                cut = data.rfind(b"\n") + 1
-                pending = data[cut:]
-                if cut:
-                    yield data[:cut], when
-            if start == offsets[-1] and pending:  # a last line without newline
-                yield pending, when
-                pending = b""
+                data = handle.read(min(left, CHUNK))
+                if not data:
+                    break
+                left -= len(data)
+                whole = joiner.feed(data)
+                if whole:
+                    yield whole, when
+            if start == offsets[-1]:  # a last line without newline
+                rest = joiner.flush()
+                if rest:
+                    yield rest, when
 
 
 def read_node(mirror_dir: Path, node: Node) -> Iterator[LogBlock]:

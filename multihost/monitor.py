@@ -36,6 +36,7 @@ from .run_start import Listener, RecordKeeper
 POLL_INTERVAL = 0.2     # how often a host looks at its node's records
 HEARTBEAT = 1.0         # a status line at least this often, changed or not
 WATCH_SILENCE = 5.0     # no line for this long: the stream is dead, reconnect
+MAX_RECORD = 8 << 20    # bytes of one status record line (tails included)
 RETRY_EVERY = 1.0
 STATUS_TIMEOUT = 5.0
 LOST_AFTER = 15.0
@@ -126,8 +127,11 @@ class Monitor:
                 self.streams[host.rank] = process
                 process.stdin.close()
                 process.set_timeout(WATCH_SILENCE)
-                for raw in iter(process.stdout.readline, b""):
+                # A record is a few kB; a host sending an endless line is not waited on.
+                for raw in iter(lambda: process.stdout.readline(MAX_RECORD), b""):
                     reply = json.loads(raw.decode("utf-8", "replace"))
+                    if not isinstance(reply, dict) or not raw.endswith(b"\n"):
+                        raise ValueError("a status record that is not a JSON object line")
                     if reply.get("ok") is False:
                         raise RemoteError(str(reply.get("error")), host=host.label)
                     self.queue.put(("status", host.rank, parse_status(reply), time.time()))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from .errors import ConfigError
-from .events import RunStarted
+from .events import Notice, RunStarted
 from .monitor import LOST_AFTER, POLL_INTERVAL, Interrupts, Monitor, RunResult
 from .run_plan import RunPlan, launch_request
 from .run_start import Listener, RecordKeeper, Starter
@@ -101,6 +101,12 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
             if follower is not None:
                 follower.drain(timeout=2.0 if lost else SETTLE_TIMEOUT)
                 follower.stop()
+                for rank, why in sorted(follower.mirror_behind.items()):
+                    if why:  # the job's status stands, but its mirror must not pass for whole
+                        listener(Notice(rank, plan.nodes[rank].host.label,
+                                        f"the log mirror lacks lines ({why}); "
+                                        f"`multihost logs {plan.run_id}` completes it from "
+                                        f"the host once there is room", time.time()))
 
         monitor = Monitor(cluster, plan, listener, keeper, interrupts,
                           poll_interval=options.poll_interval, lost_after=options.lost_after,

@@ -12,6 +12,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .errors import EXIT_CONNECT, EXIT_INTERRUPTED
 from .events import RootCause
+from .untrusted import as_dict, as_int, as_list, as_time, clean_lines, clean_text
+
+MAX_RANKS = 4096   # ranks of one node a status record may describe
 
 EXIT_STOPPED = 128 + _signal.SIGTERM   # the run was stopped from another shell
 
@@ -107,19 +110,34 @@ class NodeView:
         return self.state in ("succeeded", "failed", "stopped")
 
 
-def parse_status(reply: Dict[str, Any]) -> NodeView:
-    node = reply.get("node") or {}
-    ranks = tuple(RankView(int(r.get("local_rank", 0)), r.get("rank"), r.get("pid"),
-                           r.get("started"), r.get("ended"), r.get("exit_code"), r.get("signal"))
-                  for r in reply.get("ranks") or ())
+def parse_status(reply: Any) -> NodeView:
+    """A host's status record as the controller's model: the record is untrusted input
+    (a forged one may hold any JSON), so every number is checked to be one and every
+    text and tail line is cleaned of terminal escapes here, once, for every view."""
+    reply = as_dict(reply)
+    node = as_dict(reply.get("node"))
+    ranks = tuple(_rank_view(r) for r in as_list(reply.get("ranks"))[:MAX_RANKS]
+                  if isinstance(r, dict))
+    tails = {}
+    for key, lines in list(as_dict(reply.get("tails")).items())[:MAX_RANKS]:
+        local = as_int(int(key)) if isinstance(key, str) and key.isdigit() else None
+        if local is not None:
+            tails[local] = clean_lines(lines)
+    procs = as_int(reply.get("procs"))
     return NodeView(
-        state=reply.get("state") or node.get("state") or "unknown",
-        exit_code=node.get("exit_code"), signal=node.get("signal"),
-        started=node.get("started"), ended=node.get("ended"),
-        detail=reply.get("detail") or "", procs=int(reply.get("procs") or 0),
-        supervisor_alive=bool(reply.get("supervisor_alive")), ranks=ranks,
-        tails={int(k): tuple(v) for k, v in (reply.get("tails") or {}).items()},
-        launcher_tail=tuple(reply.get("launcher_tail") or ()))
+        state=clean_text(reply.get("state") or node.get("state") or "unknown", 40),
+        exit_code=as_int(node.get("exit_code")), signal=as_int(node.get("signal")),
+        started=as_time(node.get("started")), ended=as_time(node.get("ended")),
+        detail=clean_text(reply.get("detail") or ""), procs=max(procs or 0, 0),
+        supervisor_alive=reply.get("supervisor_alive") is True, ranks=ranks, tails=tails,
+        launcher_tail=clean_lines(reply.get("launcher_tail")))
+
+
+def _rank_view(record: dict) -> RankView:
+    return RankView(as_int(record.get("local_rank")) or 0, as_int(record.get("rank")),
+                    as_int(record.get("pid")), as_time(record.get("started")),
+                    as_time(record.get("ended")), as_int(record.get("exit_code")),
+                    as_int(record.get("signal")))
 
 
 @dataclass(frozen=True)

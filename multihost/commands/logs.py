@@ -106,7 +106,7 @@ class _Filtered:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..errors import ConfigError
+    from ..errors import BadReply, ConfigError
     from ..fanout import Cluster
     from ..logs import LogFollower, nodes_of
     from ..mirror import read_mirror
@@ -130,14 +130,38 @@ def main(args: argparse.Namespace) -> int:
         catch_up.drain(timeout=max(30.0, args.connect_timeout * 2))
         catch_up.stop()
         for _, error in sorted(catch_up.errors.items()):
-            print(f"multihost: {error} (showing the mirror up to where it was reached)",
-                  file=sys.stderr)
+            if not isinstance(error, BadReply):
+                print(f"multihost: {error} (showing the mirror up to where it was reached)",
+                      file=sys.stderr)
         view = make_view(mode, by_rank=args.ranks)
         for block in read_mirror(record.mirror_dir, nodes, keep, tail=args.tail):
             view(block)
+        _refuse_bad_replies(catch_up)
+        behind = [(rank, why) for rank, why in sorted(catch_up.mirror_behind.items()) if why]
+        if behind and not args.follow:  # what was shown lacks lines: never pass for whole
+            from ..errors import MultihostError
+
+            rank, why = behind[0]
+            raise MultihostError(f"the log mirror lacks lines the host still has ({why}); "
+                                 f"the lines shown stop where it does",
+                                 host=record.hosts[rank].label,
+                                 fix=f"free space under {record.mirror_dir}, then run "
+                                     f"`multihost logs {record.run_id}` again")
         if not args.follow:
             return 0
         return _follow(cluster, record, pairs, _Filtered(view, keep))
+
+
+def _refuse_bad_replies(follower) -> None:
+    """A host whose stream broke the protocol ends the command with an error naming it
+    (the others' are said first): its lines stop at the last good frame."""
+    from ..errors import BadReply
+
+    bad = [error for _, error in sorted(follower.errors.items()) if isinstance(error, BadReply)]
+    for error in bad[1:]:
+        print(f"multihost: {error}", file=sys.stderr)
+    if bad:
+        raise bad[0]
 
 
 def _follow(cluster, record, pairs, listener) -> int:
@@ -155,6 +179,7 @@ def _follow(cluster, record, pairs, listener) -> int:
               f"(multihost stop {record.run_id} ends it)", file=sys.stderr)
         return 130
     follower.stop()
+    _refuse_bad_replies(follower)
     status = _final_status(cluster, record, follower)
     listener(RunFinished(record.run_id, status.exit_code, _cause(status.root_cause), time=time.time()))
     return status.exit_code

@@ -12,7 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
-from ..events import LogBlock, LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
+from ..events import (LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause, RunFinished,
+                      RunStarted)
 from ..metrics import Metrics, parse_metrics
 from ..nodeset import fold
 
@@ -113,6 +114,10 @@ class BoardModel:
                 self._lines(event, [event.text], 1)
             elif isinstance(event, NodeChanged):
                 self._node(event)
+            elif isinstance(event, Notice):
+                for row in self._rows.values():
+                    if row.node_rank == event.node_rank:
+                        row.note = event.text
             elif isinstance(event, RunStarted):
                 self.run_id, self.command = event.run_id, event.command
                 for rank, host in enumerate(event.hosts):

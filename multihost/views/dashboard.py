@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..events import NodeState, RunFinished
+from ..events import NodeState, Notice, RunFinished
 from .board import BoardModel, BoardSnapshot, FoldedRow, fold_rows, summary
 from .plain import describe_root_cause
 
@@ -150,6 +150,8 @@ class Dashboard:
                     threading.Thread(target=self._read_keys, daemon=True).start()
         if isinstance(event, RunFinished):
             self.close()
+        elif isinstance(event, Notice):  # said once, and it outlives the live view
+            self.console.print(f"multihost: {event.host}: {event.text}", highlight=False)
 
     def say(self, text: str) -> None:
         self.console.print(f"multihost: {text}", highlight=False)

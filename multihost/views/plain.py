@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 from typing import IO, Dict
 
-from ..events import LogBlock, LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
+from ..events import (LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause, RunFinished,
+                      RunStarted)
 
 _COLOURS = ["36", "33", "35", "32", "34", "91", "96", "93"]
 
@@ -63,6 +64,8 @@ class PlainView:
             if event.state in (NodeState.PENDING,):
                 return
             self.say(f"{event.host} (node {event.node_rank}) {event.state.value}{code}{detail}")
+        elif isinstance(event, Notice):
+            self.say(f"{event.host} (node {event.node_rank}): {event.text}")
         elif isinstance(event, RunFinished):
             self._finished(event)
 
