@@ -29,6 +29,7 @@ from ..errors import CommandTimeout, ConnectError
 from ..hosts import Host
 from .base import Command, CommandResult, Process, SshOptions, Transport, to_shell
 from .hostkeys import HostKeyPolicy, UnknownHostKey, known_hosts_files
+from .openssh import forget_key_command, login_command
 
 # paramiko's transport thread logs what it then raises to us (a banner that never came, a
 # reset): with no handler, Python's last-resort handler would print that as a traceback
@@ -263,6 +264,14 @@ def _jump_host(spec: str) -> Host:
     return Host(name=name, user=user, port=port)
 
 
+def _login(target: SshTarget) -> str:
+    return login_command(target.user, target.hostname, target.port)
+
+
+def _port_option(target: SshTarget) -> str:
+    return f"-p {target.port} " if target.port != 22 else ""
+
+
 def _connect_error(exc: Exception, label: str, target: SshTarget) -> ConnectError:
     if isinstance(exc, ConnectError):
         return exc
@@ -270,14 +279,14 @@ def _connect_error(exc: Exception, label: str, target: SshTarget) -> ConnectErro
         return ConnectError(
             f"host key of {exc.name} is not in known_hosts ({exc.fingerprint})", host=label,
             kind=ConnectError.HOSTKEY_UNKNOWN,
-            fix=f"check the fingerprint, then run `ssh {target.user}@{target.hostname}` once "
+            fix=f"check the fingerprint, then run `{_login(target)}` once "
                 "or pass --accept-new-host-keys to record it")
     if isinstance(exc, paramiko.BadHostKeyException):
         return ConnectError(
             f"host key CHANGED for {exc.hostname}: got {exc.key.get_name()} "
             f"{exc.key.fingerprint}, known_hosts has {exc.expected_key.fingerprint}; "
             "this can be an attack", host=label, kind=ConnectError.HOSTKEY_CHANGED,
-            fix=f"if the host was reinstalled, run `ssh-keygen -R {exc.hostname}` and connect "
+            fix=f"if the host was reinstalled, run `{forget_key_command(target.hostname, target.port)}` and connect "
                 "again; otherwise investigate")
     if isinstance(exc, paramiko.PasswordRequiredException):
         return ConnectError("the private key is encrypted and no passphrase is ever asked for",
@@ -287,7 +296,7 @@ def _connect_error(exc: Exception, label: str, target: SshTarget) -> ConnectErro
         return ConnectError(
             f"{target.user}@{target.hostname} rejected our key (password-free login is not "
             "set up)", host=label, kind=ConnectError.AUTH,
-            fix=f"run `ssh-copy-id {target.user}@{target.hostname}`, or give the right "
+            fix=f"run `ssh-copy-id {_port_option(target)}{target.user}@{target.hostname}`, or give the right "
                 "--user / identity_file")
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return ConnectError(f"ssh handshake with {target.hostname}:{target.port} timed out",
