@@ -86,6 +86,7 @@ def stream_openssh(transport, argv: List[str], request: dict, fill: Callable[[Wr
             process.kill()  # ours, started above: never left behind
             process.wait()
     err = b"".join(errors)
+    out = helper.after_marker(out)
     if code == 255 and not out.strip():
         raise _failure(transport, code, err, None)
     result = helper.parse_reply(transport, op, code, out, err)

@@ -194,7 +194,7 @@ def stream_to(transport, request: dict, fill: Callable[[Writer], None], timeout:
     is written again."""
     label = transport.host.label
     for attempt in (1, 2):
-        process = transport.start(helper.helper_command(transport, "sync_receive", request))
+        process = helper.launch(transport, "sync_receive", request)
         if register is not None:
             register(process)
         sink = SendBuffer(process.stdin)

@@ -135,6 +135,7 @@ class SshProcess(Process):
         self.stdin = self.stdout = self._stderr = None  # type: ignore[assignment]
 
     def set_timeout(self, seconds: Optional[float]) -> None:
+        self.read_timeout = seconds
         self._channel.settimeout(seconds)
 
 
