@@ -133,7 +133,7 @@ def test_a_host_certified_by_a_listed_ca_works_and_a_revoked_key_is_refused_by_n
     assert "h1" in refused.stdout and "Traceback" not in refused.stderr + done.stderr
 
 
-def test_a_host_whose_certificate_names_another_host_is_refused_in_one_line(lab, tmp_path):
+def test_a_host_certified_by_a_ca_not_listed_is_refused_in_one_line(lab, tmp_path):
     ca, other_ca = new_key(tmp_path, "ca"), new_key(tmp_path, "other_ca")
     known = tmp_path / "known_hosts"
     known.write_text(f"@cert-authority * {pub_of(other_ca)}\n")
@@ -153,25 +153,38 @@ BULK_SSH = textwrap.dedent("""\
     from multihost.sync_bulk import openssh_argv
     from multihost.transport import SshOptions
     from multihost.transport.ssh import SshTransport
-    address, config, known, impostor = sys.argv[1:5]
-    transport = SshTransport.connect(Host(name=address), SshOptions(config_file=config))
+    alias, address, config, known, impostor = sys.argv[1:6]
+    transport = SshTransport.connect(Host(name=alias), SshOptions(config_file=config))
     argv = openssh_argv(transport, config)
     transport.close()
     open(known, "w").write(address + " " + impostor + "\\n")   # the key changes now
     done = subprocess.run(argv + ["true"], capture_output=True, text=True, timeout=60)
-    print(done.returncode, done.stderr.strip().splitlines()[-1:] )
+    print(done.returncode, done.stderr.strip().splitlines()[-1:])
 """)
 
 
-def test_the_bulk_ssh_refuses_a_changed_key_when_the_users_config_turns_checking_off(lab, tmp_path):
-    """`Host *` / `StrictHostKeyChecking no`: the paramiko connection refuses a changed
-    key, so the `ssh` that carries sync's heavy files must refuse it too."""
+def test_the_bulk_ssh_refuses_a_changed_key_whatever_the_users_config_says(lab, tmp_path):
+    """The user reaches the host by an alias; a block for its address turns checking off.
+    The paramiko connection (by the alias) refuses a changed key, so the `ssh` that
+    carries sync's heavy files (by the address) must refuse it too."""
     known = tmp_path / "known_hosts"
     known.write_text(lab_known_line(lab, 1) + "\n")
-    config = ssh_config(tmp_path, lab, known, StrictHostKeyChecking="no")
+    config = tmp_path / "ssh_config"
+    config.write_text(textwrap.dedent(f"""\
+        Host gpu1
+            HostName {lab.address(1)}
+        Host 198.18.0.*
+            StrictHostKeyChecking no
+        Host *
+            User root
+            IdentityFile {lab.home / ".ssh" / "id_ed25519"}
+            IdentitiesOnly yes
+            UserKnownHostsFile {known}
+            GlobalKnownHostsFile /dev/null
+        """))
     impostor = pub_of(new_key(tmp_path, "impostor"))
-    done = lab.run([sys.executable, "-c", BULK_SSH, lab.address(1), config, str(known), impostor],
-                   timeout=120)
+    done = lab.run([sys.executable, "-c", BULK_SSH, "gpu1", lab.address(1), str(config),
+                    str(known), impostor], timeout=120)
     assert done.returncode == 0, done.stderr
     code = int(done.stdout.split()[0])
     assert code == 255, done.stdout   # the old argv logged in despite the changed key

@@ -18,6 +18,7 @@ REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::(\w+)(?:\[([^\]`]+)\])?`")
 
 # Files whose every test is a fault or a security case and must have a row.
 EVERY_TEST_LISTED = ["tests/lab/test_faults.py", "tests/lab/test_security.py",
+                     "tests/lab/test_hostile_ssh.py",
                      "tests/unit/test_bad_input.py"]
 
 
