@@ -21,7 +21,7 @@ from . import helper
 from .errors import ConnectError, MultihostError
 from .remote.sync_wire import Writer
 from .sync_transfer import HOP_CIPHERS, SendBuffer
-from .transport.openssh import known_hosts_name, DEFAULT_CONFIG, login_command, ssh_base
+from .transport.openssh import DEFAULT_CONFIG, known_hosts_name, login_command, ssh_base
 
 
 

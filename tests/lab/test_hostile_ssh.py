@@ -56,7 +56,7 @@ def test_a_login_shell_that_prints_on_start_up_breaks_no_command(lab, tmp_path):
     code = tmp_path / "code"
     code.mkdir()
     (code / "train.py").write_text("import os\nprint('rank', os.environ['RANK'], 'done')\n")
-    (code / "big.bin").write_bytes(bytes(range(256)) * 40000)   # the bulk stream too
+    (code / "big.bin").write_bytes(bytes(range(256)) * 70000)   # bulk stream and relay
     hosts = ",".join(lab.addresses[:2])
     with chatty_shell(lab, 1), chatty_shell(lab, 2):
         assert "Welcome to the cluster" in lab.ssh(1, "true").stdout   # it does talk
@@ -70,6 +70,7 @@ def test_a_login_shell_that_prints_on_start_up_breaks_no_command(lab, tmp_path):
         synced = lab.multihost("sync", "--ips", hosts, "--code", str(code), "--workdir",
                                "/root/work/chatty", timeout=120)
         assert synced.returncode == 0, synced.stderr
+        assert "came host to host" in synced.stdout   # the relay hop ran through it too
         again = lab.multihost("sync", "--ips", hosts, "--code", str(code), "--workdir",
                               "/root/work/chatty", timeout=120)
         assert again.returncode == 0, again.stderr
