@@ -27,6 +27,7 @@ from typing import Any, Dict, Optional
 
 from .errors import CommandTimeout, ConnectError, RemoteError
 from .transport import CommandResult, Process, Transport
+from .transport.openssh import login_command
 
 MISSING = 97
 # Its own line (the newline before it ends whatever the shell printed without one).
@@ -108,10 +109,11 @@ class HelperOutput:
     what the host's shell printed before the marker is read and dropped, under a
     deadline (a shell that never runs our command) and a size limit."""
 
-    def __init__(self, process: Process, label: str):
+    def __init__(self, process: Process, label: str, login: str = "ssh HOST"):
         self._process = process
         self._raw = process.stdout
         self._label = label
+        self._login = login
         self._started = False
 
     def _start(self) -> None:
@@ -138,8 +140,8 @@ class HelperOutput:
             raise CommandTimeout(
                 f"the helper did not start within {FIRST_OUTPUT_WITHIN:.0f}s: the login "
                 "shell's start-up files may wait for input or hang", host=self._label,
-                fix="check that `ssh HOST true` returns at once; make ~/.bashrc return "
-                    "early for non-interactive shells") from None
+                fix=f"check that `{self._login} true` returns at once; make ~/.bashrc "
+                    "return early for non-interactive shells") from None
         finally:
             if own_deadline:
                 self._process.set_timeout(None)
@@ -210,8 +212,18 @@ def launch(transport: Transport, op: str, request: Optional[Dict[str, Any]] = No
     own output (every helper stream is started here). Exits 97 at once when the helper
     is missing."""
     process = transport.start(helper_command(transport, op, request))
-    process.stdout = HelperOutput(process, transport.host.label)  # type: ignore[assignment]
+    process.stdout = HelperOutput(process, transport.host.label,  # type: ignore[assignment]
+                                  login_hint(transport))
     return process
+
+
+def login_hint(transport: Transport) -> str:
+    """The `ssh` line that reaches this host as we did, for a fix to quote."""
+    target = getattr(transport, "target", None)
+    if target is not None:
+        return login_command(target.user, shlex.quote(target.hostname), target.port)
+    host = transport.host
+    return login_command(host.user, shlex.quote(host.name), host.port)
 
 
 def start(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None) -> Process:

@@ -122,6 +122,12 @@ def test_a_shell_that_prints_without_end_is_cut_off_with_one_line(chatty, monkey
     assert ".bashrc" in info.value.fix
 
 
+def test_a_fix_reaches_the_host_as_we_did_port_included(local):
+    remote = LocalTransport(Host(name="gpu3", user="ai", port=2222))
+    assert helper.login_hint(remote) == "ssh -p 2222 ai@gpu3"
+    assert helper.login_hint(LocalTransport(Host(name="gpu3"))) == "ssh gpu3"
+
+
 def test_a_shell_that_never_starts_the_helper_ends_in_a_timeout_naming_the_host():
     class Silent:
         """An ssh stream whose host never sends a byte (a .bashrc waiting on stdin)."""
@@ -137,8 +143,9 @@ def test_a_shell_that_never_starts_the_helper_ends_in_a_timeout_naming_the_host(
             self.timeouts.append(seconds)
 
     process = Silent()
-    output = helper.HelperOutput(process, "gpu3")
+    output = helper.HelperOutput(process, "gpu3:2222", "ssh -p 2222 ai@gpu3")
     with pytest.raises(CommandTimeout) as info:
         output.readline()
-    assert str(info.value).startswith("gpu3: the helper did not start within 60s")
+    assert str(info.value).startswith("gpu3:2222: the helper did not start within 60s")
+    assert "`ssh -p 2222 ai@gpu3 true`" in info.value.fix
     assert process.timeouts == [helper.FIRST_OUTPUT_WITHIN, None]   # its own, then none again
