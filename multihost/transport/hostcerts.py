@@ -72,6 +72,8 @@ def _strings(packed: bytes) -> Tuple[str, ...]:
 
 def glob_matches(pattern: str, name: str) -> bool:
     """OpenSSH's host patterns: only * and ? are wild ("[host]:port" is literal), no case."""
+    if "*" not in pattern and "?" not in pattern:
+        return pattern.lower() == name.lower()  # most lines: no regex to build
     regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c)
                     for c in pattern.lower())
     return re.fullmatch(regex, name.lower()) is not None

@@ -184,10 +184,10 @@ class SshTransport(Transport):
             sock = _open_socket(target, label)
         client = paramiko.SSHClient()
         known = load_known_hosts(target.known_hosts)
-        known.fill(client.get_host_keys())  # read-only: paramiko never rewrites them
+        key_name = known_hosts_name(target.hostname, target.port)
+        known.fill(client.get_host_keys(), key_name)  # read-only: never written back
         client.set_missing_host_key_policy(
             HostKeyPolicy(target.accept_new, target.known_hosts[0], known, target.hostname))
-        key_name = known_hosts_name(target.hostname, target.port)
         # A host known only through a CA is asked for its certificate first, as OpenSSH
         # asks; paramiko would take the plain key, which nothing vouches for.
         certified = known.authorities_for(key_name) and client.get_host_keys().lookup(key_name) is None

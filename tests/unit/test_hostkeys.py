@@ -103,7 +103,7 @@ def test_marker_and_broken_lines_are_read_not_fatal(tmp_path, keys):
     """paramiko alone ends every command in an InvalidHostKey traceback on these lines."""
     known = load_known_hosts([write_known_hosts(tmp_path, keys, f"h2 {pub_line(keys.host)}"),
                               str(tmp_path / "absent")])
-    assert [e.hostnames for e in known.plain] == [["h2"]]
+    assert [line.patterns for line in known.plain] == ["h2"]
     assert [p for p, _ in known.authorities] == ["*.lab,h1"]
     assert known.revoked == (public_key(keys.other_ca).asbytes(),)
     assert known.authorities_for("h1") and not known.authorities_for("h2")
@@ -124,3 +124,26 @@ def test_the_policy_takes_a_certified_key_refuses_a_revoked_one_even_with_accept
         HostKeyPolicy(False, str(record), known, "h1").missing_host_key(
             client, "h1", keys.certified("-h", principals="h7"))
     assert "not for h1" in info.value.why
+
+
+def test_a_hosts_keys_are_found_by_name_hash_pattern_and_port_first_line_winning(tmp_path, keys):
+    hashed = paramiko.HostKeys.hash_host("[10.0.0.7]:2222")
+    path = tmp_path / "known_hosts"
+    path.write_text("\n".join([
+        f"h1,10.0.0.5 {pub_line(keys.host)}",
+        f"h1 {pub_line(keys.old_host)}",            # a later line of the same type loses
+        f"{hashed} {pub_line(keys.old_host)}",
+        f"*.lab,!bad.lab {pub_line(keys.ca)}",
+        f"10.0.0.7 {pub_line(keys.ca)}",            # port 22 only
+    ]) + "\n")
+    known = load_known_hosts([str(path)])
+
+    def found(name):
+        table = paramiko.HostKeys()
+        known.fill(table, name)
+        entry = table.lookup(name)
+        return entry and entry["ssh-ed25519"]
+    assert found("h1") == public_key(keys.host) and found("10.0.0.5") == public_key(keys.host)
+    assert found("[10.0.0.7]:2222") == public_key(keys.old_host)
+    assert found("gpu.lab") == public_key(keys.ca) and not found("bad.lab")
+    assert not found("h2") and found("10.0.0.7") == public_key(keys.ca)
