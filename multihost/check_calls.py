@@ -12,11 +12,6 @@ from .errors import CommandTimeout
 from .untrusted import clean_report
 
 
-def command_line(transport, op: str, request: dict) -> str:
-    """The shell line of one check op; exits 97 when the helper is not on the host yet."""
-    return helper.helper_command(transport, op, request)
-
-
 def call(transport, op: str, request: dict, timeout: float):
     """One check op to completion: its reply's result, or a RemoteError."""
     try:
@@ -40,7 +35,7 @@ def start(transport, op: str, request: dict, deadline: float):
     97: install it and start again. Returns (process, first line, watchdog)."""
     started = time.monotonic()
     for attempt in (1, 2):
-        process = transport.start(command_line(transport, op, request))
+        process = helper.launch(transport, op, request)
         watchdog = threading.Timer(max(0.1, deadline - time.monotonic()), process.close)
         watchdog.daemon = True
         watchdog.start()

@@ -146,7 +146,8 @@ def judge_ssh(probe: HostProbe) -> CheckResult:
     brief = {ConnectError.AUTH: "key refused", ConnectError.TIMEOUT: "timeout",
              ConnectError.REFUSED: "refused", ConnectError.NAME: "bad name",
              ConnectError.HOSTKEY_UNKNOWN: "unknown key",
-             ConnectError.HOSTKEY_CHANGED: "KEY CHANGED"}.get(kind, "failed")
+             ConnectError.HOSTKEY_CHANGED: "KEY CHANGED",
+             ConnectError.HOSTKEY_REVOKED: "KEY REVOKED"}.get(kind, "failed")
     return CheckResult("ssh", FAIL, error.cause, error.fix, brief)
 
 

@@ -62,6 +62,7 @@ class ConnectError(MultihostError):
     AUTH = "auth"                # key rejected, or a password would be needed
     HOSTKEY_UNKNOWN = "hostkey-unknown"
     HOSTKEY_CHANGED = "hostkey-changed"
+    HOSTKEY_REVOKED = "hostkey-revoked"  # listed @revoked in known_hosts
     LOST = "lost"                # an open connection died
     PROTOCOL = "protocol"        # not an ssh server, or a negotiation failure
 

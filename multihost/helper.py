@@ -6,6 +6,13 @@ zip, so that Python caches its bytecode: a zip is compiled again on every run, t
 milliseconds of CPU per call). A call runs it directly and only
 uploads it when the host answers that it is missing (exit 97): a warm host pays one
 round trip per operation, a cold one two more, once.
+
+A host's login shell may print before our command runs (``echo Welcome`` in .bashrc:
+bash reads it for commands sshd starts). So the helper's output starts with a marker
+line, printed by the command line itself, after anything the shell printed: a reply is
+read after the marker, and a stream's stdout starts after it (``launch``). The marker
+must come within FIRST_OUTPUT_WITHIN seconds and after at most MAX_NOISE bytes: a host's
+shell can neither hang a reader nor fill the controller's memory.
 """
 from __future__ import annotations
 
@@ -14,13 +21,19 @@ import hashlib
 import io
 import json
 import shlex
+import socket
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .errors import ConnectError, RemoteError
+from .errors import CommandTimeout, ConnectError, RemoteError
 from .transport import CommandResult, Process, Transport
+from .transport.openssh import login_command
 
 MISSING = 97
+# Its own line (the newline before it ends whatever the shell printed without one).
+MARKER = b"=multihost-helper-output="
+FIRST_OUTPUT_WITHIN = 60.0
+MAX_NOISE = 1 << 20
 HELPER_DIR = "$HOME/.cache/multihost"
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 _BOOT = "from mhremote.main import main\nmain()\n"
@@ -77,7 +90,75 @@ def helper_command(transport: Transport, op: str, request: Optional[Dict[str, An
     """The shell line that runs one operation; exits 97 when the helper is not there yet."""
     python = shlex.quote(transport.host.python)
     args = shlex.quote(json.dumps(request or {}, separators=(",", ":")))
-    return f'H="{helper_path()}"; [ -d "$H" ] || exit {MISSING}; exec {python} -S -E "$H/__main__.py" {op} {args}'
+    return (f"printf '\\n%s\\n' {MARKER.decode()}; "
+            f'H="{helper_path()}"; [ -d "$H" ] || exit {MISSING}; '
+            f'exec {python} -S -E "$H/__main__.py" {op} {args}')
+
+
+def after_marker(stdout: bytes) -> bytes:
+    """What the helper wrote: the output after the marker line (b"" when the shell ended
+    before our command ran, whatever it printed)."""
+    head, found, rest = stdout.partition(b"\n" + MARKER + b"\n")
+    if found:
+        return rest
+    return stdout[len(MARKER) + 1:] if stdout.startswith(MARKER + b"\n") else b""
+
+
+class HelperOutput:
+    """A helper stream's stdout from the helper's first byte on: on the first read,
+    what the host's shell printed before the marker is read and dropped, under a
+    deadline (a shell that never runs our command) and a size limit."""
+
+    def __init__(self, process: Process, label: str, login: str = "ssh HOST"):
+        self._process = process
+        self._raw = process.stdout
+        self._label = label
+        self._login = login
+        self._started = False
+
+    def _start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        own_deadline = self._process.read_timeout is None
+        if own_deadline:
+            self._process.set_timeout(FIRST_OUTPUT_WITHIN)
+        dropped = 0
+        try:
+            while True:
+                line = self._raw.readline(MAX_NOISE + 1)
+                if not line or line == MARKER + b"\n":
+                    return  # at EOF the shell ended first: its exit status says why
+                dropped += len(line)
+                if dropped > MAX_NOISE:
+                    raise RemoteError(
+                        f"the login shell printed over {MAX_NOISE >> 20} MiB before the "
+                        "multihost helper started", host=self._label,
+                        fix="make the shell's start-up files (~/.bashrc) quiet for "
+                            "non-interactive ssh commands")
+        except socket.timeout:
+            raise CommandTimeout(
+                f"the helper did not start within {FIRST_OUTPUT_WITHIN:.0f}s: the login "
+                "shell's start-up files may wait for input or hang", host=self._label,
+                fix=f"check that `{self._login} true` returns at once; make ~/.bashrc "
+                    "return early for non-interactive shells") from None
+        finally:
+            if own_deadline:
+                self._process.set_timeout(None)
+
+    def read(self, size: Optional[int] = None) -> bytes:
+        self._start()
+        return self._raw.read() if size is None or size < 0 else self._raw.read(size)
+
+    def readline(self, size: Optional[int] = None) -> bytes:
+        self._start()
+        return self._raw.readline() if size is None or size < 0 else self._raw.readline(size)
+
+    def __iter__(self):
+        return iter(self.readline, b"")
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 def install(transport: Transport) -> None:
@@ -116,7 +197,7 @@ def call(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None
     if result.exit_code == MISSING:
         install(transport)
         result = transport.run(line, input=input, timeout=timeout)
-    return parse_reply(transport, op, result.exit_code, result.stdout, result.stderr)
+    return parse_reply(transport, op, result.exit_code, after_marker(result.stdout), result.stderr)
 
 
 def transport_alive(transport: Transport) -> bool:
@@ -126,15 +207,35 @@ def transport_alive(transport: Transport) -> bool:
         return False
 
 
+def launch(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None) -> Process:
+    """Start one helper operation as a stream, its stdout beginning with the helper's
+    own output (every helper stream is started here). Exits 97 at once when the helper
+    is missing."""
+    process = transport.start(helper_command(transport, op, request))
+    process.stdout = HelperOutput(process, transport.host.label,  # type: ignore[assignment]
+                                  login_hint(transport))
+    return process
+
+
+def login_hint(transport: Transport) -> str:
+    """The `ssh` line that reaches this host as we did, for a fix to quote."""
+    target = getattr(transport, "target", None)
+    if target is not None:
+        return login_command(target.user, shlex.quote(target.hostname), target.port)
+    host = transport.host
+    return login_command(host.user, shlex.quote(host.name), host.port)
+
+
 def start(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None) -> Process:
     """Start a streaming helper operation (it owns stdin and stdout)."""
     probe = transport.run(f'[ -d "{helper_path()}" ]', timeout=30)
     if not probe.ok:
         install(transport)
-    return transport.start(helper_command(transport, op, request))
+    return launch(transport, op, request)
 
 
 def parse_reply(transport: Transport, op: str, code: int, stdout: bytes, stderr: bytes) -> Any:
+    """The result of a reply: ``stdout`` is the helper's own output (after the marker)."""
     label = transport.host.label
     lines = stdout.strip().splitlines()
     try:

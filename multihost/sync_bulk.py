@@ -21,7 +21,7 @@ from . import helper
 from .errors import ConnectError, MultihostError
 from .remote.sync_wire import Writer
 from .sync_transfer import HOP_CIPHERS, SendBuffer
-from .transport.openssh import DEFAULT_CONFIG, ssh_base
+from .transport.openssh import DEFAULT_CONFIG, known_hosts_name, login_command, ssh_base
 
 
 
@@ -31,7 +31,10 @@ def openssh_argv(transport, config_file: str = DEFAULT_CONFIG) -> Optional[List[
     target = getattr(transport, "target", None)
     if target is None or shutil.which("ssh") is None:
         return None
-    argv = ssh_base(target.connect_timeout) + [
+    # It connects to the resolved address: the key is checked under the name the paramiko
+    # connection checked, with the same strictness, never the user's config's.
+    argv = ssh_base(target.connect_timeout, accept_new=target.accept_new,
+                    key_name=known_hosts_name(target.hostname, target.port)) + [
         "-o", "Compression=no", "-c", HOP_CIPHERS, "-p", str(target.port), "-l", target.user]
     if config_file and os.path.expanduser(config_file) != os.path.expanduser(DEFAULT_CONFIG):
         argv += ["-F", os.path.expanduser(config_file)]
@@ -42,8 +45,6 @@ def openssh_argv(transport, config_file: str = DEFAULT_CONFIG) -> Optional[List[
     user_files = [p for p in target.known_hosts if p != "/etc/ssh/ssh_known_hosts"]
     if user_files:
         argv += ["-o", "UserKnownHostsFile=" + " ".join(f'"{p}"' for p in user_files)]
-    if target.accept_new:
-        argv += ["-o", "StrictHostKeyChecking=accept-new"]
     if target.proxy_jump:
         argv += ["-J", target.proxy_jump]
     return argv + ["--", target.hostname]
@@ -76,7 +77,7 @@ def stream_openssh(transport, argv: List[str], request: dict, fill: Callable[[Wr
         except OSError as exc:  # the ssh client is gone: it says why on stderr
             process.wait(30)
             reader.join(5)
-            raise _failure(label, process.returncode, b"".join(errors), exc) from None
+            raise _failure(transport, process.returncode, b"".join(errors), exc) from None
         out = process.stdout.read()
         code = process.wait()
         reader.join(5)
@@ -85,8 +86,9 @@ def stream_openssh(transport, argv: List[str], request: dict, fill: Callable[[Wr
             process.kill()  # ours, started above: never left behind
             process.wait()
     err = b"".join(errors)
+    out = helper.after_marker(out)
     if code == 255 and not out.strip():
-        raise _failure(label, code, err, None)
+        raise _failure(transport, code, err, None)
     result = helper.parse_reply(transport, op, code, out, err)
     nodes = result.get("nodes") if isinstance(result, dict) else None
     if not isinstance(nodes, dict):
@@ -95,8 +97,10 @@ def stream_openssh(transport, argv: List[str], request: dict, fill: Callable[[Wr
     return nodes
 
 
-def _failure(label: str, code: Optional[int], stderr: bytes, exc: Optional[Exception]) -> ConnectError:
+def _failure(transport, code: Optional[int], stderr: bytes, exc: Optional[Exception]) -> ConnectError:
     text = stderr.decode("utf-8", "replace").strip().splitlines()
     cause = text[-1] if text else (str(exc) if exc else f"exit {code}")
-    return ConnectError(f"ssh failed: {cause}", host=label, kind=ConnectError.LOST,
-                        fix=f"check that `ssh {shlex.quote(label)}` works without a prompt")
+    target = transport.target
+    login = login_command(target.user, shlex.quote(target.hostname), target.port)
+    return ConnectError(f"ssh failed: {cause}", host=transport.host.label, kind=ConnectError.LOST,
+                        fix=f"check that `{login}` works without a prompt")

@@ -31,7 +31,7 @@ class HostSession:
     def start(cls, transport, request: dict) -> "HostSession":
         """Start the helper now, before the manifest is ready: its interpreter starts up
         on the host while the controller is still hashing."""
-        session = cls(transport, transport.start(helper.helper_command(transport, OP, request)))
+        session = cls(transport, helper.launch(transport, OP, request))
         session.request = request
         return session
 
@@ -59,8 +59,7 @@ class HostSession:
             self.closed = True
             if code == helper.MISSING and attempt == 1:
                 helper.install(self.transport)
-                self.process = self.transport.start(
-                    helper.helper_command(self.transport, OP, self.request))
+                self.process = helper.launch(self.transport, OP, self.request)
                 self.closed = False
                 continue
             helper.parse_reply(self.transport, OP, code if code else 1, line + rest, err)

@@ -23,7 +23,7 @@ from .hosts import Host
 from .remote.sync_fs import FILE, LINK
 from .remote.sync_wire import Writer
 from .sync_manifest import Entry
-from .transport.openssh import ssh_base
+from .transport.openssh import known_hosts_name, ssh_base
 
 # A group of files goes through a relay when at least two hosts need it and it weighs
 # this much: below, the relay's extra ssh hops cost more than they save.
@@ -194,7 +194,7 @@ def stream_to(transport, request: dict, fill: Callable[[Writer], None], timeout:
     is written again."""
     label = transport.host.label
     for attempt in (1, 2):
-        process = transport.start(helper.helper_command(transport, "sync_receive", request))
+        process = helper.launch(transport, "sync_receive", request)
         if register is not None:
             register(process)
         sink = SendBuffer(process.stdin)
@@ -243,7 +243,10 @@ def hop_spec(host: Host, transport, root: str) -> dict:
     name = getattr(target, "hostname", None) or host.name
     port = getattr(target, "port", None) or host.port
     user = getattr(target, "user", None) or host.user
-    ssh = ssh_base(10) + ["-o", "Compression=no", "-c", HOP_CIPHERS]
+    # The hosts' own known_hosts decide, strictly: a relay that cannot check its next
+    # host's key fails and the controller sends to that host itself.
+    ssh = ssh_base(10, accept_new=False, key_name=known_hosts_name(name, port or 22)) + [
+        "-o", "Compression=no", "-c", HOP_CIPHERS]
     if port and int(port) != 22:
         ssh += ["-p", str(port)]
     if user:

@@ -11,12 +11,15 @@ import sys
 
 from . import proto
 
+# spelled out: str.isascii is 3.7+ and `string` costs an import on every call
+LOWERCASE = "abcdefghijklmnopqrstuvwxyz"
+
 
 def family_of(name):
     """``check.host`` -> ``check``; '' when the name does not start with a plain family."""
     cut = min([i for i in (name.find("."), name.find("-"), name.find("_")) if i >= 0] or [len(name)])
     family = name[:cut]
-    return family if family.isascii() and family.isalpha() and family.islower() else ""
+    return family if family and not family.strip(LOWERCASE) else ""
 
 
 def load_ops():

@@ -234,7 +234,8 @@ def hash_files(root, items, cache=None, verify=False, threads=None, progress=Non
     ``verify`` the cache is not consulted (but is refreshed). ``progress(bytes)`` is
     called as files finish, from the worker threads.
     """
-    started = time.time_ns() if hasattr(time, "time_ns") else int(time.time() * 1e9)
+    # time_ns is 3.7+; the fallback keeps 3.6 hosts working
+    started = time.time_ns() if hasattr(time, "time_ns") else int(time.time() * 1e9)  # novermin
     digests, errors, todo = {}, {}, []
     for rel, st in items:
         known = None if (verify or cache is None) else cache.get(rel, st)

@@ -66,6 +66,7 @@ class Process(ABC):
 
     stdout: IO[bytes]
     stdin: IO[bytes]
+    read_timeout: Optional[float] = None  # what set_timeout last set
 
     @abstractmethod
     def read_stderr(self) -> bytes:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -54,19 +55,51 @@ def persist_seconds() -> int:
     return int(text)
 
 
-def ssh_base(connect_timeout: float) -> List[str]:
+def known_hosts_name(hostname: str, port: int) -> str:
+    """The name a key is filed under in known_hosts, as both ssh and paramiko file it:
+    the address alone on port 22, ``[address]:port`` on any other."""
+    return hostname if not port or int(port) == 22 else f"[{hostname}]:{port}"
+
+
+def forget_key_command(hostname: str, port: int) -> str:
+    """The `ssh-keygen -R` line that drops a host's recorded key (port included)."""
+    return "ssh-keygen -R " + shlex.quote(known_hosts_name(hostname, port))
+
+
+def openssh_policy(accept_new: bool, key_name: Optional[str]) -> List[str]:
+    """The options that give an OpenSSH client exactly the paramiko path's policy,
+    whatever the user's ssh config says (command-line options win over it): an unknown
+    key refused unless accept-new, a changed one always; and, given ``key_name``, the key
+    looked up under the name the paramiko path checked, not one the config aliases."""
+    argv = ["-o", "StrictHostKeyChecking=" + ("accept-new" if accept_new else "yes")]
+    if key_name:
+        argv += ["-o", f"HostKeyAlias={key_name}"]
+    return argv
+
+
+def ssh_base(connect_timeout: float, *, accept_new: bool, key_name: Optional[str]) -> List[str]:
     """What every `ssh` multihost starts has (the controller's, and the hosts' own for
-    relays): no tty, no forwarding, never a prompt, a dead link noticed in 15 s."""
+    relays): no tty, no forwarding, never a prompt, a dead link noticed in 15 s, and the
+    host-key policy of the paramiko path (each caller has to say which: a `Host *` block
+    with StrictHostKeyChecking=no in the user's config must not loosen it)."""
     return ["ssh", "-T", "-x", "-a", "-o", "BatchMode=yes",
             "-o", f"ConnectTimeout={max(1, int(connect_timeout))}",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR"]
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+            "-o", "LogLevel=ERROR"] + openssh_policy(accept_new, key_name)
+
+
+def login_command(user: Optional[str], hostname: str, port: Optional[int]) -> str:
+    """The plain `ssh` line a fix tells the user to try (port included when not 22)."""
+    where = f"{user}@{hostname}" if user else hostname
+    return f"ssh -p {port} {where}" if port and int(port) != 22 else f"ssh {where}"
 
 
 def client_argv(host: Host, options: SshOptions) -> List[str]:
     """`ssh` reaching the host as a user's own `ssh` would (OpenSSH reads ~/.ssh/config
-    itself), never interactive, never accepting a changed host key."""
-    argv = ssh_base(options.connect_timeout) + [
-        "-o", "StrictHostKeyChecking=" + ("accept-new" if options.accept_new_host_keys else "yes")]
+    itself, and files the key under its HostName as paramiko does), never interactive,
+    never accepting a changed host key."""
+    argv = ssh_base(options.connect_timeout, accept_new=options.accept_new_host_keys,
+                    key_name=None)
     config = os.path.expanduser(options.config_file or DEFAULT_CONFIG)
     if config != os.path.expanduser(DEFAULT_CONFIG):
         argv += ["-F", config]

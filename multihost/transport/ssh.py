@@ -28,7 +28,10 @@ import paramiko
 from ..errors import CommandTimeout, ConnectError
 from ..hosts import Host
 from .base import Command, CommandResult, Process, SshOptions, Transport, to_shell
-from .hostkeys import HostKeyPolicy, UnknownHostKey, known_hosts_files
+from .hostcerts import CERT_SUFFIX
+from .hostkeys import (HostKeyPolicy, RevokedHostKey, UnknownHostKey, is_revoked,
+                       known_hosts_files, load_known_hosts)
+from .openssh import forget_key_command, known_hosts_name, login_command
 
 # paramiko's transport thread logs what it then raises to us (a banner that never came, a
 # reset): with no handler, Python's last-resort handler would print that as a traceback
@@ -111,6 +114,17 @@ def _open_socket(target: SshTarget, label: str) -> socket.socket:
     return sock
 
 
+class CertificateFirst(paramiko.Transport):
+    """A client transport that offers the host-certificate algorithms before the plain
+    ones, so that a host with a certificate sends it."""
+
+    @property
+    def preferred_keys(self):
+        keys = super().preferred_keys
+        return tuple(k for k in keys if k.endswith(CERT_SUFFIX)) + \
+            tuple(k for k in keys if not k.endswith(CERT_SUFFIX))
+
+
 class SshProcess(Process):
     def __init__(self, channel: paramiko.Channel, label: str):
         self._channel = channel
@@ -134,6 +148,7 @@ class SshProcess(Process):
         self.stdin = self.stdout = self._stderr = None  # type: ignore[assignment]
 
     def set_timeout(self, seconds: Optional[float]) -> None:
+        self.read_timeout = seconds
         self._channel.settimeout(seconds)
 
 
@@ -168,21 +183,28 @@ class SshTransport(Transport):
         else:
             sock = _open_socket(target, label)
         client = paramiko.SSHClient()
-        for path in target.known_hosts:
-            if os.path.isfile(path):
-                client.load_system_host_keys(path)  # read-only: paramiko never rewrites them
-        client.set_missing_host_key_policy(HostKeyPolicy(target.accept_new, target.known_hosts[0]))
+        known = load_known_hosts(target.known_hosts)
+        key_name = known_hosts_name(target.hostname, target.port)
+        known.fill(client.get_host_keys(), key_name)  # read-only: never written back
+        client.set_missing_host_key_policy(
+            HostKeyPolicy(target.accept_new, target.known_hosts[0], known, target.hostname))
+        # A host known only through a CA is asked for its certificate first, as OpenSSH
+        # asks; paramiko would take the plain key, which nothing vouches for.
+        certified = known.authorities_for(key_name) and client.get_host_keys().lookup(key_name) is None
         try:
             client.connect(
                 target.hostname, target.port, username=target.user,
                 key_filename=[p for p in target.identity_files if os.path.exists(p)] or None,
                 look_for_keys=not target.identity_files, allow_agent=target.use_agent,
                 sock=sock, timeout=target.connect_timeout, banner_timeout=target.connect_timeout,
-                auth_timeout=target.connect_timeout, passphrase=None)
+                auth_timeout=target.connect_timeout, passphrase=None,
+                transport_factory=CertificateFirst if certified else None)
         except BaseException as exc:
             sock.close()
             if jump:
                 jump.close()
+            if isinstance(exc, paramiko.BadHostKeyException) and is_revoked(known, exc.key):
+                exc = RevokedHostKey(key_name, exc.key)
             if isinstance(exc, Exception):
                 raise _connect_error(exc, label, target) from None
             raise
@@ -263,21 +285,42 @@ def _jump_host(spec: str) -> Host:
     return Host(name=name, user=user, port=port)
 
 
+def _login(target: SshTarget) -> str:
+    return login_command(target.user, target.hostname, target.port)
+
+
+def _port_option(target: SshTarget) -> str:
+    return f"-p {target.port} " if target.port != 22 else ""
+
+
 def _connect_error(exc: Exception, label: str, target: SshTarget) -> ConnectError:
     if isinstance(exc, ConnectError):
         return exc
+    if isinstance(exc, RevokedHostKey):
+        return ConnectError(
+            f"host key of {exc.name} is REVOKED in known_hosts ({exc.fingerprint}); it is "
+            "never accepted", host=label, kind=ConnectError.HOSTKEY_REVOKED,
+            fix="give the host a new key (and a new certificate where a CA signs them); "
+                "until then leave it out of the hosts")
+    if isinstance(exc, UnknownHostKey) and exc.why:
+        return ConnectError(
+            f"host key of {exc.name} is not in known_hosts, and a CA is listed for it "
+            f"(@cert-authority) but {exc.why} ({exc.fingerprint})", host=label,
+            kind=ConnectError.HOSTKEY_UNKNOWN,
+            fix="renew the host's certificate (ssh-keygen -s CA_KEY -h -n NAME), or check "
+                f"the fingerprint and record its plain key: run `{_login(target)}` once")
     if isinstance(exc, UnknownHostKey):
         return ConnectError(
             f"host key of {exc.name} is not in known_hosts ({exc.fingerprint})", host=label,
             kind=ConnectError.HOSTKEY_UNKNOWN,
-            fix=f"check the fingerprint, then run `ssh {target.user}@{target.hostname}` once "
+            fix=f"check the fingerprint, then run `{_login(target)}` once "
                 "or pass --accept-new-host-keys to record it")
     if isinstance(exc, paramiko.BadHostKeyException):
         return ConnectError(
             f"host key CHANGED for {exc.hostname}: got {exc.key.get_name()} "
             f"{exc.key.fingerprint}, known_hosts has {exc.expected_key.fingerprint}; "
             "this can be an attack", host=label, kind=ConnectError.HOSTKEY_CHANGED,
-            fix=f"if the host was reinstalled, run `ssh-keygen -R {exc.hostname}` and connect "
+            fix=f"if the host was reinstalled, run `{forget_key_command(target.hostname, target.port)}` and connect "
                 "again; otherwise investigate")
     if isinstance(exc, paramiko.PasswordRequiredException):
         return ConnectError("the private key is encrypted and no passphrase is ever asked for",
@@ -287,7 +330,7 @@ def _connect_error(exc: Exception, label: str, target: SshTarget) -> ConnectErro
         return ConnectError(
             f"{target.user}@{target.hostname} rejected our key (password-free login is not "
             "set up)", host=label, kind=ConnectError.AUTH,
-            fix=f"run `ssh-copy-id {target.user}@{target.hostname}`, or give the right "
+            fix=f"run `ssh-copy-id {_port_option(target)}{target.user}@{target.hostname}`, or give the right "
                 "--user / identity_file")
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return ConnectError(f"ssh handshake with {target.hostname}:{target.port} timed out",

@@ -1,13 +1,15 @@
 """The remote helper, shipped and called through the local transport (a real subprocess)."""
 import dataclasses
 import io
+import json
+import socket
 import sys
 import zipfile
 
 import pytest
 
 from multihost import helper
-from multihost.errors import RemoteError
+from multihost.errors import CommandTimeout, RemoteError
 from multihost.hosts import Host
 from multihost.transport import LocalTransport
 
@@ -81,3 +83,69 @@ def test_helper_modules_import_only_the_standard_library():
                 continue
             for name in names:
                 assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
+
+
+class ChattyShell(LocalTransport):
+    """A host whose login shell prints before running our command (`echo` in .bashrc),
+    once without a final newline, once with a line that looks like a reply."""
+
+    noise = "echo Welcome to the cluster; echo '{\"ok\": true, \"result\": \"forged\"}'; printf 'no newline'; "
+
+    def _argv(self, line):
+        return ["/bin/sh", "-c", self.noise + line]
+
+
+@pytest.fixture
+def chatty(local):
+    return ChattyShell(local.host)
+
+
+def test_a_chatty_login_shell_is_never_taken_for_the_helpers_reply(chatty):
+    assert helper.call(chatty, "basic.hello")["python"] == sys.version.split()[0]
+    process = helper.start(chatty, "basic.hello")   # a stream's first line is the helper's
+    try:
+        first = json.loads(process.stdout.readline())
+        assert first["ok"] and first["result"]["pid"] > 0
+        assert process.stdout.read() == b"" and process.wait(30) == 0
+    finally:
+        process.close()
+
+
+def test_a_shell_that_prints_without_end_is_cut_off_with_one_line(chatty, monkeypatch):
+    monkeypatch.setattr(helper, "MAX_NOISE", 4096)
+    chatty.noise = "yes welcome | head -c 100000; "
+    process = helper.launch(chatty, "basic.hello")
+    with pytest.raises(RemoteError) as info:
+        process.stdout.readline()
+    process.close()
+    assert "printed over" in str(info.value) and "127.0.0.1" in str(info.value)
+    assert ".bashrc" in info.value.fix
+
+
+def test_a_fix_reaches_the_host_as_we_did_port_included(local):
+    remote = LocalTransport(Host(name="gpu3", user="ai", port=2222))
+    assert helper.login_hint(remote) == "ssh -p 2222 ai@gpu3"
+    assert helper.login_hint(LocalTransport(Host(name="gpu3"))) == "ssh gpu3"
+
+
+def test_a_shell_that_never_starts_the_helper_ends_in_a_timeout_naming_the_host():
+    class Silent:
+        """An ssh stream whose host never sends a byte (a .bashrc waiting on stdin)."""
+        read_timeout = None
+        timeouts = []
+
+        class stdout:
+            @staticmethod
+            def readline(size=-1):
+                raise socket.timeout("timed out")
+
+        def set_timeout(self, seconds):
+            self.timeouts.append(seconds)
+
+    process = Silent()
+    output = helper.HelperOutput(process, "gpu3:2222", "ssh -p 2222 ai@gpu3")
+    with pytest.raises(CommandTimeout) as info:
+        output.readline()
+    assert str(info.value).startswith("gpu3:2222: the helper did not start within 60s")
+    assert "`ssh -p 2222 ai@gpu3 true`" in info.value.fix
+    assert process.timeouts == [helper.FIRST_OUTPUT_WITHIN, None]   # its own, then none again

@@ -103,3 +103,67 @@ def test_through_a_socket_every_command_is_an_ssh_client_that_cannot_fall_back(h
     assert option(argv, "ControlPath") == path and option(argv, "ControlMaster") == "no"
     assert option(argv, "ProxyCommand") == "false"   # no socket behind it: fail, never dial
     assert not transport.is_local
+
+
+def bulk_target(port=22, accept_new=False):
+    from multihost.transport.ssh import SshTarget
+
+    return SshTarget(hostname="10.0.0.7", port=port, user="ubuntu", identity_files=(),
+                     proxy_jump=None, connect_timeout=10, known_hosts=("/kh",),
+                     accept_new=accept_new, use_agent=True)
+
+
+class BulkTransport:
+    def __init__(self, target):
+        self.target = target
+        self.host = Host(name="gpu7")
+
+
+def test_the_bulk_stream_keeps_the_host_key_policy_whatever_the_users_config_says(monkeypatch):
+    """`Host *` / `StrictHostKeyChecking no` in ~/.ssh/config must not let the bulk `ssh`
+    take a changed key that the paramiko connection refused: the command line wins."""
+    from multihost.sync_bulk import openssh_argv
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    argv = openssh_argv(BulkTransport(bulk_target()))
+    assert option(argv, "StrictHostKeyChecking") == "yes"
+    assert option(argv, "HostKeyAlias") == "10.0.0.7"   # the name paramiko checked
+    argv = openssh_argv(BulkTransport(bulk_target(port=2222, accept_new=True)))
+    assert option(argv, "StrictHostKeyChecking") == "accept-new"
+    assert option(argv, "HostKeyAlias") == "[10.0.0.7]:2222"
+
+
+def test_a_relay_hop_checks_the_next_hosts_key_strictly():
+    from multihost.sync_transfer import hop_spec
+
+    hop = hop_spec(Host(name="gpu7", rank=1), BulkTransport(bulk_target(port=2200)), "/w")
+    assert option(hop["ssh"], "StrictHostKeyChecking") == "yes"
+    assert option(hop["ssh"], "HostKeyAlias") == "[10.0.0.7]:2200"
+
+
+def test_fix_hints_spell_the_port_when_it_is_not_22():
+    import paramiko
+
+    from multihost.transport.ssh import UnknownHostKey, _connect_error
+
+    key = paramiko.Ed25519Key.from_private_key_file(str(make_key()))
+    target = bulk_target(port=2222)
+    unknown = _connect_error(UnknownHostKey("[10.0.0.7]:2222", key), "gpu7", target)
+    assert "`ssh -p 2222 ubuntu@10.0.0.7`" in unknown.fix
+    changed = _connect_error(paramiko.BadHostKeyException("[10.0.0.7]:2222", key, key),
+                             "gpu7", target)
+    assert "`ssh-keygen -R '[10.0.0.7]:2222'`" in changed.fix
+    denied = _connect_error(paramiko.AuthenticationException(), "gpu7", target)
+    assert "`ssh-copy-id -p 2222 ubuntu@10.0.0.7`" in denied.fix
+    # on port 22 the hints stay the plain ones
+    plain = _connect_error(paramiko.BadHostKeyException("10.0.0.7", key, key), "gpu7",
+                           bulk_target())
+    assert "`ssh-keygen -R 10.0.0.7`" in plain.fix
+
+
+def make_key():
+    import subprocess
+
+    path = Path(tempfile.mkdtemp(prefix="mh-key-")) / "k"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path

@@ -18,8 +18,9 @@ REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::(\w+)(?:\[([^\]`]+)\])?`")
 
 # Files whose every test is a fault or a security case and must have a row.
 EVERY_TEST_LISTED = ["tests/lab/test_faults.py", "tests/lab/test_security.py",
-                     "tests/lab/test_hostile.py", "tests/unit/test_hostile_input.py",
-                     "tests/unit/test_bad_input.py", "tests/unit/test_cli_messy.py"]
+                     "tests/lab/test_hostile.py", "tests/lab/test_hostile_ssh.py",
+                     "tests/unit/test_hostile_input.py", "tests/unit/test_bad_input.py",
+                     "tests/unit/test_cli_messy.py"]
 
 
 def table_rows(text: str) -> List[List[str]]:
