@@ -25,7 +25,7 @@ from typing import List, Optional
 
 import paramiko
 
-from ..errors import CommandTimeout, ConnectError
+from ..errors import CommandTimeout, ConfigError, ConnectError
 from ..hosts import Host
 from .base import Command, CommandResult, Process, SshOptions, Transport, to_shell
 from .hostkeys import HostKeyPolicy, UnknownHostKey, known_hosts_files
@@ -34,6 +34,10 @@ from .hostkeys import HostKeyPolicy, UnknownHostKey, known_hosts_files
 # reset): with no handler, Python's last-resort handler would print that as a traceback
 # under our one-line error. Every such failure reaches the user as a ConnectError.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+# A ProxyJump chain longer than this is a loop in ssh_config (a jump host whose own
+# ProxyJump leads back), which would otherwise recurse until Python gives up.
+MAX_JUMPS = 8
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,7 @@ def _socket_error(exc: OSError, label: str, target: SshTarget) -> ConnectError:
                         kind=ConnectError.UNREACHABLE, fix="check the address and the network")
 
 
-def _open_socket(target: SshTarget, label: str) -> socket.socket:
+def open_socket(target: SshTarget, label: str) -> socket.socket:
     try:
         sock = socket.create_connection((target.hostname, target.port), target.connect_timeout)
     except OSError as exc:
@@ -109,6 +113,48 @@ def _open_socket(target: SshTarget, label: str) -> socket.socket:
     # Without TCP_NODELAY every round trip loses ~40 ms to Nagle plus delayed ACKs.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
+
+
+def open_jump_channel(jump: paramiko.Transport, target: SshTarget, label: str) -> paramiko.Channel:
+    """A tunnel from a connected jump host (ProxyJump) to the target's sshd."""
+    try:
+        return jump.open_channel("direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0),
+                                 timeout=target.connect_timeout)
+    except (paramiko.SSHException, OSError) as exc:
+        raise ConnectError(f"jump host {target.proxy_jump} could not reach "
+                           f"{target.hostname}:{target.port}: {exc}", host=label,
+                           kind=ConnectError.UNREACHABLE,
+                           fix="check the ProxyJump host's route to the target") from None
+
+
+def checking_client(target: SshTarget) -> paramiko.SSHClient:
+    """A client that checks the host key as OpenSSH would: the target's known_hosts files
+    (read only: paramiko never rewrites them) and multihost's policy. Every connection
+    multihost makes with paramiko, its own or a fabric bridge's, gets its client here."""
+    client = paramiko.SSHClient()
+    for path in target.known_hosts:
+        if os.path.isfile(path):
+            client.load_system_host_keys(path)
+    client.set_missing_host_key_policy(HostKeyPolicy(target.accept_new, target.known_hosts[0]))
+    return client
+
+
+def login(client: paramiko.SSHClient, target: SshTarget, sock, label: str) -> None:
+    """Handshake, host-key check and key login over sock, never interactive. On failure
+    the socket is closed and the cause becomes one ConnectError naming the host."""
+    try:
+        client.connect(
+            target.hostname, target.port, username=target.user,
+            key_filename=[p for p in target.identity_files if os.path.exists(p)] or None,
+            look_for_keys=not target.identity_files, allow_agent=target.use_agent,
+            sock=sock, timeout=target.connect_timeout, banner_timeout=target.connect_timeout,
+            auth_timeout=target.connect_timeout, passphrase=None)
+    except BaseException as exc:
+        client.close()
+        sock.close()
+        if isinstance(exc, Exception):
+            raise _connect_error(exc, label, target) from None
+        raise
 
 
 class SshProcess(Process):
@@ -148,43 +194,30 @@ class SshTransport(Transport):
 
     @classmethod
     def connect(cls, host: Host, options: SshOptions = SshOptions(),
-                config: Optional[paramiko.SSHConfig] = None) -> "SshTransport":
+                config: Optional[paramiko.SSHConfig] = None, *,
+                origin: Optional[str] = None, hops: int = 0) -> "SshTransport":
+        """Connect to host; ``origin`` and ``hops`` are for its jump hosts (ProxyJump):
+        the host the user named, and how many jump hosts stand before this one."""
         config = config or load_ssh_config(options.config_file)
         target = resolve_target(host, options, config)
         label = host.label
         jump = None
         if target.proxy_jump:
-            jump = cls.connect(_jump_host(target.proxy_jump), options, config)
+            jump = cls.connect(jump_host(target, origin or label, hops), options, config,
+                               origin=origin or label, hops=hops + 1)
             try:
-                sock = jump._client.get_transport().open_channel(
-                    "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0),
-                    timeout=target.connect_timeout)
-            except (paramiko.SSHException, OSError) as exc:
+                sock = open_jump_channel(jump._client.get_transport(), target, label)
+            except ConnectError:
                 jump.close()
-                raise ConnectError(f"jump host {target.proxy_jump} could not reach "
-                                   f"{target.hostname}:{target.port}: {exc}", host=label,
-                                   kind=ConnectError.UNREACHABLE,
-                                   fix="check the ProxyJump host's route to the target") from None
+                raise
         else:
-            sock = _open_socket(target, label)
-        client = paramiko.SSHClient()
-        for path in target.known_hosts:
-            if os.path.isfile(path):
-                client.load_system_host_keys(path)  # read-only: paramiko never rewrites them
-        client.set_missing_host_key_policy(HostKeyPolicy(target.accept_new, target.known_hosts[0]))
+            sock = open_socket(target, label)
+        client = checking_client(target)
         try:
-            client.connect(
-                target.hostname, target.port, username=target.user,
-                key_filename=[p for p in target.identity_files if os.path.exists(p)] or None,
-                look_for_keys=not target.identity_files, allow_agent=target.use_agent,
-                sock=sock, timeout=target.connect_timeout, banner_timeout=target.connect_timeout,
-                auth_timeout=target.connect_timeout, passphrase=None)
-        except BaseException as exc:
-            sock.close()
+            login(client, target, sock, label)
+        except BaseException:
             if jump:
                 jump.close()
-            if isinstance(exc, Exception):
-                raise _connect_error(exc, label, target) from None
             raise
         client.get_transport().set_keepalive(options.keepalive)
         return cls(host, client, target, jump)
@@ -256,10 +289,16 @@ def _drain(channel: paramiko.Channel, deadline: Optional[float]):
     return b"".join(out), b"".join(err)
 
 
-def _jump_host(spec: str) -> Host:
+def jump_host(target: SshTarget, origin: str, hops: int) -> Host:
+    """The first hop of the target's ProxyJump, as a host to connect to. ``hops`` jump
+    hosts already stand before it on the way to ``origin``, the host the user named."""
     from ..hosts import parse_host_item
 
-    name, user, port = parse_host_item(spec.split(",")[0], "ProxyJump")
+    if hops >= MAX_JUMPS:
+        raise ConfigError(f"its ProxyJump leads through more than {MAX_JUMPS} jump hosts "
+                          "(a loop in ssh_config?)", host=origin,
+                          fix="check the ProxyJump lines of your ssh config")
+    name, user, port = parse_host_item(str(target.proxy_jump).split(",")[0], "ProxyJump")
     return Host(name=name, user=user, port=port)
 
 
