@@ -1,11 +1,13 @@
-"""The SSH transport, on paramiko. The only module of multihost that imports paramiko.
+"""The SSH transport, on paramiko. With hostkeys.py, the only module that imports paramiko.
 
 Why paramiko directly and not fabric's ``Connection``: fabric accepts every host key
 without checking known_hosts (it installs ``AutoAddPolicy`` unconditionally), and its
 ``run()`` costs 14-22 ms per command in invoke's polling threads, against 1-3 ms for a
 raw channel. ``~/.ssh/config`` is honoured through paramiko's own ``SSHConfig``
 (Host aliases, HostName, User, Port, IdentityFile, ProxyJump, ConnectTimeout,
-UserKnownHostsFile, StrictHostKeyChecking), the same keys fabric reads.
+UserKnownHostsFile, StrictHostKeyChecking), the same keys fabric reads. The fabric
+connections handed to users (fabric_bridge.py) log in through this module's
+``checking_client`` and ``login``, so they check host keys exactly as it does.
 
 Never interactive: no password or passphrase prompt, no host-key prompt. Every failure
 becomes a ConnectError that names the host, the cause and the fix.
