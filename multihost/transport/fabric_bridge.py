@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from ..errors import ConfigError
 from ..hosts import Host
@@ -43,8 +43,10 @@ def fabric_group(hosts: Any, accept_new_host_keys: bool = False, *,
     """
     fabric = _import_fabric()
     records = tuple(getattr(hosts, "hosts", hosts))
-    if not records or not all(isinstance(host, Host) for host in records):
-        raise ConfigError("a fabric group needs multihost hosts, and none were given",
+    strangers = [type(item).__name__ for item in records if not isinstance(item, Host)]
+    if not records or strangers:
+        got = f"got {', '.join(sorted(set(strangers)))}" if strangers else "none were given"
+        raise ConfigError(f"a fabric group needs multihost hosts, and {got}",
                           fix="pass multihost.hosts.load_hosts(ips, hostfile) or a Cluster")
     options = options or getattr(hosts, "options", None) or SshOptions()
     if accept_new_host_keys:
@@ -76,7 +78,7 @@ def _fabric_config(fabric: Any, config: Any) -> Any:
         return fabric.Config(ssh_config=SSHConfig())
     config = config.clone(into=fabric.Config) if not isinstance(config, fabric.Config) \
         else config.clone()
-    config._set(base_ssh_config=SSHConfig())
+    config.base_ssh_config = SSHConfig()
     return config
 
 

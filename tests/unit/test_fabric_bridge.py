@@ -83,12 +83,16 @@ def test_strict_host_key_checking_no_in_ssh_config_acts_as_accept_new(tmp_path):
     assert policy.record_file == f"{tmp_path}/kh"  # is still refused by paramiko itself
 
 
-def test_a_serial_group_on_request_and_the_users_fabric_config_kept(ssh_config):
-    config = fabric.Config(overrides={"run": {"echo": True}})
+def test_a_serial_group_on_request_and_the_users_fabric_config_kept(ssh_config, tmp_path):
+    other = tmp_path / "fabric_ssh_config"
+    other.write_text("Host 10.9.0.5\n    HostName 10.9.9.9\n    User intruder\n")
+    config = fabric.Config(overrides={"run": {"echo": True}}, runtime_ssh_path=str(other))
     group = group_of("10.9.0.5,trainer-a", ssh_config, serial=True, config=config)
     assert isinstance(group, fabric.SerialGroup)
     assert group[0].config.run.echo is True
-    assert group[1].host == "10.9.0.2"  # resolved once, by multihost
+    # where to connect is resolved once, by multihost: fabric's own ssh config is not applied
+    assert (group[0].host, group[0].user) == ("10.9.0.5", os.environ.get("USER") or "root")
+    assert group[1].host == "10.9.0.2"
 
 
 def test_without_fabric_one_line_names_the_extra(monkeypatch):
@@ -122,6 +126,8 @@ def test_a_proxyjump_loop_is_one_line_naming_the_host(tmp_path, connect):
                                  "config)")
 
 
-def test_no_hosts_is_refused():
-    with pytest.raises(ConfigError, match="needs multihost hosts"):
+def test_no_hosts_or_bare_names_are_refused_in_one_line():
+    with pytest.raises(ConfigError, match="needs multihost hosts, and none were given"):
         fabric_group(())
+    with pytest.raises(ConfigError, match="needs multihost hosts, and got str"):
+        fabric_group(["10.9.0.5"])
