@@ -1,11 +1,13 @@
-"""The SSH transport, on paramiko. The only module of multihost that imports paramiko.
+"""The SSH transport, on paramiko. With hostkeys.py, the only module that imports paramiko.
 
 Why paramiko directly and not fabric's ``Connection``: fabric accepts every host key
 without checking known_hosts (it installs ``AutoAddPolicy`` unconditionally), and its
 ``run()`` costs 14-22 ms per command in invoke's polling threads, against 1-3 ms for a
 raw channel. ``~/.ssh/config`` is honoured through paramiko's own ``SSHConfig``
 (Host aliases, HostName, User, Port, IdentityFile, ProxyJump, ConnectTimeout,
-UserKnownHostsFile, StrictHostKeyChecking), the same keys fabric reads.
+UserKnownHostsFile, StrictHostKeyChecking), the same keys fabric reads. The fabric
+connections handed to users (fabric_bridge.py) log in through this module's
+``checking_client`` and ``login``, so they check host keys exactly as it does.
 
 Never interactive: no password or passphrase prompt, no host-key prompt. Every failure
 becomes a ConnectError that names the host, the cause and the fix.
@@ -25,7 +27,7 @@ from typing import List, Optional
 
 import paramiko
 
-from ..errors import CommandTimeout, ConnectError
+from ..errors import CommandTimeout, ConfigError, ConnectError
 from ..hosts import Host
 from .base import Command, CommandResult, Process, SshOptions, Transport, to_shell
 from .hostcerts import CERT_SUFFIX
@@ -37,6 +39,10 @@ from .openssh import forget_key_command, known_hosts_name, login_command
 # reset): with no handler, Python's last-resort handler would print that as a traceback
 # under our one-line error. Every such failure reaches the user as a ConnectError.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+# A ProxyJump chain longer than this is a loop in ssh_config (a jump host whose own
+# ProxyJump leads back), which would otherwise recurse until Python gives up.
+MAX_JUMPS = 8
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,7 @@ def _socket_error(exc: OSError, label: str, target: SshTarget) -> ConnectError:
                         kind=ConnectError.UNREACHABLE, fix="check the address and the network")
 
 
-def _open_socket(target: SshTarget, label: str) -> socket.socket:
+def open_socket(target: SshTarget, label: str) -> socket.socket:
     try:
         sock = socket.create_connection((target.hostname, target.port), target.connect_timeout)
     except OSError as exc:
@@ -123,6 +129,65 @@ class CertificateFirst(paramiko.Transport):
         keys = super().preferred_keys
         return tuple(k for k in keys if k.endswith(CERT_SUFFIX)) + \
             tuple(k for k in keys if not k.endswith(CERT_SUFFIX))
+
+
+def open_jump_channel(jump: paramiko.Transport, target: SshTarget, label: str) -> paramiko.Channel:
+    """A tunnel from a connected jump host (ProxyJump) to the target's sshd."""
+    try:
+        return jump.open_channel("direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0),
+                                 timeout=target.connect_timeout)
+    except (paramiko.SSHException, OSError) as exc:
+        raise ConnectError(f"jump host {target.proxy_jump} could not reach "
+                           f"{target.hostname}:{target.port}: {exc}", host=label,
+                           kind=ConnectError.UNREACHABLE,
+                           fix="check the ProxyJump host's route to the target") from None
+
+
+class CheckingClient(paramiko.SSHClient):
+    """A client that checks the host key as OpenSSH would: the target's known_hosts files
+    (read only: paramiko never rewrites them, marker lines understood) and multihost's
+    policy. Every connection multihost makes with paramiko, its own or a fabric bridge's,
+    gets its client here."""
+
+    def __init__(self, target: SshTarget):
+        super().__init__()
+        self.known = load_known_hosts(target.known_hosts)
+        self.key_name = known_hosts_name(target.hostname, target.port)
+        self.known.fill(self.get_host_keys(), self.key_name)  # read-only: never written back
+        self.set_missing_host_key_policy(
+            HostKeyPolicy(target.accept_new, target.known_hosts[0], self.known, target.hostname))
+
+    @property
+    def certified(self) -> bool:
+        """Known only through a CA: ask for its certificate first, as OpenSSH asks;
+        paramiko would take the plain key, which nothing vouches for."""
+        return bool(self.known.authorities_for(self.key_name)) and \
+            self.get_host_keys().lookup(self.key_name) is None
+
+
+def checking_client(target: SshTarget) -> CheckingClient:
+    return CheckingClient(target)
+
+
+def login(client: CheckingClient, target: SshTarget, sock, label: str) -> None:
+    """Handshake, host-key check and key login over sock, never interactive. On failure
+    the socket is closed and the cause becomes one ConnectError naming the host."""
+    try:
+        client.connect(
+            target.hostname, target.port, username=target.user,
+            key_filename=[p for p in target.identity_files if os.path.exists(p)] or None,
+            look_for_keys=not target.identity_files, allow_agent=target.use_agent,
+            sock=sock, timeout=target.connect_timeout, banner_timeout=target.connect_timeout,
+            auth_timeout=target.connect_timeout, passphrase=None,
+            transport_factory=CertificateFirst if client.certified else None)
+    except BaseException as exc:
+        client.close()
+        sock.close()
+        if isinstance(exc, paramiko.BadHostKeyException) and is_revoked(client.known, exc.key):
+            exc = RevokedHostKey(client.key_name, exc.key)
+        if isinstance(exc, Exception):
+            raise _connect_error(exc, label, target) from None
+        raise
 
 
 class SshProcess(Process):
@@ -163,50 +228,30 @@ class SshTransport(Transport):
 
     @classmethod
     def connect(cls, host: Host, options: SshOptions = SshOptions(),
-                config: Optional[paramiko.SSHConfig] = None) -> "SshTransport":
+                config: Optional[paramiko.SSHConfig] = None, *,
+                origin: Optional[str] = None, hops: int = 0) -> "SshTransport":
+        """Connect to host; ``origin`` and ``hops`` are for its jump hosts (ProxyJump):
+        the host the user named, and how many jump hosts stand before this one."""
         config = config or load_ssh_config(options.config_file)
         target = resolve_target(host, options, config)
         label = host.label
         jump = None
         if target.proxy_jump:
-            jump = cls.connect(_jump_host(target.proxy_jump), options, config)
+            jump = cls.connect(jump_host(target, origin or label, hops), options, config,
+                               origin=origin or label, hops=hops + 1)
             try:
-                sock = jump._client.get_transport().open_channel(
-                    "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0),
-                    timeout=target.connect_timeout)
-            except (paramiko.SSHException, OSError) as exc:
+                sock = open_jump_channel(jump._client.get_transport(), target, label)
+            except ConnectError:
                 jump.close()
-                raise ConnectError(f"jump host {target.proxy_jump} could not reach "
-                                   f"{target.hostname}:{target.port}: {exc}", host=label,
-                                   kind=ConnectError.UNREACHABLE,
-                                   fix="check the ProxyJump host's route to the target") from None
+                raise
         else:
-            sock = _open_socket(target, label)
-        client = paramiko.SSHClient()
-        known = load_known_hosts(target.known_hosts)
-        key_name = known_hosts_name(target.hostname, target.port)
-        known.fill(client.get_host_keys(), key_name)  # read-only: never written back
-        client.set_missing_host_key_policy(
-            HostKeyPolicy(target.accept_new, target.known_hosts[0], known, target.hostname))
-        # A host known only through a CA is asked for its certificate first, as OpenSSH
-        # asks; paramiko would take the plain key, which nothing vouches for.
-        certified = known.authorities_for(key_name) and client.get_host_keys().lookup(key_name) is None
+            sock = open_socket(target, label)
+        client = checking_client(target)
         try:
-            client.connect(
-                target.hostname, target.port, username=target.user,
-                key_filename=[p for p in target.identity_files if os.path.exists(p)] or None,
-                look_for_keys=not target.identity_files, allow_agent=target.use_agent,
-                sock=sock, timeout=target.connect_timeout, banner_timeout=target.connect_timeout,
-                auth_timeout=target.connect_timeout, passphrase=None,
-                transport_factory=CertificateFirst if certified else None)
-        except BaseException as exc:
-            sock.close()
+            login(client, target, sock, label)
+        except BaseException:
             if jump:
                 jump.close()
-            if isinstance(exc, paramiko.BadHostKeyException) and is_revoked(known, exc.key):
-                exc = RevokedHostKey(key_name, exc.key)
-            if isinstance(exc, Exception):
-                raise _connect_error(exc, label, target) from None
             raise
         client.get_transport().set_keepalive(options.keepalive)
         return cls(host, client, target, jump)
@@ -278,10 +323,16 @@ def _drain(channel: paramiko.Channel, deadline: Optional[float]):
     return b"".join(out), b"".join(err)
 
 
-def _jump_host(spec: str) -> Host:
+def jump_host(target: SshTarget, origin: str, hops: int) -> Host:
+    """The first hop of the target's ProxyJump, as a host to connect to. ``hops`` jump
+    hosts already stand before it on the way to ``origin``, the host the user named."""
     from ..hosts import parse_host_item
 
-    name, user, port = parse_host_item(spec.split(",")[0], "ProxyJump")
+    if hops >= MAX_JUMPS:
+        raise ConfigError(f"its ProxyJump leads through more than {MAX_JUMPS} jump hosts "
+                          "(a loop in ssh_config?)", host=origin,
+                          fix="check the ProxyJump lines of your ssh config")
+    name, user, port = parse_host_item(str(target.proxy_jump).split(",")[0], "ProxyJump")
     return Host(name=name, user=user, port=port)
 
 
