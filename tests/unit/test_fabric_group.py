@@ -66,7 +66,7 @@ def test_every_connection_trusts_the_known_hosts_files_of_the_ssh_transport(ssh_
         # multihost's policy, not fabric's AutoAddPolicy: unknown keys refused...
         assert isinstance(policy, HostKeyPolicy) and policy.accept_new is False
         assert policy.record_file == str(tmp_path / "known_hosts")
-    assert group[0].client._system_host_keys.lookup("[10.9.0.2]:2222") is not None
+    assert group[0].client.get_host_keys().lookup("[10.9.0.2]:2222") is not None
     # ...unless accept-new is asked, here or in the options
     accepting = group_of("10.9.0.5", ssh_config, accept_new_host_keys=True)
     assert accepting[0].client._policy.accept_new is True
