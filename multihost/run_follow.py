@@ -12,6 +12,7 @@ from typing import Dict, Optional
 
 from .errors import ConfigError
 from .events import RunStarted
+from .restarts import attempt_label
 from .monitor import LOST_AFTER, POLL_INTERVAL, Interrupts, Monitor, RunResult
 from .run_plan import RunPlan, launch_request
 from .run_start import Listener, RecordKeeper, Starter
@@ -84,7 +85,8 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         if holder is not None:
             holder["controls"] = Controls(interrupts)
         listener(RunStarted(plan.run_id, tuple(n.host.label for n in plan.nodes),
-                            plan.nodes[0].nproc, plan.display_command(), time.time()))
+                            plan.nodes[0].nproc, plan.display_command(), time.time(),
+                            attempt_label(plan.attempt, record.max_restarts)))
         starter = Starter(cluster, plan, listener, keeper, interrupts)
         prepared = starter.prepare()
         keeper.make_last()  # every host is ours: this run started (a refused one did not)

@@ -67,6 +67,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                              "(default 10)")
     follow.add_argument("--wait", type=float, default=None, metavar="S",
                         help="end the run S seconds after its first rank exits (like srun -W)")
+    follow.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                        help="after a failure, stop every host, check again and launch "
+                             "again under the same run id, up to N times; each process "
+                             "gets MULTIHOST_RESTART_COUNT (default 0: no restart)")
     view = follow.add_mutually_exclusive_group()
     view.add_argument("--plain", action="store_true", help="plain prefixed lines, no dashboard")
     view.add_argument("--json", action="store_true", help="one JSON event per line")
@@ -255,6 +259,7 @@ def main(args: argparse.Namespace) -> int:
     check_log_dir(args.log_dir)
     if args.kill_wait < 0 or (args.wait is not None and args.wait < 0):
         raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
+    check_restart_options(args)
     # Every mistake in the input is found now, not after a long check and sync.
     run_plan.build_plan("", hosts, job, template, command, start_port=job.start_port or 0,
                         addresses=[h.name for h in hosts], no_python=args.no_python)
@@ -277,13 +282,19 @@ def main(args: argparse.Namespace) -> int:
             addresses=addresses, ifaces=ifaces, no_python=args.no_python, environ=os.environ,
             user_env=env, kill_wait=args.kill_wait, allow_concurrent=args.allow_concurrent)
         record = initial_record(plan, args, cluster, revision() or (None, None))
-        return follow_run(cluster, plan, record, args)
+        if not args.max_restarts:
+            return follow_run(cluster, plan, record, args)
+        from .run_again import run_attempts
+
+        return run_attempts(cluster, job, plan, record, args)
 
 
 def follow_run(cluster, plan, record, args) -> int:
-    from ..errors import RunFailed
+    return end_of_run(follow_once(cluster, plan, record, args), plan, args)
+
+
+def follow_once(cluster, plan, record, args):
     from ..run_follow import RunOptions, start_and_follow
-    from ..run_outcome import describe
     from ..views import make_view
 
     mode = "json" if args.json else "plain" if args.plain or args.detach else "auto"
@@ -292,7 +303,14 @@ def follow_run(cluster, plan, record, args) -> int:
                      on_detach=lambda: holder["controls"].detach()) if mode == "auto" \
         else make_view(mode)
     options = RunOptions(detach=args.detach, wait_after_exit=args.wait)
-    outcome = start_and_follow(cluster, plan, record, view, options, holder)
+    return start_and_follow(cluster, plan, record, view, options, holder)
+
+
+def end_of_run(outcome, plan, args) -> int:
+    """The exit status of the run, or the one-line error that names its root cause."""
+    from ..errors import RunFailed
+    from ..run_outcome import describe
+
     if outcome.detached:
         if args.json:
             return 0
@@ -315,6 +333,16 @@ def follow_run(cluster, plan, record, args) -> int:
                         exit_code=result.exit_code)
     raise RunFailed(f"run {plan.run_id} was stopped{lost}", exit_code=result.exit_code,
                     fix=f"see `multihost status {plan.run_id}`")
+
+
+def check_restart_options(args) -> None:
+    from ..errors import ConfigError
+
+    if args.max_restarts < 0:
+        raise ConfigError("--max-restarts takes a count, 0 or more", fix="e.g. --max-restarts 3")
+    if args.max_restarts and args.detach:
+        raise ConfigError("--max-restarts needs this controller to follow the run, and "
+                          "--detach leaves it", fix="drop --detach (or --max-restarts)")
 
 
 def fix_for(cause, plan) -> str:
