@@ -27,6 +27,7 @@ class RunOptions:
     wait_after_exit: Optional[float] = None
     poll_interval: float = POLL_INTERVAL
     lost_after: float = LOST_AFTER
+    hang_timeout: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,12 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         if options.detach:
             keeper.update(state="running")
             return Outcome(True)
+        hang = None
+        if options.hang_timeout:
+            from .hangs import HangWatch
+
+            hang = listener = HangWatch(listener, options.hang_timeout, plan, record,
+                                        cluster, mirror)
         follower = _log_follower(cluster, plan, mirror, listener)
 
         def settle(lost: bool) -> None:
@@ -106,7 +113,8 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
 
         monitor = Monitor(cluster, plan, listener, keeper, interrupts,
                           poll_interval=options.poll_interval, lost_after=options.lost_after,
-                          wait_after_exit=options.wait_after_exit, settle=settle)
+                          wait_after_exit=options.wait_after_exit, settle=settle,
+                          **({"hung": hang.check} if hang is not None else {}))
         result = monitor.follow()
         if result.detached and follower is not None:
             follower.stop()

@@ -71,6 +71,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="after a failure, stop every host, check again and launch "
                              "again under the same run id, up to N times; each process "
                              "gets MULTIHOST_RESTART_COUNT (default 0: no restart)")
+    follow.add_argument("--hang-timeout", type=float, default=None, metavar="S",
+                        help="when no rank has written a line for S seconds, the run is "
+                             "hung: take every rank's stack, then stop it (a restart "
+                             "follows under --max-restarts)")
     view = follow.add_mutually_exclusive_group()
     view.add_argument("--plain", action="store_true", help="plain prefixed lines, no dashboard")
     view.add_argument("--json", action="store_true", help="one JSON event per line")
@@ -302,7 +306,8 @@ def follow_once(cluster, plan, record, args):
     view = make_view(mode, on_stop=lambda: holder["controls"].stop(),
                      on_detach=lambda: holder["controls"].detach()) if mode == "auto" \
         else make_view(mode)
-    options = RunOptions(detach=args.detach, wait_after_exit=args.wait)
+    options = RunOptions(detach=args.detach, wait_after_exit=args.wait,
+                         hang_timeout=args.hang_timeout)
     return start_and_follow(cluster, plan, record, view, options, holder)
 
 
@@ -338,6 +343,8 @@ def end_of_run(outcome, plan, args) -> int:
 def check_restart_options(args) -> None:
     from ..errors import ConfigError
 
+    if args.hang_timeout is not None and args.hang_timeout <= 0:
+        raise ConfigError("--hang-timeout takes seconds, more than 0", fix="e.g. --hang-timeout 600")
     if args.max_restarts < 0:
         raise ConfigError("--max-restarts takes a count, 0 or more", fix="e.g. --max-restarts 3")
     if args.max_restarts and args.detach:
@@ -353,6 +360,8 @@ def fix_for(cause, plan) -> str:
     if cause.kind == "lost":
         return (f"check that {node.host.label} is up and reachable; then "
                 f"`multihost stop {plan.run_id}` to clean up what may still run there")
+    if cause.kind == "hang":
+        return "every rank's stack was taken when it hung (the path above); look for the rank apart"
     if cause.kind == "wait":
         return "the other ranks did not finish in time: look for a hang in their logs"
     if cause.signal == signal.SIGKILL or cause.exit_code == 137:

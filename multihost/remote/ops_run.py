@@ -93,6 +93,11 @@ def prepare(request):
     with os.fdopen(os.open(os.path.join(run_dir, "rankwrap.py"),
                            os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
         out.write(wrapper)
+    hook = pkgutil.get_data(__package__, "run_stackhook.py")
+    run_files.private_dirs(os.path.join(run_dir, "stackhook"))
+    with os.fdopen(os.open(os.path.join(run_dir, "stackhook", "sitecustomize.py"),
+                           os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+        out.write(hook)
     run_files.write_json(node_path, {
         "run_id": run_id, "node_rank": request.get("node_rank"), "state": "prepared",
         "attempt": attempt,

@@ -9,7 +9,7 @@ import os
 from . import run_files
 from .proto import OpError
 
-KEPT = ("rankwrap.py",)   # written again by every prepare: nothing of the attempt's own
+KEPT = ("rankwrap.py", "stackhook")   # written again by every prepare: nothing of the attempt's own
 
 
 def archive_attempt(run_dir, attempt):
