@@ -9,6 +9,15 @@ Run it on every host (rank 0 is on the first host):
     multihost run --hostfile hosts.ini --nproc_per_node 2 -- examples/train_ddp.py --epochs 3
     multihost run --hostfile hosts.ini --gpus 0,1,2,3 -- examples/train_ddp.py --batch-size 256
 
+Restarts (`multihost run --max-restarts N`): with --checkpoint-dir, rank 0 saves the
+model and the position every --checkpoint-every steps, and a restarted attempt
+(MULTIHOST_RESTART_COUNT > 0) resumes from there instead of step 0:
+
+    multihost run --hostfile hosts.ini --max-restarts 3 -- examples/train_ddp.py \
+        --checkpoint-dir ckpt --checkpoint-every 20
+
+--crash-at STEP makes one rank die there on the first attempt, to try it.
+
 The data is a fixed random linear problem, generated from a seed on every rank: each
 rank draws its own shard (DistributedSampler-style, by rank), so the loss falls the
 same way on any number of hosts, and the final loss is checked to have dropped.
@@ -28,6 +37,12 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--log-every", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint-dir", help="save here, resume from here on restart "
+                                                 "(relative to the workdir of rank 0's host)")
+    parser.add_argument("--checkpoint-every", type=int, default=20, metavar="K",
+                        help="save every K steps (default 20)")
+    parser.add_argument("--crash-at", type=int, metavar="STEP",
+                        help="the last rank exits 1 at this global step of the first attempt")
     return parser.parse_args(argv)
 
 
@@ -51,8 +66,10 @@ def main(argv=None):
     w_true = torch.randn(args.features, 1)
     model = torch.nn.Sequential(torch.nn.Linear(args.features, 32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 1)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    attempt = int(os.environ.get("MULTIHOST_RESTART_COUNT", "0"))
+    done = resume(args, model, optimizer, attempt, rank, dist, torch)   # global steps done
     ddp = DistributedDataParallel(model, device_ids=[local] if cuda else None)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     loss_fn = torch.nn.MSELoss()
     shard = torch.Generator().manual_seed(args.seed * 100003 + rank + 1)   # this rank's data
 
@@ -60,6 +77,12 @@ def main(argv=None):
     for epoch in range(args.epochs):
         started = time.time()
         for step in range(1, args.steps + 1):
+            global_step = epoch * args.steps + step
+            if global_step <= done:
+                continue          # done by an earlier attempt (its checkpoint holds it)
+            if attempt == 0 and args.crash_at == global_step and rank == world - 1:
+                print("rank %d crashes at step %d (--crash-at)" % (rank, global_step), flush=True)
+                os._exit(1)
             x = torch.randn(args.batch_size, args.features, generator=shard)
             y = x @ w_true + 0.01 * torch.randn(args.batch_size, 1, generator=shard)
             x, y = x.to(device), y.to(device)
@@ -78,11 +101,41 @@ def main(argv=None):
                 speed = args.batch_size * world / cost
                 print("epoch: %d, step:%d, train_loss: %f, total time cost = %f, speed: %f"
                       % (epoch, step, mean, cost, speed), flush=True)
+            if args.checkpoint_dir and rank == 0 and global_step % args.checkpoint_every == 0:
+                save(args.checkpoint_dir, model, optimizer, global_step, torch)
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
         print("done: %d ranks, loss %.4f -> %.4f" % (world, first_loss, last_loss), flush=True)
-    return 0 if last_loss < first_loss else 1
+    if first_loss is None:     # resumed past the last step: nothing left to learn
+        return 0
+    return 0 if last_loss <= first_loss else 1
+
+
+def save(directory, model, optimizer, step, torch):
+    """Written beside, then renamed: a crash while saving leaves the previous checkpoint."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "checkpoint.pt")
+    torch.save({"step": step, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict()}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def resume(args, model, optimizer, attempt, rank, dist, torch):
+    """On a restart, rank 0 loads its checkpoint and every rank learns the step from it
+    (DDP copies rank 0's weights to the others when it wraps the model)."""
+    step = torch.zeros(1, dtype=torch.long)
+    path = os.path.join(args.checkpoint_dir or "", "checkpoint.pt")
+    if attempt > 0 and args.checkpoint_dir and rank == 0 and os.path.exists(path):
+        state = torch.load(path, map_location="cpu")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step[0] = state["step"]
+    dist.broadcast(step, 0)
+    if attempt > 0:
+        print("attempt %d: resumed from the checkpoint at step %d" % (attempt, int(step[0])),
+              flush=True)
+    return int(step[0])
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ class RunStarted:
     nproc_per_node: int
     command: str                    # for display; secrets already masked
     time: float
+    attempt: str = ""               # "attempt 2 of 3" under --max-restarts, else ''
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,8 @@ class Monitor:
     def __init__(self, cluster, plan: RunPlan, listener: Listener, keeper: RecordKeeper,
                  interrupts: Interrupts, *, poll_interval: float = POLL_INTERVAL,
                  lost_after: float = LOST_AFTER, wait_after_exit: Optional[float] = None,
-                 settle: Callable[[bool], None] = lambda lost: None):
+                 settle: Callable[[bool], None] = lambda lost: None,
+                 hung: Callable[[float], Optional[Failure]] = lambda now: None):
         self.cluster = cluster
         self.plan = plan
         self.listener = listener
@@ -96,6 +97,7 @@ class Monitor:
         self.lost_after = lost_after
         self.wait_after_exit = wait_after_exit
         self.settle = settle
+        self.hung = hung      # --hang-timeout (hangs.py): a Failure when the run is hung
         self.hosts = [node.host for node in plan.nodes]
         self.queue: "queue.Queue[tuple]" = queue.Queue()
         self.stop_polling = threading.Event()
@@ -275,6 +277,12 @@ class Monitor:
                                               "the first rank ended (--wait)")
                 self._add_failure(self.trigger)
                 self._teardown(self.plan.kill_wait, "--wait expired")
+        if self.trigger is None:
+            hang = self.hung(now)
+            if hang is not None:
+                self.trigger = hang
+                self._add_failure(hang)
+                self._teardown(self.plan.kill_wait, "hung (--hang-timeout)")
 
     def _done(self) -> bool:
         return all(h.rank in self.lost or self._finished(h.rank) for h in self.hosts)
@@ -327,7 +335,7 @@ class Monitor:
 
     def _explain(self, failure: Failure) -> Tuple[Failure, Tuple[str, ...]]:
         """The root cause made precise (the rank a launcher named) and its last lines."""
-        if failure.kind in ("lost", "wait"):
+        if failure.kind in ("lost", "wait", "hang"):
             return failure, ()
         view = self._status_with_tail(failure.node_rank, failure.local_rank)
         if view is None:

@@ -73,6 +73,8 @@ class RunStatus:
                 "created": record.created, "started": record.started, "ended": record.ended,
                 "root_cause": record.root_cause, "log_dir": record.log_dir,
                 "git_commit": record.git_commit, "git_dirty": record.git_dirty,
+                "attempt": record.attempt, "max_restarts": record.max_restarts,
+                "attempts": list(record.attempts),
                 "nodes": [node.to_json() for node in self.nodes]}
 
 

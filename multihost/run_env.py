@@ -43,6 +43,7 @@ RESERVED = {
     "FLAGS_START_PORT": "give the port with --start-port",
     "MULTIHOST_RUN_ID": "multihost sets it", "MULTIHOST_NODE_RANK": "multihost sets it",
     "MULTIHOST_NUM_NODES": "multihost sets it", "MULTIHOST_NODE_IPS": "multihost sets it",
+    "TORCHELASTIC_RESTART_COUNT": "multihost sets it from the attempt (--max-restarts)",
 }
 PER_RANK = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
             "MASTER_ADDR", "MASTER_PORT", "PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM",
@@ -145,10 +146,13 @@ def check_user_env(pairs: Iterable[Tuple[str, str]], where: str,
 
 
 def multihost_env(run_id: str, node_rank: int, addresses: Sequence[str], start_port: int,
-                  gpus: Sequence[int]) -> Dict[str, str]:
+                  gpus: Sequence[int], attempt: int = 0) -> Dict[str, str]:
+    # The attempt (0 first, then 1, 2, ... under --max-restarts) under torchrun's name too,
+    # so code written for torchrun's restarts resumes from its checkpoint unchanged.
     env = {"FLAGS_START_PORT": str(start_port), "MULTIHOST_RUN_ID": run_id,
            "MULTIHOST_NODE_RANK": str(node_rank), "MULTIHOST_NUM_NODES": str(len(addresses)),
-           "MULTIHOST_NODE_IPS": ",".join(addresses)}
+           "MULTIHOST_NODE_IPS": ",".join(addresses), "MULTIHOST_RESTART_COUNT": str(attempt),
+           "TORCHELASTIC_RESTART_COUNT": str(attempt)}
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     return env

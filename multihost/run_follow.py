@@ -12,6 +12,7 @@ from typing import Dict, Optional
 
 from .errors import ConfigError
 from .events import Notice, RunStarted
+from .restarts import attempt_label
 from .monitor import LOST_AFTER, POLL_INTERVAL, Interrupts, Monitor, RunResult
 from .run_plan import RunPlan, launch_request
 from .run_start import Listener, RecordKeeper, Starter
@@ -26,6 +27,7 @@ class RunOptions:
     wait_after_exit: Optional[float] = None
     poll_interval: float = POLL_INTERVAL
     lost_after: float = LOST_AFTER
+    hang_timeout: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         if holder is not None:
             holder["controls"] = Controls(interrupts)
         listener(RunStarted(plan.run_id, tuple(n.host.label for n in plan.nodes),
-                            plan.nodes[0].nproc, plan.display_command(), time.time()))
+                            plan.nodes[0].nproc, plan.display_command(), time.time(),
+                            attempt_label(plan.attempt, record.max_restarts)))
         starter = Starter(cluster, plan, listener, keeper, interrupts)
         prepared = starter.prepare()
         keeper.make_last()  # every host is ours: this run started (a refused one did not)
@@ -95,6 +98,12 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         if options.detach:
             keeper.update(state="running")
             return Outcome(True)
+        hang = None
+        if options.hang_timeout:
+            from .hangs import HangWatch
+
+            hang = listener = HangWatch(listener, options.hang_timeout, plan, record,
+                                        cluster, mirror)
         follower = _log_follower(cluster, plan, mirror, listener)
 
         def settle(lost: bool) -> None:
@@ -110,7 +119,8 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
 
         monitor = Monitor(cluster, plan, listener, keeper, interrupts,
                           poll_interval=options.poll_interval, lost_after=options.lost_after,
-                          wait_after_exit=options.wait_after_exit, settle=settle)
+                          wait_after_exit=options.wait_after_exit, settle=settle,
+                          **({"hung": hang.check} if hang is not None else {}))
         result = monitor.follow()
         if result.detached and follower is not None:
             follower.stop()

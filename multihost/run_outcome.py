@@ -158,7 +158,7 @@ class Failure:
     def reason(self) -> str:
         if self.kind == "lost":
             return self.detail or "host lost"
-        if self.kind == "wait":
+        if self.kind in ("wait", "hang"):
             return self.detail
         decoded = decode_exit(self.exit_code, self.signal)
         return f"{decoded}: {self.detail}" if self.detail else decoded
@@ -167,12 +167,12 @@ class Failure:
     def status(self) -> int:
         if self.kind == "lost":
             return EXIT_CONNECT
-        if self.kind == "wait":
+        if self.kind in ("wait", "hang"):
             return 1
         return exit_status(self.exit_code, self.signal)
 
 
-_KIND_ORDER = {"rank": 0, "node": 1, "lost": 2, "wait": 3}
+_KIND_ORDER = {"rank": 0, "node": 1, "lost": 2, "wait": 3, "hang": 3}
 
 
 def failures_of(node_rank: int, host: str, view: NodeView, now: float) -> List[Failure]:

@@ -46,6 +46,7 @@ class RunPlan:
     user_env: Dict[str, str] = field(default_factory=dict)
     kill_wait: float = 10.0
     allow_concurrent: bool = False
+    attempt: int = 0              # 0, then 1, 2, ... when --max-restarts launches it again
 
     @property
     def world_size(self) -> int:
@@ -194,7 +195,7 @@ def launch_request(plan: RunPlan, node: NodePlan, prepared: Prepared) -> Dict[st
     env = run_env.node_env(
         plan.passed_env,
         run_env.multihost_env(plan.run_id, node.node_rank, plan.addresses, plan.start_port,
-                              node.gpus),
+                              node.gpus, plan.attempt),
         launch.render_env(plan.template, values), plan.user_env, iface_of(node, prepared))
     masked_argv = run_env.mask_argv(argv, env)
     return {

@@ -96,7 +96,7 @@ class Starter:
             node = plan.nodes[host.rank]
             reply = helper.call(transport, "run-prepare", {
                 "run_id": plan.run_id, "node_rank": host.rank, "cwd": node.workdir,
-                "allow_concurrent": plan.allow_concurrent}, timeout=PREPARE_TIMEOUT)
+                "allow_concurrent": plan.allow_concurrent, "attempt": plan.attempt}, timeout=PREPARE_TIMEOUT)
             return Prepared.from_reply(reply)
 
         results = self.cluster.map(one)

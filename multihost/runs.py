@@ -85,6 +85,9 @@ class RunRecord:
     ssh: Dict[str, Any] = field(default_factory=dict)   # connect_timeout, accept_new_host_keys
     controller: Dict[str, Any] = field(default_factory=dict)  # hostname, pid, cwd
     code_digest: Optional[str] = None   # the code tree's content hash (rerun --same-code)
+    attempt: int = 0                # this attempt: 0, then 1, 2, ... (--max-restarts)
+    max_restarts: int = 0
+    attempts: Tuple[Dict[str, Any], ...] = ()   # the earlier attempts (restarts.summary)
 
     @property
     def hosts(self) -> Tuple[Host, ...]:
@@ -173,6 +176,7 @@ def record_from_dict(data: Dict[str, Any]) -> RunRecord:
     fields = {k: v for k, v in data.items() if k in RunRecord.__dataclass_fields__}
     fields["nodes"] = nodes
     fields["command"] = tuple(fields.get("command") or ())
+    fields["attempts"] = tuple(fields.get("attempts") or ())
     return RunRecord(**fields)
 
 

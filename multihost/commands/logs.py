@@ -6,6 +6,7 @@ import dataclasses
 import re
 import sys
 import time
+from pathlib import Path
 
 EPILOG = """\
 examples:
@@ -34,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--grep", metavar="PATTERN", help="only lines matching this regex")
     parser.add_argument("--since", metavar="AGE", help="only lines that arrived since, e.g. 15m")
     parser.add_argument("--ranks", action="store_true", help="dashboard: one row per rank")
+    parser.add_argument("--attempt", type=int, metavar="K",
+                        help="the lines of attempt K (1 is the first) of a run with "
+                             "--max-restarts (default: the latest)")
     view = parser.add_mutually_exclusive_group()
     view.add_argument("--plain", action="store_true", help="plain prefixed lines, no dashboard")
     view.add_argument("--json", action="store_true", help="one JSON event per line")
@@ -119,6 +123,20 @@ def main(args: argparse.Namespace) -> int:
     keep = _filter(args)  # a bad filter is the user's typo: say so before any lookup
     record = load_run(args.run)
     keep = _fit_to_run(keep, record, args)
+    from ..restarts import mirror_of
+
+    mirror = mirror_of(record, args.attempt)
+    if mirror != record.log_dir:
+        # An earlier attempt: over, and mirrored to its end before the next one started
+        # (the hosts' run directories now hold the latest attempt).
+        if args.follow:
+            raise ConfigError(f"--attempt {args.attempt} of run {record.run_id} has ended",
+                              fix="drop --follow, or --attempt to follow the latest")
+        view = make_view("json" if args.json else "plain", by_rank=args.ranks)
+        for block in read_mirror(Path(mirror), nodes_of(_attempt_pairs(record, args.attempt)),
+                                 keep, tail=args.tail):
+            view(block)
+        return 0
     pairs = list(zip(record.hosts, record.nprocs))
     nodes = nodes_of(pairs)
     options = SshOptions(connect_timeout=args.connect_timeout, config_file=args.ssh_config)
@@ -162,6 +180,16 @@ def _refuse_bad_replies(follower) -> None:
         print(f"multihost: {error}", file=sys.stderr)
     if bad:
         raise bad[0]
+
+
+def _attempt_pairs(record, attempt):
+    """(host, nproc) of an earlier attempt: a spare may have taken a rank since."""
+    from ..runs import host_from_dict
+
+    hosts = record.attempts[attempt - 1].get("host_fields") or []
+    if len(hosts) != len(record.nodes):
+        return list(zip(record.hosts, record.nprocs))
+    return list(zip([host_from_dict(h) for h in hosts], record.nprocs))
 
 
 def _follow(cluster, record, pairs, listener) -> int:

@@ -79,6 +79,14 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                              "(default 10)")
     follow.add_argument("--wait", type=float, default=None, metavar="S",
                         help="end the run S seconds after its first rank exits (like srun -W)")
+    follow.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                        help="after a failure, stop every host, check again and launch "
+                             "again under the same run id, up to N times; each process "
+                             "gets MULTIHOST_RESTART_COUNT (default 0: no restart)")
+    follow.add_argument("--hang-timeout", type=float, default=None, metavar="S",
+                        help="when no rank has written a line for S seconds, the run is "
+                             "hung: take every rank's stack, then stop it (a restart "
+                             "follows under --max-restarts)")
     view = follow.add_mutually_exclusive_group()
     view.add_argument("--plain", action="store_true", help="plain prefixed lines, no dashboard")
     view.add_argument("--json", action="store_true", help="one JSON event per line")
@@ -297,6 +305,7 @@ def main(args: argparse.Namespace) -> int:
     check_log_dir(args.log_dir)
     if args.kill_wait < 0 or (args.wait is not None and args.wait < 0):
         raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
+    check_restart_options(args)
     # Every mistake in the input is found now, not after a long check and sync.
     run_plan.build_plan("", hosts, job, template, command, start_port=job.start_port or 0,
                         addresses=[h.name for h in hosts], no_python=args.no_python)
@@ -322,13 +331,19 @@ def main(args: argparse.Namespace) -> int:
         record = initial_record(plan, args, cluster, revision() or (None, None))
         record = dataclasses.replace(record, code_digest=digest)
         save_job(args, record, command)
-        return follow_run(cluster, plan, record, args)
+        if not args.max_restarts:
+            return follow_run(cluster, plan, record, args)
+        from .run_again import run_attempts
+
+        return run_attempts(cluster, job, plan, record, args)
 
 
 def follow_run(cluster, plan, record, args) -> int:
-    from ..errors import RunFailed
+    return end_of_run(follow_once(cluster, plan, record, args), plan, args)
+
+
+def follow_once(cluster, plan, record, args):
     from ..run_follow import RunOptions, start_and_follow
-    from ..run_outcome import describe
     from ..views import make_view
 
     mode = "json" if args.json else "plain" if args.plain or args.detach else "auto"
@@ -336,8 +351,16 @@ def follow_run(cluster, plan, record, args) -> int:
     view = make_view(mode, on_stop=lambda: holder["controls"].stop(),
                      on_detach=lambda: holder["controls"].detach()) if mode == "auto" \
         else make_view(mode)
-    options = RunOptions(detach=args.detach, wait_after_exit=args.wait)
-    outcome = start_and_follow(cluster, plan, record, view, options, holder)
+    options = RunOptions(detach=args.detach, wait_after_exit=args.wait,
+                         hang_timeout=args.hang_timeout)
+    return start_and_follow(cluster, plan, record, view, options, holder)
+
+
+def end_of_run(outcome, plan, args) -> int:
+    """The exit status of the run, or the one-line error that names its root cause."""
+    from ..errors import RunFailed
+    from ..run_outcome import describe
+
     if outcome.detached:
         if args.json:
             return 0
@@ -362,6 +385,18 @@ def follow_run(cluster, plan, record, args) -> int:
                     fix=f"see `multihost status {plan.run_id}`")
 
 
+def check_restart_options(args) -> None:
+    from ..errors import ConfigError
+
+    if args.hang_timeout is not None and args.hang_timeout <= 0:
+        raise ConfigError("--hang-timeout takes seconds, more than 0", fix="e.g. --hang-timeout 600")
+    if args.max_restarts < 0:
+        raise ConfigError("--max-restarts takes a count, 0 or more", fix="e.g. --max-restarts 3")
+    if args.max_restarts and args.detach:
+        raise ConfigError("--max-restarts needs this controller to follow the run, and "
+                          "--detach leaves it", fix="drop --detach (or --max-restarts)")
+
+
 def fix_for(cause, plan) -> str:
     """What to look at next, for the root cause's kind of failure."""
     import signal
@@ -370,6 +405,8 @@ def fix_for(cause, plan) -> str:
     if cause.kind == "lost":
         return (f"check that {node.host.label} is up and reachable; then "
                 f"`multihost stop {plan.run_id}` to clean up what may still run there")
+    if cause.kind == "hang":
+        return "every rank's stack was taken when it hung (the path above); look for the rank apart"
     if cause.kind == "wait":
         return "the other ranks did not finish in time: look for a hang in their logs"
     if cause.signal == signal.SIGKILL or cause.exit_code == 137:

@@ -105,6 +105,12 @@ def header_lines(status):
     if cause:
         where = f"rank {cause['rank']}" if cause.get("rank") is not None else f"node {cause['node_rank']}"
         lines.append(f"  root cause: {cause['host']} {where}: {cause['reason']}")
+    if record.max_restarts:
+        from ..restarts import attempt_label, attempt_line
+
+        lines[0] += f", {attempt_label(record.attempt, record.max_restarts)}"
+        lines += [f"  earlier {attempt_line(entry, record.max_restarts)}"
+                  for entry in record.attempts]
     return lines
 
 

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from . import run_files
+from . import run_attempt, run_files
 from .proto import OpError, op
 
 SIOCGIFADDR = 0x8915
@@ -66,8 +66,11 @@ def prepare(request):
     if not os.path.isdir(workdir):
         raise OpError("workdir %s does not exist" % workdir,
                       "sync the code there (run without --no-sync) or give the right --workdir")
-    run_files.private_dirs(os.path.join(run_dir, "log"))
     node_path = os.path.join(run_dir, "node.json")
+    attempt = int(request.get("attempt") or 0)
+    if attempt:
+        run_attempt.archive_attempt(run_dir, attempt)
+    run_files.private_dirs(os.path.join(run_dir, "log"))
     try:  # claimed atomically: two entries of one machine prepare at the same moment
         os.close(os.open(node_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
@@ -90,8 +93,14 @@ def prepare(request):
     with os.fdopen(os.open(os.path.join(run_dir, "rankwrap.py"),
                            os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
         out.write(wrapper)
+    hook = pkgutil.get_data(__package__, "run_stackhook.py")
+    run_files.private_dirs(os.path.join(run_dir, "stackhook"))
+    with os.fdopen(os.open(os.path.join(run_dir, "stackhook", "sitecustomize.py"),
+                           os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+        out.write(hook)
     run_files.write_json(node_path, {
         "run_id": run_id, "node_rank": request.get("node_rank"), "state": "prepared",
+        "attempt": attempt,
         "prepared": time.time(), "allow_concurrent": bool(request.get("allow_concurrent"))})
     return {"home": os.path.expanduser("~"), "run_dir": run_dir, "workdir": os.path.abspath(workdir),
             "hostname": socket.gethostname(), "interfaces": _interfaces(),

@@ -30,6 +30,20 @@ def write_json(path, data):
     os.replace(tmp, path)
 
 
+def child_env(env, run_dir, local_rank):
+    """What the script gets from here: the attempt under torchrun's name (torchrun sets
+    TORCHELASTIC_RESTART_COUNT to its own count, 0, for its workers), and the stack hook
+    (stackhook/sitecustomize.py: `multihost stacks` without py-spy), taken by the first
+    Python process below (the script), not by the interpreters it starts."""
+    if env.get("MULTIHOST_RESTART_COUNT"):
+        env["TORCHELASTIC_RESTART_COUNT"] = env["MULTIHOST_RESTART_COUNT"]
+    hook = os.path.join(run_dir, "stackhook")
+    if os.path.isfile(os.path.join(hook, "sitecustomize.py")):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (hook, env.get("PYTHONPATH")) if p)
+        env["MULTIHOST_STACKS_FILE"] = os.path.join(run_dir, "stacks.%s" % local_rank)
+        env.pop("MULTIHOST_STACKS_OWNER", None)
+
+
 def main(argv):
     if len(argv) < 3:
         sys.stderr.write("usage: rankwrap.py RUN_DIR CMD [ARGS...]\n")
@@ -52,6 +66,7 @@ def main(argv):
     if pid == 0:
         for sig in CAUGHT:
             signal.signal(sig, signal.SIG_DFL)
+        child_env(os.environ, run_dir, local_rank)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)

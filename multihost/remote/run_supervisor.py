@@ -21,6 +21,7 @@ import time
 import traceback
 
 from . import run_files
+from .run_rankwrap import child_env
 
 PR_SET_CHILD_SUBREAPER = 36
 POLL = 0.05
@@ -119,6 +120,7 @@ class Supervisor(object):
                 "GROUP_RANK": str(spec["node_rank"]), "GROUP_WORLD_SIZE": str(spec["nnodes"]),
                 "MASTER_ADDR": spec["master_addr"], "MASTER_PORT": str(spec["master_port"]),
             })
+            child_env(rank_env, self.run_dir, str(local))  # as the rank wrapper does
             log = run_files.open_private(os.path.join(self.run_dir, "log", "workerlog.%d" % local))
             # Rank 0 leads the group even once it has exited: it stays a zombie (and its
             # group stays joinable) until `reap` collects it, after every rank started.

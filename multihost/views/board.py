@@ -120,6 +120,8 @@ class BoardModel:
                         row.note = event.text
             elif isinstance(event, RunStarted):
                 self.run_id, self.command = event.run_id, event.command
+                if event.attempt:  # shown in the title: "RUN, attempt 2 of 3"
+                    self.run_id = f"{event.run_id}, {event.attempt}"
                 for rank, host in enumerate(event.hosts):
                     if not self.by_rank:
                         self._row(host, rank, None)

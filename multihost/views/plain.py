@@ -56,8 +56,9 @@ class PlainView:
                 self.out.write(f"{self._prefix(event.host, event.rank)}{event.text}\n")
                 self.out.flush()
         elif isinstance(event, RunStarted):
-            self.say(f"run {event.run_id}: {len(event.hosts)} hosts x {event.nproc_per_node} "
-                     f"processes: {event.command}")
+            attempt = f" ({event.attempt})" if event.attempt else ""
+            self.say(f"run {event.run_id}{attempt}: {len(event.hosts)} hosts x "
+                     f"{event.nproc_per_node} processes: {event.command}")
         elif isinstance(event, NodeChanged):
             code = f" (exit {event.exit_code})" if event.exit_code not in (None, 0) else ""
             detail = f": {event.detail}" if event.detail else ""

@@ -1,0 +1,25 @@
+"""Grouping rank stacks (stacks.py): identical stacks once, the odd rank out last."""
+from __future__ import annotations
+
+from multihost.stacks import RankStack, group_stacks, rank_list, render
+
+WAITING = ('Thread 0x00007f01 (most recent call first):\n'
+           '  File "t.py", line 9 in wait_for_peers\n')
+STUCK = 'Current thread 0x00007f02 (most recent call first):\n  File "t.py", line 6 in stuck\n'
+
+
+def test_identical_stacks_are_grouped_whatever_their_thread_ids():
+    samples = [RankStack(0, "h1", 0, "faulthandler", WAITING),
+               RankStack(1, "h2", 0, "faulthandler", STUCK),
+               RankStack(2, "h3", 0, "faulthandler", WAITING.replace("7f01", "7abc")),
+               RankStack(3, "h3", 1, None, None, "not running")]
+    groups = group_stacks(samples)
+    assert [g.ranks for g in groups] == [(0, 2), (1,), (3,)]
+    assert groups[0].hosts == ("h1", "h3") and "stuck" in groups[1].stack
+    assert "(no stack) not running" == groups[2].stack
+
+
+def test_a_stack_reaches_the_terminal_without_escape_codes():
+    text = render(group_stacks([RankStack(0, "h1", 0, "py-spy", "File \x1b[2Jx.py\n")]))
+    assert "\x1b" not in text and text.startswith("ranks 0 (1 rank(s) on h1):")
+    assert rank_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
