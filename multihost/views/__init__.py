@@ -6,10 +6,14 @@ import sys
 from typing import IO, Optional
 
 
+def no_color() -> bool:
+    """NO_COLOR (no-color.org: set and not empty) means no colour, not no dashboard."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
 def wants_plain(stream: IO[str]) -> bool:
-    """Plain text when the output is not a terminal, or the user said NO_COLOR / dumb."""
-    return (not getattr(stream, "isatty", lambda: False)() or "NO_COLOR" in os.environ
-            or os.environ.get("TERM") == "dumb")
+    """Plain text when the output is not a terminal, or one that cannot redraw (dumb)."""
+    return not getattr(stream, "isatty", lambda: False)() or os.environ.get("TERM") == "dumb"
 
 
 def make_view(mode: str = "auto", out: Optional[IO[str]] = None, err: Optional[IO[str]] = None,
@@ -31,4 +35,4 @@ def make_view(mode: str = "auto", out: Optional[IO[str]] = None, err: Optional[I
             return Dashboard(out, **dashboard_options)
     from .plain import PlainView
 
-    return PlainView(out, err, colour=mode == "auto" and not wants_plain(out))
+    return PlainView(out, err, colour=mode == "auto" and not wants_plain(out) and not no_color())

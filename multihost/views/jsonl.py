@@ -7,9 +7,10 @@ import json
 import threading
 from typing import IO
 
-from ..events import LogBlock, LogLine, NodeChanged, RunFinished, RunStarted
+from ..events import LogBlock, LogLine, NodeChanged, RunFinished, RunStarted, RunStopping
 
-KINDS = {RunStarted: "started", LogLine: "line", NodeChanged: "node", RunFinished: "finished"}
+KINDS = {RunStarted: "started", LogLine: "line", NodeChanged: "node", RunStopping: "stopping",
+         RunFinished: "finished"}
 
 
 def _plain(value: object) -> object:
