@@ -79,6 +79,9 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
                 else "summed speed")
         table.add_row("", "all", "", "", "", "", "", _num(snapshot.total_speed), what)
     parts = [table]
+    if snapshot.stopping is not None and snapshot.exit_code is None:
+        # Right under the rows, not at the bottom: a short terminal crops the bottom.
+        parts.append(Text("multihost: " + describe_stopping(snapshot.stopping), style="bold yellow"))
     if snapshot.selected:
         body = Text("\n".join(snapshot.selected_lines[-30:]) or "(no lines yet)")
         parts.append(Panel(body, title=f"log of {snapshot.selected}", border_style="blue"))
@@ -99,8 +102,6 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
         parts.append(Panel(body, title="root cause: the first failure", border_style="red"))
     elif snapshot.exit_code == 0:
         parts.append(Text("run succeeded", style="bold green"))
-    if snapshot.stopping is not None and snapshot.exit_code is None:
-        parts.append(Text("multihost: " + describe_stopping(snapshot.stopping), style="bold yellow"))
     if keys and snapshot.exit_code is None:
         parts.append(Text(CONFIRM, style="bold") if confirming else Text(KEYS, style="dim"))
     return Group(*parts)
@@ -118,14 +119,14 @@ class Dashboard:
         self.on_stop = on_stop
         self.on_detach = on_detach
         self.keys = keys and (on_stop is not None or on_detach is not None) and sys.stdin.isatty()
+        self._confirming = False          # [s] was pressed: the next key says yes or no
+        self._plain: Optional[PlainView] = None   # after [q]: plain lines from here on
         self._live = Live(console=self.console, get_renderable=self._frame,
                           refresh_per_second=refresh_per_second, transient=False,
                           redirect_stdout=False, redirect_stderr=False)
         self._started = False
         self._closed = threading.Event()
         self._lock = threading.Lock()
-        self._confirming = False          # [s] was pressed: the next key says yes or no
-        self._plain: Optional[PlainView] = None   # after [q]: plain lines from here on
 
     def _frame(self):
         return render(self.model.snapshot(), keys=self.keys, confirming=self._confirming)
