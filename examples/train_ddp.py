@@ -97,7 +97,11 @@ def main(argv=None):
                 mean = mean.item() / world
                 first_loss = mean if first_loss is None else first_loss
                 last_loss = mean
-                cost = (time.time() - started) / step
+                # The slowest rank's time: the job's speed, the same number on every rank
+                # (the dashboard shows it once instead of adding it up per rank).
+                cost = torch.tensor([(time.time() - started) / step], device=device)
+                dist.all_reduce(cost, op=dist.ReduceOp.MAX)
+                cost = cost.item()
                 speed = args.batch_size * world / cost
                 print("epoch: %d, step:%d, train_loss: %f, total time cost = %f, speed: %f"
                       % (epoch, step, mean, cost, speed), flush=True)

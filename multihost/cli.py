@@ -24,7 +24,8 @@ PIPE_COMMANDS = ("logs", "exec", "status")
 EXIT_CLOSED_PIPE = 128 + 13  # what a shell reports for a reader gone (`yes | head -1`)
 
 # The order is the order of `multihost --help`.
-COMMANDS = ["check", "sync", "run", "rerun", "logs", "status", "stop", "stacks", "exec", "lab"]
+COMMANDS = ["check", "sync", "run", "rerun", "logs", "status", "stop", "stacks", "exec", "ssh",
+            "lab", "completion"]
 
 DESCRIPTION = """\
 Run one distributed training job across several machines from one controller, over SSH.
@@ -87,6 +88,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def dispatch(argv: Optional[List[str]] = None) -> int:
     words = sys.argv[1:] if argv is None else argv
+    if "_ARGCOMPLETE" in os.environ:  # a Tab in the shell: answer it and exit
+        complete(build_parser())
     first = next((w for w in words if not w.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
     try:
@@ -114,6 +117,27 @@ def dispatch(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("multihost: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def complete(parser: argparse.ArgumentParser) -> None:
+    """Shell completion (see `multihost completion`): every command's parser, with the
+    completers of run ids and hosts (commands/complete.py)."""
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    from .commands.complete import complete_hostfile_hosts, complete_run_hosts, complete_run_ids
+
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        for command in action.choices.values():
+            for option in command._actions:
+                if option.dest == "run" and not getattr(option, "completer", None):
+                    option.completer = complete_run_ids
+                elif option.dest == "host":
+                    option.completer = complete_run_hosts
+                elif option.dest == "ips":
+                    option.completer = complete_hostfile_hosts
+    argcomplete.autocomplete(parser)
 
 
 def output_closed() -> bool:

@@ -23,6 +23,7 @@ class NodeState(str, enum.Enum):
     FAILED = "failed"
     LOST = "lost"        # the controller cannot reach the host any more
     STOPPED = "stopped"  # ended by multihost (teardown after another failure, Ctrl-C, stop)
+    STOPPING = "stopping"  # asked to stop, inside the grace period: not ended yet
 
     @property
     def finished(self) -> bool:
@@ -109,6 +110,19 @@ class RootCause:
     exit_code: Optional[int]
     reason: str                     # decoded: "exit 3", "killed by SIGKILL (out of memory?)", "host lost"
     tail: Tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class RunStopping:
+    """multihost has asked every host still running to stop: SIGTERM and up to ``grace``
+    seconds before SIGKILL (``grace`` 0: SIGKILL now). Said at once, so a Ctrl-C is seen
+    to be acknowledged long before the hosts have stopped."""
+
+    reason: str                     # what the hosts record, e.g. "interrupted (Ctrl-C ...)"
+    hosts: int                      # how many were asked
+    grace: float
+    interrupted: bool = False       # a Ctrl-C (or the dashboard's stop): a second one kills now
+    time: float = 0.0
 
 
 @dataclass(frozen=True)

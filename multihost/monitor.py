@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from . import helper
 from .errors import CommandTimeout, ConnectError, MultihostError, RemoteError
-from .events import NodeChanged, NodeState, RunFinished
+from .events import NodeChanged, NodeState, RunFinished, RunStopping
 from .run_outcome import (Failure, NodeView, failures_of, parse_status, refine, root_cause,
                           run_status, to_event)
 from .run_plan import RunPlan
@@ -50,6 +50,7 @@ class Interrupts:
     def __init__(self) -> None:
         self.count = 0
         self.detached = False     # stop following; the run goes on
+        self.reason: Optional[str] = None   # set by a stop that is not a Ctrl-C (the dashboard)
         self._previous = {}
 
     def __call__(self) -> bool:
@@ -166,11 +167,17 @@ class Monitor:
         except MultihostError as err:
             self.queue.put(("error", host.rank, err, time.time()))
 
-    def _stop_all(self, grace: float, reason: str) -> None:
-        for host in self.hosts:
-            if not self._finished(host.rank):
-                threading.Thread(target=self._stop_node, args=(host, grace, reason),
-                                 name=f"stop-{host.label}", daemon=True).start()
+    def _stop_all(self, grace: float, reason: str, interrupted: bool = False) -> None:
+        """Ask every host still running to stop, and say so at once: the rows show
+        "stopping" for the grace period, not the old state."""
+        asked = [h for h in self.hosts if not self._finished(h.rank) and h.rank not in self.lost]
+        for host in asked:
+            threading.Thread(target=self._stop_node, args=(host, grace, reason),
+                             name=f"stop-{host.label}", daemon=True).start()
+        now = time.time()
+        self.listener(RunStopping(reason, len(asked), grace, interrupted, now))
+        for host in asked:
+            self.listener(NodeChanged(host.rank, host.label, NodeState.STOPPING, time=now))
 
     # --- bookkeeping ------------------------------------------------------------------
     def _finished(self, rank: int) -> bool:
@@ -250,16 +257,18 @@ class Monitor:
                                           detail=f"host lost: {detail}"))
                 self._set_state(rank, "lost", detail)
 
-    def _teardown(self, grace: float, reason: str) -> None:
+    def _teardown(self, grace: float, reason: str, interrupted: bool = False) -> None:
         self.teardown_at = time.time()
-        self._stop_all(grace, reason)
+        self._stop_all(grace, reason, interrupted)
 
     def _decide(self, now: float) -> None:
         if self.interrupts.count > self.handled_interrupts:
             if self.handled_interrupts == 0 and self.teardown_at is None:
-                self._teardown(self.plan.kill_wait, "interrupted (Ctrl-C on the controller)")
+                self._teardown(self.plan.kill_wait,
+                               self.interrupts.reason or "interrupted (Ctrl-C on the controller)",
+                               interrupted=True)
             else:
-                self._stop_all(0, "interrupted twice: no grace")
+                self._stop_all(0, "interrupted twice: no grace", interrupted=True)
             self.handled_interrupts = self.interrupts.count
         self._check_lost(now)
         if self.teardown_at is not None:
@@ -357,7 +366,8 @@ class Monitor:
         tail: Tuple[str, ...] = ()
         if cause is not None:
             cause, tail = self._explain(cause)
-        interrupted = self.interrupts.count > 0
+        # A stop asked for on purpose (the dashboard's [s]) ends like `multihost stop`.
+        interrupted = self.interrupts.count > 0 and self.interrupts.reason is None
         states = tuple(self.states[h.rank] for h in self.hosts)
         code = run_status(states, cause, interrupted)
         self.settle(bool(self.lost))

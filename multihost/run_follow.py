@@ -34,15 +34,22 @@ class RunOptions:
 class Outcome:
     detached: bool
     result: Optional[RunResult] = None
+    stop_reason: str = ""       # who stopped it, when multihost did (Interrupts.reason)
+
+
+STOP_FROM_DASHBOARD = "stopped from the dashboard ([s] on the controller)"
 
 
 class Controls:
-    """What the dashboard's keys do: [s] is a Ctrl-C, [d] stops following only."""
+    """What the dashboard's keys do: [s] stops the run on every host (recorded as a stop
+    from the dashboard, not as a Ctrl-C), [d] stops following only."""
 
     def __init__(self, interrupts: Interrupts):
         self.interrupts = interrupts
 
     def stop(self) -> None:
+        if self.interrupts.count == 0:
+            self.interrupts.reason = STOP_FROM_DASHBOARD
         self.interrupts.count += 1
 
     def detach(self) -> None:

@@ -13,6 +13,7 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v ps >/dev/null 2>&1 || need+=(procps)
+command -v tmux >/dev/null 2>&1 || need+=(tmux)   # the dashboard tests drive a real terminal
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

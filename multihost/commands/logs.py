@@ -151,23 +151,33 @@ def main(args: argparse.Namespace) -> int:
             if not isinstance(error, BadReply):
                 print(f"multihost: {error} (showing the mirror up to where it was reached)",
                       file=sys.stderr)
-        view = make_view(mode, by_rank=args.ranks)
-        for block in read_mirror(record.mirror_dir, nodes, keep, tail=args.tail):
-            view(block)
-        _refuse_bad_replies(catch_up)
-        behind = [(rank, why) for rank, why in sorted(catch_up.mirror_behind.items()) if why]
-        if behind and not args.follow:  # what was shown lacks lines: never pass for whole
-            from ..errors import MultihostError
+        keys = _Keys(cluster, record)
+        view = make_view(mode, by_rank=args.ranks, on_stop=keys.stop, on_detach=keys.detach) \
+            if mode == "auto" else make_view(mode)
+        if mode == "auto" and args.follow:  # the dashboard's title: which run this is
+            from ..events import RunStarted
 
-            rank, why = behind[0]
-            raise MultihostError(f"the log mirror lacks lines the host still has ({why}); "
-                                 f"the lines shown stop where it does",
-                                 host=record.hosts[rank].label,
-                                 fix=f"free space under {record.mirror_dir}, then run "
-                                     f"`multihost logs {record.run_id}` again")
-        if not args.follow:
-            return 0
-        return _follow(cluster, record, pairs, _Filtered(view, keep))
+            view(RunStarted(record.run_id, tuple(n.label for n in record.nodes),
+                            max(record.nprocs), " ".join(record.command), record.created))
+        try:
+            for block in read_mirror(record.mirror_dir, nodes, keep, tail=args.tail):
+                view(block)
+            _refuse_bad_replies(catch_up)
+            behind = [(rank, why) for rank, why in sorted(catch_up.mirror_behind.items()) if why]
+            if behind and not args.follow:  # what was shown lacks lines: never pass for whole
+                from ..errors import MultihostError
+
+                rank, why = behind[0]
+                raise MultihostError(f"the log mirror lacks lines the host still has ({why}); "
+                                     f"the lines shown stop where it does",
+                                     host=record.hosts[rank].label,
+                                     fix=f"free space under {record.mirror_dir}, then run "
+                                         f"`multihost logs {record.run_id}` again")
+            if not args.follow:
+                return 0
+            return _follow(cluster, record, pairs, _Filtered(view, keep), keys)
+        finally:  # the dashboard gives the terminal back before anything else is printed
+            getattr(view, "close", lambda: None)()
 
 
 def _refuse_bad_replies(follower) -> None:
@@ -192,19 +202,52 @@ def _attempt_pairs(record, attempt):
     return list(zip([host_from_dict(h) for h in hosts], record.nprocs))
 
 
-def _follow(cluster, record, pairs, listener) -> int:
+class _Keys:
+    """The dashboard's keys when following: [s] stops the run on every host (as
+    `multihost stop` would, recorded as a stop from the dashboard), [d] stops following."""
+
+    def __init__(self, cluster, record):
+        self.cluster = cluster
+        self.record = record
+        self.detached = False
+
+    def stop(self) -> None:
+        import threading
+
+        from ..errors import MultihostError
+        from ..run_control import stop
+
+        def one() -> None:
+            try:
+                stop(self.cluster, self.record, self.record.kill_wait,
+                     "stopped from the dashboard ([s] in multihost logs --follow)")
+            except MultihostError:
+                pass  # the follower reports what the hosts do; a host gone is said there
+        threading.Thread(target=one, name="stop-from-dashboard", daemon=True).start()
+
+    def detach(self) -> None:
+        self.detached = True
+
+
+def _follow(cluster, record, pairs, listener, keys) -> int:
     from ..events import RunFinished
     from ..logs import LogFollower
 
     follower = LogFollower(cluster, record.run_id, pairs, record.mirror_dir, listener,
                            follow=True).start()
+    gone_on = (f"stopped following; run {record.run_id} goes on "
+               f"(multihost stop {record.run_id} ends it)")
     try:
         while not follower.drain(timeout=0.5):
-            pass
+            if keys.detached:
+                follower.stop()
+                getattr(listener.view, "close", lambda: None)()
+                print(f"multihost: {gone_on}", file=sys.stderr)
+                return 0
     except KeyboardInterrupt:
         follower.stop()
-        print(f"\nmultihost: stopped following; run {record.run_id} goes on "
-              f"(multihost stop {record.run_id} ends it)", file=sys.stderr)
+        getattr(listener.view, "close", lambda: None)()
+        print(f"\nmultihost: {gone_on}", file=sys.stderr)
         return 130
     follower.stop()
     _refuse_bad_replies(follower)

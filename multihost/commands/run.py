@@ -90,6 +90,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     view = follow.add_mutually_exclusive_group()
     view.add_argument("--plain", action="store_true", help="plain prefixed lines, no dashboard")
     view.add_argument("--json", action="store_true", help="one JSON event per line")
+    follow.add_argument("--ranks", action="store_true", help="dashboard: one row per rank")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
     keep_words(parser)
     return parser
@@ -349,16 +350,21 @@ def follow_once(cluster, plan, record, args):
     mode = "json" if args.json else "plain" if args.plain or args.detach else "auto"
     holder = {}
     view = make_view(mode, on_stop=lambda: holder["controls"].stop(),
-                     on_detach=lambda: holder["controls"].detach()) if mode == "auto" \
-        else make_view(mode)
+                     on_detach=lambda: holder["controls"].detach(),
+                     by_rank=args.ranks) if mode == "auto" else make_view(mode)
     options = RunOptions(detach=args.detach, wait_after_exit=args.wait,
                          hang_timeout=args.hang_timeout)
-    return start_and_follow(cluster, plan, record, view, options, holder)
+    try:
+        outcome = start_and_follow(cluster, plan, record, view, options, holder)
+    finally:  # the dashboard gives the terminal back before anything else is printed
+        getattr(view, "close", lambda: None)()
+    return dataclasses.replace(outcome, stop_reason=holder["controls"].interrupts.reason or "")
 
 
 def end_of_run(outcome, plan, args) -> int:
     """The exit status of the run, or the one-line error that names its root cause."""
     from ..errors import RunFailed
+    from ..run_follow import STOP_FROM_DASHBOARD
     from ..run_outcome import describe
 
     if outcome.detached:
@@ -380,6 +386,9 @@ def end_of_run(outcome, plan, args) -> int:
                         fix=fix_for(cause, plan), exit_code=result.exit_code)
     if result.interrupted:
         raise RunFailed(f"run {plan.run_id} stopped on every host (interrupted){lost}",
+                        exit_code=result.exit_code)
+    if outcome.stop_reason == STOP_FROM_DASHBOARD:
+        raise RunFailed(f"run {plan.run_id} stopped on every host (from the dashboard){lost}",
                         exit_code=result.exit_code)
     raise RunFailed(f"run {plan.run_id} was stopped{lost}", exit_code=result.exit_code,
                     fix=f"see `multihost status {plan.run_id}`")

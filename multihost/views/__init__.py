@@ -6,10 +6,19 @@ import sys
 from typing import IO, Optional
 
 
+def no_color() -> bool:
+    """NO_COLOR (no-color.org: set and not empty) means no colour, not no dashboard."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
+def can_redraw(stream: IO[str]) -> bool:
+    """A terminal a live view can redraw: the dashboard's rule (NO_COLOR keeps it, uncoloured)."""
+    return bool(getattr(stream, "isatty", lambda: False)()) and os.environ.get("TERM") != "dumb"
+
+
 def wants_plain(stream: IO[str]) -> bool:
-    """Plain text when the output is not a terminal, or the user said NO_COLOR / dumb."""
-    return (not getattr(stream, "isatty", lambda: False)() or "NO_COLOR" in os.environ
-            or os.environ.get("TERM") == "dumb")
+    """Plain text for the tables (check, status, sync): not a terminal, NO_COLOR or dumb."""
+    return not can_redraw(stream) or "NO_COLOR" in os.environ
 
 
 def make_view(mode: str = "auto", out: Optional[IO[str]] = None, err: Optional[IO[str]] = None,
@@ -22,7 +31,7 @@ def make_view(mode: str = "auto", out: Optional[IO[str]] = None, err: Optional[I
         from .jsonl import JsonView
 
         return JsonView(out)
-    if mode == "dashboard" or (mode == "auto" and not wants_plain(out)):
+    if mode == "dashboard" or (mode == "auto" and can_redraw(out)):
         try:
             from .dashboard import Dashboard
         except ImportError:

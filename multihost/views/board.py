@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..events import (LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause, RunFinished,
-                      RunStarted)
+                      RunStarted, RunStopping)
 from ..metrics import Metrics, parse_metrics
 from ..nodeset import fold
 
@@ -57,6 +57,8 @@ class BoardSnapshot:
     exit_code: Optional[int]           # set when the run finished
     selected: Optional[str] = None     # the row whose full log is shown
     selected_lines: Tuple[str, ...] = field(default_factory=tuple)
+    stopping: Optional[RunStopping] = None    # multihost asked the hosts to stop
+    speed_is_global: bool = False      # every rank prints the job's speed: shown once, not summed
 
 
 @dataclass
@@ -71,7 +73,7 @@ class _Row:
     exit_code: Optional[int] = None
     last_line: str = ""
     metrics: Metrics = Metrics()
-    speeds: Dict[int, float] = field(default_factory=dict)   # latest speed of each rank
+    speeds: Dict[int, Tuple[int, float]] = field(default_factory=dict)  # rank: (step, speed)
     lines: int = 0
     note: str = ""
     tail: Deque[str] = field(default_factory=lambda: deque(maxlen=TAIL))
@@ -89,6 +91,11 @@ class BoardModel:
         self.root_cause: Optional[RootCause] = None
         self.exit_code: Optional[int] = None
         self.selected: Optional[str] = None
+        self.stopping: Optional[RunStopping] = None
+        # Whether the trainer prints the job's global speed on every rank (two ranks
+        # said the same speed at the same step): then summing would count it N times.
+        self.speed_is_global = False
+        self._speeds_seen: Dict[Tuple[int, float], int] = {}
 
     def _row(self, host: str, node_rank: int, rank: Optional[int]) -> _Row:
         key = f"rank {rank}" if self.by_rank and rank is not None and rank >= 0 else host
@@ -125,6 +132,8 @@ class BoardModel:
                 for rank, host in enumerate(event.hosts):
                     if not self.by_rank:
                         self._row(host, rank, None)
+            elif isinstance(event, RunStopping):
+                self.stopping = event
             elif isinstance(event, RunFinished):
                 self.exit_code = event.exit_code
                 self.root_cause = event.root_cause
@@ -133,7 +142,11 @@ class BoardModel:
         """O(1) in the number of lines: of a block of a million lines only the end is read."""
         row = self._row(event.host, event.node_rank, event.rank)
         row.lines += count
-        row.tail.extend(lines)
+        if self.by_rank:
+            row.tail.extend(lines)
+        else:  # a host's log panel mixes its ranks: each line keeps its rank
+            mark = f"[{event.rank}] " if event.rank >= 0 else "[launcher] "
+            row.tail.extend(mark + text for text in lines)
         for text in reversed(lines[-50:]):
             if text.strip():
                 row.last_line = text
@@ -143,13 +156,22 @@ class BoardModel:
             if found:
                 row.metrics = row.metrics.merged(found)
                 if found.speed is not None:
-                    row.speeds[event.rank] = found.speed
+                    self._speed(row, event.rank, row.metrics.step, found.speed)
         if row.state in (NodeState.PENDING, NodeState.LAUNCHING):
             row.state, row.since = NodeState.RUNNING, row.since or event.time
         who = f"{event.host} [{event.rank}]" if event.rank >= 0 else f"{event.host} [launcher]"
         for text in lines[-self._recent_size:]:
             if text.strip():  # blank lines say nothing in a summary
                 self._recent.append((who, event.rank, text))
+
+    def _speed(self, row: _Row, rank: int, step: Optional[int], speed: float) -> None:
+        key = (-1 if step is None else step, speed)
+        row.speeds[rank] = key
+        first = self._speeds_seen.setdefault(key, rank)
+        if first != rank:
+            self.speed_is_global = True
+        if len(self._speeds_seen) > 4096:  # bounded: only recent steps can match
+            self._speeds_seen = {key: rank}
 
     def _node(self, event: NodeChanged) -> None:
         rows = [r for r in self._rows.values() if r.node_rank == event.node_rank] \
@@ -197,23 +219,37 @@ class BoardModel:
     def snapshot(self) -> BoardSnapshot:
         with self._lock:
             rows = sorted(self._rows.values(), key=self._order)
+            glob = self.speed_is_global
             views = tuple(RowView(r.key, r.host, r.node_rank, r.rank, r.state, r.since, r.until,
-                                  r.exit_code, r.last_line, _summed(r), r.lines, r.note)
+                                  r.exit_code, r.last_line, _summed(r, glob), r.lines, r.note)
                           for r in rows)
-            speeds = [_summed(r).speed for r in rows if r.speeds and r.state == NodeState.RUNNING]
+            running = [pair for r in rows if r.state == NodeState.RUNNING
+                       for pair in r.speeds.values()]
             selected = self._rows.get(self.selected) if self.selected else None
             return BoardSnapshot(
                 self.run_id, self.command, views, fold_recent(list(self._recent), self._recent_size),
-                sum(speeds) if speeds else None, self.root_cause, self.exit_code,
+                combined_speed(running, glob), self.root_cause, self.exit_code,
                 selected.key if selected else None,
-                tuple(selected.tail) if selected else ())
+                tuple(selected.tail) if selected else (), self.stopping, glob)
 
 
-def _summed(row: _Row) -> Metrics:
+def combined_speed(pairs: List[Tuple[int, float]], is_global: bool) -> Optional[float]:
+    """Ranks' (step, speed) as one figure: their sum when each rank prints its own
+    speed; the newest one when every rank prints the job's (summing would count it once
+    per rank)."""
+    if not pairs:
+        return None
+    if is_global:
+        return max(pairs)[1]
+    return sum(speed for _, speed in pairs)
+
+
+def _summed(row: _Row, is_global: bool) -> Metrics:
     """A host row's speed is its ranks' speeds added up: what that machine processes."""
     if len(row.speeds) < 2:
         return row.metrics
-    return dataclasses.replace(row.metrics, speed=sum(row.speeds.values()))
+    return dataclasses.replace(row.metrics,
+                               speed=combined_speed(list(row.speeds.values()), is_global))
 
 
 def fold_recent(recent: List[Tuple[str, int, str]], size: int) -> Tuple[RecentLine, ...]:

@@ -19,16 +19,20 @@ from rich.table import Table
 from rich.text import Text
 
 from ..events import NodeState, Notice, RunFinished
+from . import no_color
 from .board import BoardModel, BoardSnapshot, FoldedRow, fold_rows, summary
-from .plain import describe_root_cause
+from .plain import PlainView, describe_root_cause, describe_stopping
 
 STATE_STYLE = {
     NodeState.PENDING: "dim", NodeState.SYNCING: "cyan", NodeState.LAUNCHING: "cyan",
     NodeState.RUNNING: "green", NodeState.SUCCEEDED: "bold green", NodeState.FAILED: "bold red",
-    NodeState.LOST: "bold magenta", NodeState.STOPPED: "yellow",
+    NodeState.LOST: "bold magenta", NodeState.STOPPED: "yellow", NodeState.STOPPING: "bold yellow",
 }
-KEYS = ("[1-9] show a host's log  [n/p] next/previous  [g N Enter] host or rank #N  [a] all  "
-        "[d] detach (the run goes on)  [s] stop the run  [q] quit view")
+# [d] and [q] differ: [d] leaves (the run goes on without a controller watching it), [q]
+# only closes the dashboard (the controller keeps following, in plain lines).
+KEYS = ("[1-9] a host's log  [n/p] next/previous  [g N Enter] host or rank #N  [a] all  "
+        "[s] stop the run  [d] detach (the run goes on)  [q] quit the dashboard (plain lines)")
+CONFIRM = "stop the run on every host? [y] yes, stop it  [any other key] no"
 
 
 def _uptime(since: Optional[float], until: Optional[float], now: float) -> str:
@@ -77,7 +81,8 @@ def _add_row(table: Table, group: FoldedRow, now: float) -> None:
                   _num(sum(speeds)) if speeds else "-", last, style=style)
 
 
-def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = True):
+def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = True,
+           confirming: bool = False):
     """The whole screen for one snapshot (a pure function: tests render it to text)."""
     now = time.time() if now is None else now
     table = Table(expand=True, title=f"multihost run {snapshot.run_id}" if snapshot.run_id else None,
@@ -91,8 +96,13 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
         _add_row(table, group, now)
     if snapshot.total_speed is not None:
         table.add_section()
-        table.add_row("", "all", "", "", "", "", "", _num(snapshot.total_speed), "summed speed")
+        what = ("the job's speed (every rank prints it)" if snapshot.speed_is_global
+                else "summed speed")
+        table.add_row("", "all", "", "", "", "", "", _num(snapshot.total_speed), what)
     parts = [table, Text(summary(snapshot.rows), style="bold")]
+    if snapshot.stopping is not None and snapshot.exit_code is None:
+        # Right under the rows, not at the bottom: a short terminal crops the bottom.
+        parts.append(Text("multihost: " + describe_stopping(snapshot.stopping), style="bold yellow"))
     if snapshot.selected:
         body = Text("\n".join(snapshot.selected_lines[-30:]) or "(no lines yet)")
         parts.append(Panel(body, title=f"log of {snapshot.selected}", border_style="blue"))
@@ -114,7 +124,7 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
     elif snapshot.exit_code == 0:
         parts.append(Text("run succeeded", style="bold green"))
     if keys and snapshot.exit_code is None:
-        parts.append(Text(KEYS, style="dim"))
+        parts.append(Text(CONFIRM, style="bold") if confirming else Text(KEYS, style="dim"))
     return Group(*parts)
 
 
@@ -125,10 +135,13 @@ class Dashboard:
                  on_detach: Optional[Callable[[], None]] = None, keys: bool = True,
                  refresh_per_second: float = 4):
         self.model = BoardModel(by_rank=by_rank)
-        self.console = Console(file=out)
+        self.out = out
+        self.console = Console(file=out, no_color=no_color() or None)
         self.on_stop = on_stop
         self.on_detach = on_detach
         self.keys = keys and (on_stop is not None or on_detach is not None) and sys.stdin.isatty()
+        self._confirming = False          # [s] was pressed: the next key says yes or no
+        self._plain: Optional[PlainView] = None   # after [q]: plain lines from here on
         self._live = Live(console=self.console, get_renderable=self._frame,
                           refresh_per_second=refresh_per_second, transient=False,
                           redirect_stdout=False, redirect_stderr=False)
@@ -138,9 +151,12 @@ class Dashboard:
         self._lock = threading.Lock()
 
     def _frame(self):
-        return render(self.model.snapshot(), keys=self.keys)
+        return render(self.model.snapshot(), keys=self.keys, confirming=self._confirming)
 
     def __call__(self, event: object) -> None:
+        if self._plain is not None:
+            self._plain(event)
+            return
         self.model.apply(event)
         with self._lock:
             if not self._started and not self._closed.is_set():
@@ -154,14 +170,27 @@ class Dashboard:
             self.console.print(f"multihost: {event.host}: {event.text}", highlight=False)
 
     def say(self, text: str) -> None:
-        self.console.print(f"multihost: {text}", highlight=False)
+        if self._plain is not None:
+            self._plain.say(text)
+        else:
+            self.console.print(f"multihost: {text}", highlight=False)
 
     def close(self) -> None:
+        """The last frame, then the cursor on a line of its own: whatever is printed next
+        (the reattach hint after [d], an error) starts on a fresh line. Idempotent."""
         with self._lock:
             if self._started and not self._closed.is_set():
                 self._live.refresh()
                 self._live.stop()
             self._closed.set()
+
+    def quit_view(self) -> None:
+        """[q]: the dashboard closes; the run is followed on, in plain lines."""
+        self.close()
+        self._plain = PlainView(self.out, sys.stderr)
+        self._plain.say("dashboard closed; following the run in plain lines "
+                        "(Ctrl-C stops the run)" if self.on_stop else
+                        "dashboard closed; following in plain lines")
 
     def _read_keys(self) -> None:
         """Single keys without Enter, until the view closes; the terminal is restored."""
@@ -183,6 +212,11 @@ class Dashboard:
     def _key(self, key: str) -> None:
         """1-9 pick one of the first nine rows at once; `g`, digits and Enter pick any
         row by its '#' (node rank, or rank with --by-rank); n/p step through them all."""
+        if self._confirming:  # a stop is never one stray key away
+            self._confirming = False
+            if key in ("y", "Y") and self.on_stop:
+                self.on_stop()
+            return
         if self._typed is not None:
             if key.isdigit():
                 self._typed += key
@@ -202,6 +236,8 @@ class Dashboard:
         elif key == "a":
             self.model.select(None)
         elif key == "s" and self.on_stop:
-            self.on_stop()
-        elif key in ("d", "q") and self.on_detach:
+            self._confirming = True
+        elif key == "d" and self.on_detach:
             self.on_detach()
+        elif key == "q":
+            self.quit_view()

@@ -7,9 +7,10 @@ import json
 import threading
 from typing import IO
 
-from ..events import LogBlock, LogLine, NodeChanged, Notice, RunFinished, RunStarted
+from ..events import LogBlock, LogLine, NodeChanged, Notice, RunFinished, RunStarted, RunStopping
 
 KINDS = {RunStarted: "started", LogLine: "line", NodeChanged: "node", Notice: "notice",
+         RunStopping: "stopping",
          RunFinished: "finished"}
 
 

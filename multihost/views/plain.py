@@ -10,7 +10,7 @@ import threading
 from typing import IO, Dict
 
 from ..events import (LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause, RunFinished,
-                      RunStarted)
+                      RunStarted, RunStopping)
 
 _COLOURS = ["36", "33", "35", "32", "34", "91", "96", "93"]
 
@@ -18,6 +18,15 @@ _COLOURS = ["36", "33", "35", "32", "34", "91", "96", "93"]
 def describe_root_cause(cause: RootCause) -> str:
     rank = f" rank {cause.rank}" if cause.rank is not None and cause.rank >= 0 else ""
     return f"{cause.host} (node {cause.node_rank}){rank}: {cause.reason}"
+
+
+def describe_stopping(event: RunStopping) -> str:
+    """``stopping: SIGTERM sent to 2 hosts, up to 10 s (Ctrl-C again to kill now)``."""
+    hosts = f"{event.hosts} host" + ("" if event.hosts == 1 else "s")
+    if event.grace <= 0:
+        return f"killing: SIGKILL sent to {hosts}"
+    why = "" if event.reason.startswith("interrupted (Ctrl-C") else f" ({event.reason})"
+    return f"stopping{why}: SIGTERM sent to {hosts}, up to {event.grace:g} s (Ctrl-C again to kill now)"
 
 
 class PlainView:
@@ -62,11 +71,13 @@ class PlainView:
         elif isinstance(event, NodeChanged):
             code = f" (exit {event.exit_code})" if event.exit_code not in (None, 0) else ""
             detail = f": {event.detail}" if event.detail else ""
-            if event.state in (NodeState.PENDING,):
-                return
+            if event.state in (NodeState.PENDING, NodeState.STOPPING):
+                return  # stopping: said once for every host (RunStopping)
             self.say(f"{event.host} (node {event.node_rank}) {event.state.value}{code}{detail}")
         elif isinstance(event, Notice):
             self.say(f"{event.host} (node {event.node_rank}): {event.text}")
+        elif isinstance(event, RunStopping):
+            self.say(describe_stopping(event))
         elif isinstance(event, RunFinished):
             self._finished(event)
 

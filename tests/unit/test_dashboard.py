@@ -3,7 +3,8 @@ import io
 
 from rich.console import Console
 
-from multihost.events import LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted
+from multihost.events import (LogLine, NodeChanged, NodeState, RootCause, RunFinished, RunStarted,
+                              RunStopping)
 from multihost.views.board import BoardModel
 from multihost.views.dashboard import Dashboard, render
 
@@ -44,12 +45,12 @@ def test_rows_in_rank_order_with_state_uptime_and_metrics():
 def test_a_hosts_speed_is_the_sum_of_its_ranks():
     model = started()
     for node in range(3):
-        for local in range(2):
-            model.apply(line(node, local, "epoch: 0, step:5, speed: 1500.0"))
+        for local in range(2):  # each rank its own figure: they differ
+            model.apply(line(node, local, f"epoch: 0, step:5, speed: {1500.0 + node * 2 + local}"))
     text = screen(model)
     rows = [[c.strip() for c in l.split("│")] for l in text.splitlines() if "running" in l and "│" in l]
-    assert [r[8] for r in rows] == ["3,000"] * 3
-    assert "9,000" in text
+    assert [r[8] for r in rows] == ["3,001", "3,005", "3,009"]
+    assert "9,015" in text and "summed speed" in text
     assert "20260101-000000-abcd" in text
 
 
@@ -167,3 +168,36 @@ def test_any_host_or_rank_is_picked_beyond_the_first_nine():
     assert model.snapshot().selected == "rank 426"
     board._key("3")                      # keys 1-9 still pick the first nine at once
     assert model.snapshot().selected == "rank 2"
+
+
+def test_the_jobs_speed_printed_by_every_rank_is_not_added_up():
+    # The example trainer prints the job's global speed on every rank: 6 ranks saying
+    # 15,000 at step 20 is a job doing 15,000, not 90,000.
+    model = started()
+    for node in range(3):
+        for local in range(2):
+            model.apply(line(node, local, "epoch: 0, step:20, train_loss: 0.5, speed: 15000.0"))
+    text = screen(model)
+    rows = [[c.strip() for c in l.split("│")] for l in text.splitlines() if "running" in l and "│" in l]
+    assert [r[8] for r in rows] == ["15,000"] * 3
+    assert "90,000" not in text and "30,000" not in text
+    assert "the job's speed (every rank prints it)" in text
+
+
+def test_stopping_shows_on_every_row_and_says_how_long_at_once():
+    model = started()
+    model.apply(RunStopping("interrupted (Ctrl-C on the controller)", 3, 10.0, True, T0 + 2))
+    for node, host in enumerate(HOSTS):
+        model.apply(NodeChanged(node, host, NodeState.STOPPING, time=T0 + 2))
+    text = screen(model)
+    assert text.count("stopping") >= 4
+    assert "stopping: SIGTERM sent to 3 hosts, up to 10 s (Ctrl-C again to kill now)" in text
+
+
+def test_one_hosts_log_keeps_each_lines_rank():
+    model = started()
+    model.apply(line(0, 0, "from the first rank"))
+    model.apply(line(0, 1, "from the second rank"))
+    model.select(model.keys()[0])
+    text = screen(model)
+    assert "[0] from the first rank" in text and "[1] from the second rank" in text

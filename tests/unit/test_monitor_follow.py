@@ -11,7 +11,7 @@ import pytest
 
 from multihost import launch
 from multihost.errors import ConnectError
-from multihost.events import LogLine, NodeChanged, NodeState, RunFinished, RunStarted
+from multihost.events import LogLine, NodeChanged, NodeState, RunFinished, RunStarted, RunStopping
 from multihost.fanout import Cluster
 from multihost.hosts import Host
 from multihost.job import JobOptions
@@ -101,19 +101,38 @@ def test_a_failing_rank_is_the_root_cause_with_its_last_lines(host):
 
 
 def test_ctrl_c_stops_the_run_and_exits_130(host):
-    holder = {}
+    holder, events = {}, []
     plan, record = plan_and_record(host, "sleep")
 
     def interrupt():
-        holder["controls"].stop()      # what the dashboard's [s] and a SIGINT both do
+        holder["controls"].interrupts.count += 1      # what the SIGINT handler does
 
     with Cluster([host]) as cluster:
         threading.Timer(1.5, interrupt).start()
-        outcome = start_and_follow(cluster, plan, record, lambda e: None,
+        outcome = start_and_follow(cluster, plan, record, events.append,
                                    RunOptions(poll_interval=0.2), holder)
     assert outcome.result.exit_code == 130 and outcome.result.interrupted
     assert outcome.result.states == ("stopped",)
     assert load_run(plan.run_id).state == "stopped"
+    # Acknowledged before the host had stopped: the row says "stopping" in between.
+    stopping = [e for e in events if isinstance(e, RunStopping)]
+    assert len(stopping) == 1 and stopping[0].hosts == 1 and stopping[0].grace == 1.0
+    states = [e.state for e in events if isinstance(e, NodeChanged)]
+    assert states[-2:] == [NodeState.STOPPING, NodeState.STOPPED]
+    assert events.index(stopping[0]) < len(events) - 2
+
+
+def test_the_dashboards_stop_is_recorded_as_such_not_as_ctrl_c(host):
+    holder = {}
+    plan, record = plan_and_record(host, "sleep")
+    with Cluster([host]) as cluster:
+        threading.Timer(1.5, lambda: holder["controls"].stop()).start()
+        outcome = start_and_follow(cluster, plan, record, lambda e: None,
+                                   RunOptions(poll_interval=0.2), holder)
+    assert outcome.result.exit_code == 143 and not outcome.result.interrupted
+    node = load_run(plan.run_id).nodes[0]
+    assert node.state == "stopped" and "from the dashboard" in node.detail
+    assert "Ctrl-C" not in node.detail
 
 
 def test_wait_ends_the_run_after_the_first_rank_exits(host):
