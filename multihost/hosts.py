@@ -13,7 +13,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import ConfigError
 
-HOST_KEYS = ("user", "port", "identity_file", "workdir", "python", "gpus", "iface", "data")
+HOST_KEYS = ("user", "port", "identity_file", "workdir", "python", "gpus", "iface", "data",
+             "launcher")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Host:
     gpus: Optional[Tuple[int, ...]] = None   # None: not said; (): no GPUs
     iface: Optional[str] = None
     data: Tuple[str, ...] = ()
+    launcher: Optional[str] = None      # [defaults] only: the job's launcher template
 
     @property
     def label(self) -> str:
@@ -196,6 +198,10 @@ def parse_hostfile(path: Path) -> List[Dict[str, object]]:
         key, value = (part.strip() for part in line.split("=", 1))
         if key not in HOST_KEYS:
             raise ConfigError(f"{where}: unknown key {key!r}", fix=f"keys are: {', '.join(HOST_KEYS)}")
+        if key == "launcher" and section is not defaults:
+            # One job has one launcher: a per-host one would start half of it wrongly.
+            raise ConfigError(f"{where}: launcher is set for the whole job",
+                              fix="move the launcher line to [defaults]")
         section[key] = _parse_value(key, value, where, section.get(key))
     if not hosts:
         raise ConfigError(f"{path}: no hosts", fix="add one [HOST] section per machine")

@@ -23,6 +23,7 @@ from . import helper
 from .errors import ConnectError, MultihostError
 from .events import LogBlock, NodeChanged, NodeState
 from .hosts import Host
+from .log_echo import LauncherEcho
 from .sync_ignore import MIRROR_MARKER
 
 REMOTE_RUNS = "~/.multihost/runs"
@@ -106,6 +107,7 @@ class LogFollower:
         self._threads: List[threading.Thread] = []
         self._ended: Dict[int, threading.Event] = {n.host.rank: threading.Event() for n in self.nodes}
         self.final_states: Dict[int, Optional[dict]] = {}
+        self._echoes: Dict[int, LauncherEcho] = {n.host.rank: LauncherEcho() for n in self.nodes}
         self.errors: Dict[int, MultihostError] = {}
 
     def start(self) -> "LogFollower":
@@ -242,9 +244,17 @@ class LogFollower:
 
     def _emit(self, node: Node, name: str, data: bytes) -> None:
         local = local_rank_of(name)
+        text: Optional[str] = clean_block(data)
+        echo = self._echoes[node.host.rank]
+        if local == 0:
+            echo.rank0(text)
+        elif local < 0:
+            text = echo.launcher(text)   # paddle's copy of rank 0's lines: shown once
+            if text is None:
+                return
         self.listener(LogBlock(node.host.rank, node.host.label, local,
                                node.first_rank + local if local >= 0 else -1,
-                               clean_block(data), time.time()))
+                               text, time.time()))
 
     def _report(self, event: NodeChanged) -> None:
         if self.report_states:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .events import LogBlock, LogLine
+from .log_echo import LauncherEcho
 
 CHUNK = 1 << 20
 from .logs import Node, clean_block, local_rank_of, mirror_path, times_path
@@ -98,6 +99,11 @@ def read_node(mirror_dir: Path, node: Node) -> Iterator[LogBlock]:
     directory = mirror_path(mirror_dir, node.host)
     files = [directory / "launcher.log"] + sorted((directory / "log").glob("workerlog.*"),
                                                   key=lambda p: local_rank_of(f"log/{p.name}"))
+    echo = LauncherEcho()   # paddle's launcher copies rank 0's lines: show them once
+    rank0 = directory / "log" / "workerlog.0"
+    if rank0.is_file():
+        for data, _ in _segments(rank0):
+            echo.rank0(clean_block(data))
     for path in files:
         if not path.is_file():
             continue
@@ -105,7 +111,12 @@ def read_node(mirror_dir: Path, node: Node) -> Iterator[LogBlock]:
         local = local_rank_of(name)
         rank = node.first_rank + local if local >= 0 else -1
         for data, when in _segments(path):
-            yield LogBlock(node.host.rank, node.host.label, local, rank, clean_block(data), when)
+            text = clean_block(data)
+            if local < 0:
+                text = echo.launcher(text)
+                if text is None:
+                    continue
+            yield LogBlock(node.host.rank, node.host.label, local, rank, text, when)
 
 
 def _last_lines(blocks: List[LogBlock], count: int) -> List[LogBlock]:

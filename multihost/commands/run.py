@@ -38,9 +38,11 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_host_options(parser)
     add_job_options(parser)
     group = parser.add_argument_group("launch")
-    group.add_argument("--launcher", default="torchrun", metavar="NAME|FILE",
-                       help="torchrun (default), paddle, python, or a template file "
-                            "(see docs/templates.md)")
+    group.add_argument("--launcher", default=None, metavar="NAME|FILE",
+                       help="torchrun, paddle, python, or a template file (see "
+                            "docs/templates.md); default: the hostfile's launcher, else "
+                            "paddle for a script that imports paddle and not torch, "
+                            "else torchrun")
     group.add_argument("--no-python", action="store_true",
                        help="run the command as given instead of `python COMMAND` "
                             "(a shell script, a binary)")
@@ -197,6 +199,14 @@ def initial_record(plan, args, cluster, git):
         controller={"hostname": socket.gethostname(), "pid": os.getpid(), "cwd": os.getcwd()})
 
 
+def launcher_for(args, hosts, command, code_dir):
+    """--launcher, else the hostfile's, else the framework the script imports."""
+    from ..launch_choice import choose_launcher
+
+    return choose_launcher(command, code_dir, no_python=args.no_python, given=args.launcher,
+                           hostfile=hosts[0].launcher if hosts else None)
+
+
 def main(args: argparse.Namespace) -> int:
     from .. import launch, run_plan
     from ..errors import ConfigError
@@ -207,7 +217,8 @@ def main(args: argparse.Namespace) -> int:
     command = script_words(args.command)
     hosts = hosts_from_args(args)
     job = job_options_from_args(args)
-    template = launch.load_template(args.launcher)
+    choice = launcher_for(args, hosts, command, job.code)
+    template = launch.load_template(choice.name)
     env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
     if args.kill_wait < 0 or (args.wait is not None and args.wait < 0):
         raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
@@ -216,6 +227,8 @@ def main(args: argparse.Namespace) -> int:
                         addresses=[h.name for h in hosts], no_python=args.no_python)
     if not args.no_sync:
         run_plan.check_script(command, job.code, no_python=args.no_python)
+    if not args.launcher:  # the input is good: say the choice before anything starts
+        _say(args, choice.line())
     revision = in_background(code_revision, job.code)
     with cluster_from_args(args, hosts) as cluster:
         report = None if args.no_check else preflight(cluster, job, args)
