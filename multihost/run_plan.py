@@ -199,7 +199,8 @@ def launch_request(plan: RunPlan, node: NodePlan, prepared: Prepared) -> Dict[st
     masked_argv = run_env.mask_argv(argv, env)
     return {
         "run_id": plan.run_id, "node_rank": node.node_rank, "argv": argv, "env": env,
-        "cwd": prepared.workdir, "spawn": plan.template.spawn, "nproc": node.nproc,
+        "cwd": prepared.workdir, "python": node.host.python,   # its directory leads PATH
+        "spawn": plan.template.spawn, "nproc": node.nproc,
         "rank_offset": node.rank_offset, "world_size": plan.world_size,
         "nnodes": len(plan.nodes), "master_addr": plan.master_addr,
         "master_port": plan.start_port, "grace": plan.kill_wait,

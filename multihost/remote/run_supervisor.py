@@ -80,6 +80,7 @@ class Supervisor(object):
         spec = self.spec
         env = dict(os.environ)
         env.update(spec["env"])
+        run_files.python_first_on_path(env, spec.get("python"))
         cwd = spec["cwd"]
         env["PWD"] = cwd  # what a shell would say after `cd`: scripts read it
         if spec.get("spawn") == "rank":
