@@ -22,7 +22,7 @@ from .errors import EXIT_INTERRUPTED, MultihostError
 PIPE_COMMANDS = ("logs", "exec", "status")
 
 # The order is the order of `multihost --help`.
-COMMANDS = ["check", "sync", "run", "logs", "status", "stop", "exec", "lab"]
+COMMANDS = ["check", "sync", "run", "fleetrun", "logs", "status", "stop", "exec", "lab"]
 
 DESCRIPTION = """\
 Run one distributed training job across several machines from one controller, over SSH.

@@ -67,9 +67,14 @@ def times_path(log_file: Path) -> Path:
 
 
 def local_rank_of(name: str) -> int:
-    """workerlog.3 -> 3; the launcher's own log -> -1."""
+    """workerlog.3 -> 3 (serverlog.3 -> 3, see role_of); the launcher's own log -> -1."""
     match = re.search(r"(\d+)$", name)
     return int(match.group(1)) if match and name.startswith("log/") else -1
+
+
+def role_of(name: str) -> str:
+    """"server" for a parameter server's log (paddle's serverlog.N); "" for a rank's."""
+    return "server" if name.startswith("log/serverlog.") else ""
 
 
 @dataclass(frozen=True)
@@ -245,6 +250,10 @@ class LogFollower:
     def _emit(self, node: Node, name: str, data: bytes) -> None:
         local = local_rank_of(name)
         text: Optional[str] = clean_block(data)
+        if role_of(name):
+            self.listener(LogBlock(node.host.rank, node.host.label, local, -1, text, time.time(),
+                                   role_of(name)))
+            return
         echo = self._echoes[node.host.rank]
         if local == 0:
             echo.rank0(text)

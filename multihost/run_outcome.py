@@ -90,6 +90,7 @@ class NodeView:
     ranks: Tuple[RankView, ...] = ()
     tails: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
     launcher_tail: Tuple[str, ...] = ()
+    serving: bool = False         # parameter servers only: every trainer here exited 0
 
     @property
     def finished(self) -> bool:
@@ -108,7 +109,8 @@ def parse_status(reply: Dict[str, Any]) -> NodeView:
         detail=reply.get("detail") or "", procs=int(reply.get("procs") or 0),
         supervisor_alive=bool(reply.get("supervisor_alive")), ranks=ranks,
         tails={int(k): tuple(v) for k, v in (reply.get("tails") or {}).items()},
-        launcher_tail=tuple(reply.get("launcher_tail") or ()))
+        launcher_tail=tuple(reply.get("launcher_tail") or ()),
+        serving=bool(node.get("serving")))
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
@@ -37,15 +38,23 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_host_options(parser)
     add_job_options(parser)
+    add_run_options(parser)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
+    return parser
+
+
+def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True) -> None:
+    """How a job is started, followed and ended: shared with `multihost fleetrun`."""
     group = parser.add_argument_group("launch")
-    group.add_argument("--launcher", default=None, metavar="NAME|FILE",
-                       help="torchrun, paddle, python, or a template file (see "
-                            "docs/templates.md); default: the hostfile's launcher, else "
-                            "paddle for a script that imports paddle and not torch, "
-                            "else torchrun")
-    group.add_argument("--no-python", action="store_true",
-                       help="run the command as given instead of `python COMMAND` "
-                            "(a shell script, a binary)")
+    if launcher:
+        group.add_argument("--launcher", default=None, metavar="NAME|FILE",
+                           help="torchrun, paddle, python, or a template file (see "
+                                "docs/templates.md); default: the hostfile's launcher, else "
+                                "paddle for a script that imports paddle and not torch, "
+                                "else torchrun")
+        group.add_argument("--no-python", action="store_true",
+                           help="run the command as given instead of `python COMMAND` "
+                                "(a shell script, a binary)")
     group.add_argument("--env", action="append", default=[], metavar="K=V",
                        help="an environment variable for every process (repeatable)")
     group.add_argument("--env-file", action="append", default=[], metavar="FILE",
@@ -68,8 +77,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     view = follow.add_mutually_exclusive_group()
     view.add_argument("--plain", action="store_true", help="plain prefixed lines, no dashboard")
     view.add_argument("--json", action="store_true", help="one JSON event per line")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
-    return parser
 
 
 def script_words(words):
@@ -199,6 +206,17 @@ def initial_record(plan, args, cluster, git):
         controller={"hostname": socket.gethostname(), "pid": os.getpid(), "cwd": os.getcwd()})
 
 
+def ps_layout(args, addresses, start_port):
+    """A parameter-server job's layout (`multihost fleetrun` only), for these addresses
+    and this start port; None for any other job."""
+    spec = getattr(args, "ps", None)
+    if spec is None:
+        return None
+    from ..fleetrun import build_layout
+
+    return build_layout(spec, addresses, start_port)
+
+
 def launcher_for(args, hosts, command, code_dir):
     """--launcher, else the hostfile's, else the framework the script imports."""
     from ..launch_choice import choose_launcher
@@ -219,12 +237,15 @@ def main(args: argparse.Namespace) -> int:
     job = job_options_from_args(args)
     choice = launcher_for(args, hosts, command, job.code)
     template = launch.load_template(choice.name)
+    ps = ps_layout(args, [h.name for h in hosts], job.start_port or 17000)
+    if ps is not None:  # the check then checks every role's port on every machine
+        job = dataclasses.replace(job, nproc_per_node=ps.ports_per_machine())
     env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
     if args.kill_wait < 0 or (args.wait is not None and args.wait < 0):
         raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
     # Every mistake in the input is found now, not after a long check and sync.
     run_plan.build_plan("", hosts, job, template, command, start_port=job.start_port or 0,
-                        addresses=[h.name for h in hosts], no_python=args.no_python)
+                        addresses=[h.name for h in hosts], no_python=args.no_python, ps=ps)
     if not args.no_sync:
         run_plan.check_script(command, job.code, no_python=args.no_python)
     if not args.launcher:  # the input is good: say the choice before anything starts
@@ -243,7 +264,8 @@ def main(args: argparse.Namespace) -> int:
         plan = run_plan.build_plan(
             new_run_id(), hosts, job, template, command, start_port=start_port,
             addresses=addresses, ifaces=ifaces, no_python=args.no_python, environ=os.environ,
-            user_env=env, kill_wait=args.kill_wait, allow_concurrent=args.allow_concurrent)
+            user_env=env, kill_wait=args.kill_wait, allow_concurrent=args.allow_concurrent,
+            ps=ps_layout(args, addresses, start_port))
         record = initial_record(plan, args, cluster, revision() or (None, None))
         return follow_run(cluster, plan, record, args)
 

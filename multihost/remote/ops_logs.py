@@ -30,7 +30,8 @@ def _log_files(run_dir):
     log_dir = os.path.join(run_dir, "log")
     try:
         # paddle also writes envlog.N and endpoints.log there: not rank output
-        names = ["log/" + n for n in sorted(os.listdir(log_dir)) if n.startswith("workerlog.")]
+        names = ["log/" + n for n in sorted(os.listdir(log_dir))
+                 if n.startswith(("workerlog.", "serverlog."))]
     except OSError:
         pass
     if os.path.exists(os.path.join(run_dir, "launcher.log")):

@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 
-from . import run_files
+from . import run_files, run_ps
 
 PR_SET_CHILD_SUBREAPER = 36
 POLL = 0.05
@@ -85,6 +85,8 @@ class Supervisor(object):
         env["PWD"] = cwd  # what a shell would say after `cd`: scripts read it
         if spec.get("spawn") == "rank":
             self.start_ranks(spec["argv"], env, cwd)
+        elif spec.get("spawn") == "ps":
+            run_ps.start_roles(self, spec["argv"], env, cwd)
         else:
             out = open(os.path.join(self.run_dir, "launcher.log"), "ab", 0)
             proc = subprocess.Popen(spec["argv"], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -162,6 +164,8 @@ class Supervisor(object):
         grace = float(self.spec.get("grace", 10))
         while True:
             self.reap()
+            if self.spec.get("spawn") == "ps":
+                run_ps.check(self)
             if self.stop_asked is not None and self.teardown_deadline is None:
                 stop = run_files.read_json(os.path.join(self.run_dir, "stop.json"), {}) or {}
                 if "grace" in stop:
@@ -192,6 +196,8 @@ class Supervisor(object):
     def outcome(self):
         """(state, exit_code, signal). A node that failed before it was asked to stop
         failed; one stopped before any failure was stopped; else its exits decide."""
+        if self.spec.get("spawn") == "ps":
+            return run_ps.outcome(self)
         exits = [self.exits[pid] for pid in self.children if pid in self.exits]
         failed = sorted((e for e in exits if e[0] or e[1]), key=lambda e: e[2])
         code, sig = (failed[0][0], failed[0][1]) if failed else (0, None)

@@ -128,7 +128,7 @@ class BoardModel:
                     row.speeds[event.rank] = found.speed
         if row.state in (NodeState.PENDING, NodeState.LAUNCHING):
             row.state, row.since = NodeState.RUNNING, row.since or event.time
-        who = f"{event.host} [{event.rank}]" if event.rank >= 0 else f"{event.host} [launcher]"
+        who = event.who
         for text in lines[-self._recent_size:]:
             if text.strip():  # blank lines say nothing in a summary
                 self._recent.append((who, event.rank, text))
