@@ -15,6 +15,11 @@ import pytest
 
 from test_run import hostfile, leftovers, paddle_python, run_id_in  # noqa: F401 (fixture)
 
+PS_VENV_DEFAULT = "/var/cache/multihost-tests/paddle-ps-venv"   # hosts see /var (not /tmp)
+# paddlepaddle 3.x's CPU wheel has no parameter-server core; 2.6.2 has, and needs numpy<2
+# and protobuf 4.x (protobuf 7 breaks DistributedStrategy).
+PS_PACKAGES = ["paddlepaddle==2.6.2", "numpy<2", "protobuf>=4,<5"]
+
 # A real Paddle data-parallel program: every trainer draws its own batches, DataParallel
 # all-reduces the gradients across hosts, so every trainer ends with the same weights.
 TRAIN = textwrap.dedent("""\
@@ -75,4 +80,135 @@ def test_a_paddle_script_runs_under_paddles_launcher_without_launcher_flag(
         assert len(re.findall(rf"(?m)^\S+ \[[^\]]+\]: trainer {trainer} of 4 weights",
                               result.stdout)) == 1, result.stdout[-3000:]
     assert re.search(r"(?m)^\S+ \[launcher\]: ", result.stdout)   # its own messages stay
+    assert leftovers(lab, 2, run_id_in(result.stderr)) == {}
+
+
+# -- parameter-server jobs: `multihost fleetrun` with paddle 2.6's fleet PS API -------------
+@pytest.fixture(scope="session")
+def ps_python() -> str:
+    """A cached venv with paddlepaddle 2.6.2 (MULTIHOST_PADDLE_PS_VENV picks where)."""
+    import os
+    import subprocess
+    import sys
+
+    if os.environ.get("MULTIHOST_TEST_PADDLE") != "1":
+        pytest.skip("set MULTIHOST_TEST_PADDLE=1 to test parameter-server jobs")
+    venv = Path(os.environ.get("MULTIHOST_PADDLE_PS_VENV", PS_VENV_DEFAULT))
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", "import paddle.distributed.fleet"]
+    if not python.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
+        base = Path(sys.base_prefix) / "bin" / "python3"
+        subprocess.run([str(base), "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *PS_PACKAGES], check=True,
+                       timeout=1800)
+    return str(python)
+
+
+# A real parameter-server program on paddle's fleet API (static graph, CPU, geo mode):
+# the servers hold a linear model's weights, each trainer trains on its own batches and
+# syncs with them every 2 steps; at the end every trainer's eval loss is averaged over
+# the trainers through gloo (the http rendezvous on --http_port), the same everywhere.
+PS_TRAIN = textwrap.dedent("""\
+    import argparse
+    import sys
+
+    import numpy as np
+    import paddle
+    import paddle.distributed.fleet as fleet
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--fail-trainer", type=int, default=-1)
+    parser.add_argument("--fail-step", type=int, default=5)
+    args = parser.parse_args()
+
+    paddle.enable_static()
+    paddle.static.default_startup_program().random_seed = 1   # the same start everywhere
+    fleet.init()
+    x = paddle.static.data(name="x", shape=[None, 4], dtype="float32")
+    y = paddle.static.data(name="y", shape=[None, 1], dtype="float32")
+    loss = paddle.mean((paddle.static.nn.fc(x, size=1) - y) ** 2)
+    test_program = paddle.static.default_main_program().clone(for_test=True)
+    strategy = fleet.DistributedStrategy()
+    strategy.a_sync = True
+    strategy.a_sync_configs = {"k_steps": 2}     # geo: train locally, sync every 2 steps
+    optimizer = fleet.distributed_optimizer(paddle.optimizer.SGD(learning_rate=0.05), strategy)
+    optimizer.minimize(loss)
+
+    if fleet.is_server():
+        fleet.init_server()
+        fleet.run_server()
+        sys.exit(0)
+
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(paddle.static.default_startup_program())
+    fleet.init_worker()
+    me = fleet.worker_index()
+    weights = np.array([[1.0], [2.0], [3.0], [4.0]], dtype="float32")
+    rng = np.random.RandomState(me)
+    for step in range(args.steps):
+        if me == args.fail_trainer and step == args.fail_step:
+            print("trainer %d fails at step %d" % (me, step), flush=True)
+            sys.exit(3)
+        batch = rng.rand(16, 4).astype("float32")
+        value, = exe.run(paddle.static.default_main_program(),
+                         feed={"x": batch, "y": batch @ weights}, fetch_list=[loss])
+        print("trainer %d step %d loss %.4f" % (me, step, float(np.mean(value))), flush=True)
+    fleet.barrier_worker()
+    fixed = np.random.RandomState(1234).rand(64, 4).astype("float32")
+    final, = exe.run(test_program, feed={"x": fixed, "y": fixed @ weights}, fetch_list=[loss])
+    # every trainer's eval loss, averaged over the trainers through gloo: one number everywhere
+    mean = fleet.util.all_reduce(np.array([float(np.mean(final))]), "sum")[0] / fleet.worker_num()
+    print("trainer %d of %d done: eval loss %.4f mean eval loss %.6f"
+          % (me, fleet.worker_num(), float(np.mean(final)), mean), flush=True)
+    fleet.stop_worker()
+""")
+
+
+@pytest.fixture
+def ps_code(tmp_path: Path) -> Path:
+    directory = tmp_path / "pscode"
+    directory.mkdir()
+    (directory / "ps_train.py").write_text(PS_TRAIN)
+    return directory
+
+
+def fleetrun(lab, tmp_path, ps_python, ps_code, *flags, timeout=300):
+    return lab.multihost("fleetrun", "--python", ps_python, "--code", str(ps_code), "--plain",
+                         "--kill-wait", "3", "--log_dir", str(tmp_path / "log"),
+                         "--env", "PADDLE_WITH_GLOO=1", *flags, timeout=timeout)
+
+
+def test_a_ps_job_on_two_machines_trains_to_the_end_with_one_metric_everywhere(
+        lab, tmp_path, ps_python, ps_code):
+    a, b = lab.address(1), lab.address(2)
+    result = fleetrun(lab, tmp_path, ps_python, ps_code, "--start_port", "17400",
+                      f"--servers={a}:17400,{b}:17400", f"--workers={a},{a},{b},{b}",
+                      "ps_train.py", "--steps", "20")
+    assert result.returncode == 0, result.stderr[-3000:]
+    done = re.findall(r"(?m)^(\S+) \[(\d)\]: trainer (\d) of 4 done: eval loss \S+ "
+                      r"mean eval loss (\S+)$", result.stdout)
+    assert sorted(int(t) for _, _, t, _ in done) == [0, 1, 2, 3], result.stdout[-3000:]
+    assert len({mean for _, _, _, mean in done}) == 1          # the same metric everywhere
+    assert {(host, rank) for host, rank, _, _ in done} == \
+        {(a, "0"), (a, "1"), (b, "2"), (b, "3")}                # trainer ids in machine order
+    assert re.search(rf"(?m)^{re.escape(a)} \[server 0\]: ", result.stdout)   # labelled by role
+    assert re.search(rf"(?m)^{re.escape(b)} \[server 0\]: ", result.stdout)
+    run_id = run_id_in(result.stderr)
+    assert leftovers(lab, 2, run_id) == {}                      # servers stopped on both
+    servers = lab.multihost("logs", run_id, "--role", "server", "--plain")
+    assert servers.returncode == 0 and servers.stdout
+    assert all(" [server " in line for line in servers.stdout.strip().splitlines())
+
+
+def test_a_ps_trainer_that_fails_mid_run_fails_the_run_naming_it_and_leaves_nothing(
+        lab, tmp_path, ps_python, ps_code):
+    a, b = lab.address(1), lab.address(2)
+    result = fleetrun(lab, tmp_path, ps_python, ps_code, "--start_port", "17420",
+                      f"--ips={a},{b}", "--server_num=1", "--worker_num=2",
+                      "ps_train.py", "--steps", "200", "--fail-trainer", "2", "--fail-step", "5")
+    assert result.returncode == 3, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"multihost: {b}: ") and "rank 2" in last and "exit 3" in last, last
+    assert "trainer 2 fails at step 5" in result.stdout
     assert leftovers(lab, 2, run_id_in(result.stderr)) == {}
