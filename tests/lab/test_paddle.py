@@ -120,6 +120,7 @@ PS_TRAIN = textwrap.dedent("""\
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--fail-trainer", type=int, default=-1)
     parser.add_argument("--fail-step", type=int, default=5)
+    parser.add_argument("--no-gloo", action="store_true", help="skip the mean over trainers")
     args = parser.parse_args()
 
     paddle.enable_static()
@@ -158,7 +159,8 @@ PS_TRAIN = textwrap.dedent("""\
     fixed = np.random.RandomState(1234).rand(64, 4).astype("float32")
     final, = exe.run(test_program, feed={"x": fixed, "y": fixed @ weights}, fetch_list=[loss])
     # every trainer's eval loss, averaged over the trainers through gloo: one number everywhere
-    mean = fleet.util.all_reduce(np.array([float(np.mean(final))]), "sum")[0] / fleet.worker_num()
+    mean = float("nan") if args.no_gloo else \
+        fleet.util.all_reduce(np.array([float(np.mean(final))]), "sum")[0] / fleet.worker_num()
     print("trainer %d of %d done: eval loss %.4f mean eval loss %.6f"
           % (me, fleet.worker_num(), float(np.mean(final)), mean), flush=True)
     fleet.stop_worker()
@@ -173,10 +175,10 @@ def ps_code(tmp_path: Path) -> Path:
     return directory
 
 
-def fleetrun(lab, tmp_path, ps_python, ps_code, *flags, timeout=300):
+def fleetrun(lab, tmp_path, ps_python, ps_code, *flags, timeout=300, gloo=True):
     return lab.multihost("fleetrun", "--python", ps_python, "--code", str(ps_code), "--plain",
                          "--kill-wait", "3", "--log_dir", str(tmp_path / "log"),
-                         "--env", "PADDLE_WITH_GLOO=1", *flags, timeout=timeout)
+                         "--env", f"PADDLE_WITH_GLOO={1 if gloo else 0}", *flags, timeout=timeout)
 
 
 def test_a_ps_job_on_two_machines_trains_to_the_end_with_one_metric_everywhere(
@@ -212,3 +214,31 @@ def test_a_ps_trainer_that_fails_mid_run_fails_the_run_naming_it_and_leaves_noth
     assert last.startswith(f"multihost: {b}: ") and "rank 2" in last and "exit 3" in last, last
     assert "trainer 2 fails at step 5" in result.stdout
     assert leftovers(lab, 2, run_id_in(result.stderr)) == {}
+
+
+def test_fleetrun_with_the_reference_ips_command_runs_a_collective_job(
+        lab, tmp_path, paddle_python, paddle_code):
+    # fleetrun-usage.rst: fleetrun --ips="xx.xx.xx.xx,yy.yy.yy.yy" train.py (CPU: one each)
+    a, b = lab.address(1), lab.address(2)
+    result = lab.multihost("fleetrun", "--python", paddle_python, "--code", str(paddle_code),
+                           "--plain", "--log_dir", str(tmp_path / "log"), "--start_port", "17240",
+                           f'--ips={a},{b}', "train.py", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = weights_by_trainer(result.stdout)
+    assert sorted(found) == [0, 1] and [found[0][0], found[1][0]] == [a, b]
+    assert len({weights for _, _, weights in found.values()}) == 1
+
+
+def test_fleetrun_server_and_worker_counts_run_on_this_machine_alone(
+        lab, tmp_path, ps_python, ps_code):
+    # fleetrun-usage.rst: fleetrun --server_num=1 --worker_num=4 train.py
+    # (--allow-concurrent: this machine is shared, other runs on it are not leftovers here;
+    # no gloo: paddle's gloo finds no interface in the lab controller's namespace, which
+    # has no default route, and crashes)
+    result = fleetrun(lab, tmp_path, ps_python, ps_code, "--start_port", "17440",
+                      "--allow-concurrent", "--server_num=1", "--worker_num=4",
+                      "ps_train.py", "--steps", "10", "--no-gloo", gloo=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    done = re.findall(r"(?m)^127\.0\.0\.1 \[(\d)\]: trainer \d of 4 done: ", result.stdout)
+    assert sorted(done) == ["0", "1", "2", "3"], result.stdout[-3000:]
+    assert re.search(r"(?m)^127\.0\.0\.1 \[server 0\]: ", result.stdout)
