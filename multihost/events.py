@@ -50,6 +50,13 @@ class NodeChanged:
     time: float = 0.0
 
 
+def who(host: str, rank: int, role: str = "", local_rank: int = -1) -> str:
+    """How a line's source is shown: ``host [3]``, ``host [server 0]``, ``host [launcher]``."""
+    if role:
+        return f"{host} [{role} {local_rank}]"
+    return f"{host} [{rank}]" if rank >= 0 else f"{host} [launcher]"
+
+
 @dataclass(frozen=True)
 class LogLine:
     node_rank: int
@@ -58,6 +65,11 @@ class LogLine:
     rank: int                       # global rank
     text: str                       # one line, without its newline, decoded safely
     time: float = 0.0
+    role: str = ""                  # "server": a parameter server's line (rank -1)
+
+    @property
+    def who(self) -> str:
+        return who(self.host, self.rank, self.role, self.local_rank)
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,11 @@ class LogBlock:
     rank: int
     text: str
     time: float = 0.0
+    role: str = ""                  # "server": a parameter server's lines (rank -1)
+
+    @property
+    def who(self) -> str:
+        return who(self.host, self.rank, self.role, self.local_rank)
 
     @functools.cached_property
     def lines(self) -> List[str]:
@@ -85,8 +102,8 @@ class LogBlock:
         return self.text.rsplit("\n", n)[-n:]
 
     def split(self) -> Tuple[LogLine, ...]:
-        return tuple(LogLine(self.node_rank, self.host, self.local_rank, self.rank, text, self.time)
-                     for text in self.lines)
+        return tuple(LogLine(self.node_rank, self.host, self.local_rank, self.rank, text, self.time,
+                             self.role) for text in self.lines)
 
 
 @dataclass(frozen=True)

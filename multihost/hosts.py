@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .errors import ConfigError
 
 HOST_KEYS = ("user", "port", "identity_file", "workdir", "python", "gpus", "iface", "data",
-             "slots")
+             "slots", "launcher")
 # `NAME slots=N`, one host per line: the hostfile of DeepSpeed, Open MPI and Horovod.
 _SLOTS_LINE = re.compile(r"^(\S+)\s+slots\s*=\s*(\S+)$")
 _OTHER_LAUNCHER_LINE = re.compile(r"^(\S+)\s+(max_slots|max-slots|slots|cpu|gpu)\S*")
@@ -36,6 +36,7 @@ class Host:
     iface: Optional[str] = None
     data: Tuple[str, ...] = ()
     slots: Optional[int] = None          # processes on this host (`slots=N`); None: not said
+    launcher: Optional[str] = None      # [defaults] only: the job's launcher template
 
     @property
     def label(self) -> str:
@@ -223,6 +224,10 @@ def parse_hostfile(path: Path) -> List[Dict[str, object]]:
         key, value = (part.strip() for part in line.split("=", 1))
         if key not in HOST_KEYS:
             raise ConfigError(f"{where}: unknown key {key!r}", fix=f"keys are: {', '.join(HOST_KEYS)}")
+        if key == "launcher" and section is not defaults:
+            # One job has one launcher: a per-host one would start half of it wrongly.
+            raise ConfigError(f"{where}: launcher is set for the whole job",
+                              fix="move the launcher line to [defaults]")
         section[key] = _parse_value(key, value, where, section.get(key))
     if not hosts:
         raise ConfigError(f"{path}: no hosts", fix="add one [HOST] section per machine")

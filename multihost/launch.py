@@ -5,9 +5,11 @@ of words with ``{variables}``; it renders to an argv list, never to a shell line
 nothing is re-parsed by a remote shell. Rules (docs/templates.md has the full story):
 
   # comment                       a line starting with '#'
-  @spawn node | rank              node: the template starts a launcher that starts the
+  @spawn node | rank | ps         node: the template starts a launcher that starts the
                                   ranks (torchrun, paddle); rank: multihost starts the
-                                  template once per local rank and sets RANK etc. itself
+                                  template once per local rank and sets RANK etc. itself;
+                                  ps: once per parameter server and trainer of the host,
+                                  with paddle's PS variables (`multihost fleetrun`)
   @env NAME=value                 an environment variable for this launcher
   words {var} {list...} [opt]     {var} is replaced inside a word; {list...} stands alone
                                   and becomes zero or more words; a word in [brackets]
@@ -27,7 +29,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple, Union
 
 from .errors import ConfigError
 
-BUILTIN = ("torchrun", "paddle", "python")
+BUILTIN = ("torchrun", "paddle", "python", "paddle_ps")
 DEFAULT_TEMPLATE = "torchrun"
 
 # name -> what it holds. Scalars render inside words; lists stand alone as {name...}.
@@ -73,7 +75,7 @@ class Word:
 @dataclass(frozen=True)
 class Template:
     name: str                              # "torchrun", or the user's file path
-    spawn: str                             # "node" or "rank"
+    spawn: str                             # "node", "rank" or "ps"
     words: Tuple[Word, ...]
     env: Tuple[Tuple[str, str, int], ...]  # (NAME, value with {vars}, line)
 
@@ -144,8 +146,8 @@ def parse_template(text: str, name: str) -> Template:
             key, _, value = line[1:].partition(" ")
             value = value.strip()
             if key == "spawn":
-                if value not in ("node", "rank"):
-                    raise _error(where, f"@spawn {value!r} is not node or rank",
+                if value not in ("node", "rank", "ps"):
+                    raise _error(where, f"@spawn {value!r} is not node or rank (or ps)",
                                  "write @spawn node (a launcher starts the ranks) or @spawn rank")
                 spawn = value
             elif key == "env":
@@ -169,7 +171,7 @@ def parse_template(text: str, name: str) -> Template:
     if not words:
         raise _error(name, "the template has no command", "write the launcher's command line")
     template = Template(name, spawn, tuple(words), tuple(env))
-    if spawn == "rank" and "rank_log" in template.variables():
+    if spawn in ("rank", "ps") and "rank_log" in template.variables():
         raise _error(name, "{rank_log...} is for @spawn node templates",
                      "remove it: under @spawn rank multihost writes every rank's log itself")
     return template

@@ -22,6 +22,7 @@ from . import helper
 from .errors import BadReply, ConnectError, MultihostError
 from .events import LogBlock, NodeChanged, NodeState, Notice
 from .hosts import Host
+from .log_echo import LauncherEcho
 from .log_frames import LineJoiner, read_frame
 from .sync_ignore import MIRROR_MARKER
 from .untrusted import as_int, clean_block, clean_line, clean_text  # noqa: F401 (re-exported)
@@ -42,9 +43,14 @@ def times_path(log_file: Path) -> Path:
 
 
 def local_rank_of(name: str) -> int:
-    """workerlog.3 -> 3; the launcher's own log -> -1."""
+    """workerlog.3 -> 3 (serverlog.3 -> 3, see role_of); the launcher's own log -> -1."""
     match = re.search(r"(\d+)$", name)
     return int(match.group(1)) if match and name.startswith("log/") else -1
+
+
+def role_of(name: str) -> str:
+    """"server" for a parameter server's log (paddle's serverlog.N); "" for a rank's."""
+    return "server" if name.startswith("log/serverlog.") else ""
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class LogFollower:
         self._threads: List[threading.Thread] = []
         self._ended: Dict[int, threading.Event] = {n.host.rank: threading.Event() for n in self.nodes}
         self.final_states: Dict[int, Optional[dict]] = {}
+        self._echoes: Dict[int, LauncherEcho] = {n.host.rank: LauncherEcho() for n in self.nodes}
         self.errors: Dict[int, MultihostError] = {}
         self.mirror_behind: Dict[int, str] = {}   # host rank -> why its mirror lacks lines
 
@@ -223,9 +230,21 @@ class LogFollower:
 
     def _emit(self, node: Node, name: str, data: bytes) -> None:
         local = local_rank_of(name)
+        text: Optional[str] = clean_block(data)
+        if role_of(name):
+            self.listener(LogBlock(node.host.rank, node.host.label, local, -1, text, time.time(),
+                                   role_of(name)))
+            return
+        echo = self._echoes[node.host.rank]
+        if local == 0:
+            echo.rank0(text)
+        elif local < 0:
+            text = echo.launcher(text)   # paddle's copy of rank 0's lines: shown once
+            if text is None:
+                return
         self.listener(LogBlock(node.host.rank, node.host.label, local,
                                node.first_rank + local if local >= 0 else -1,
-                               clean_block(data), time.time()))
+                               text, time.time()))
 
     def _report(self, event: NodeChanged) -> None:
         if self.report_states:

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .events import LogBlock, LogLine
+from .log_echo import LauncherEcho
 
 from .log_frames import LineJoiner
-from .logs import Node, local_rank_of, mirror_path, times_path
+from .logs import Node, local_rank_of, mirror_path, role_of, times_path
 from .untrusted import clean_block
 
 CHUNK = 1 << 20
@@ -28,18 +29,22 @@ class LineFilter:
     hosts: Optional[Set[str]] = None        # host labels or names
     pattern: Optional["re.Pattern[str]"] = None
     since: Optional[float] = None           # epoch seconds
+    roles: Optional[Set[str]] = None        # "server", "worker" (a rank), "launcher"
 
     @property
     def everything(self) -> bool:
         return self.ranks is None and self.hosts is None and self.pattern is None \
-            and self.since is None
+            and self.since is None and self.roles is None
 
     def accepts(self, line: LogLine) -> bool:
-        return self.accepts_source(line.host, line.rank, line.time) and \
+        return self.accepts_source(line.host, line.rank, line.time, line.role) and \
             (self.pattern is None or bool(self.pattern.search(line.text)))
 
-    def accepts_source(self, host: str, rank: int, when: float) -> bool:
+    def accepts_source(self, host: str, rank: int, when: float, role: str = "") -> bool:
         """Whether lines of this host and rank, arrived at this time, can pass at all."""
+        if self.roles is not None and \
+                (role or ("worker" if rank >= 0 else "launcher")) not in self.roles:
+            return False
         if self.ranks is not None and rank not in self.ranks:
             return False
         if self.hosts is not None and host not in self.hosts:
@@ -50,7 +55,7 @@ class LineFilter:
         """The block with only the lines that pass, or None."""
         if self.everything:
             return block
-        if not self.accepts_source(block.host, block.rank, block.time):
+        if not self.accepts_source(block.host, block.rank, block.time, block.role):
             return None
         if self.pattern is None:
             return block
@@ -101,16 +106,28 @@ def _segments(path: Path) -> Iterator[Tuple[bytes, float]]:
 def read_node(mirror_dir: Path, node: Node) -> Iterator[LogBlock]:
     """Every mirrored line of one host as blocks, file by file, each file in order."""
     directory = mirror_path(mirror_dir, node.host)
-    files = [directory / "launcher.log"] + sorted((directory / "log").glob("workerlog.*"),
-                                                  key=lambda p: local_rank_of(f"log/{p.name}"))
+    files = [directory / "launcher.log"] + \
+        sorted((directory / "log").glob("serverlog.*"), key=lambda p: local_rank_of(f"log/{p.name}")) + \
+        sorted((directory / "log").glob("workerlog.*"), key=lambda p: local_rank_of(f"log/{p.name}"))
+    echo = LauncherEcho()   # paddle's launcher copies rank 0's lines: show them once
+    rank0 = directory / "log" / "workerlog.0"
+    if rank0.is_file():
+        for data, _ in _segments(rank0):
+            echo.rank0(clean_block(data))
     for path in files:
         if not path.is_file():
             continue
         name = "launcher.log" if path.name == "launcher.log" else f"log/{path.name}"
         local = local_rank_of(name)
-        rank = node.first_rank + local if local >= 0 else -1
+        role = role_of(name)
+        rank = node.first_rank + local if local >= 0 and not role else -1
         for data, when in _segments(path):
-            yield LogBlock(node.host.rank, node.host.label, local, rank, clean_block(data), when)
+            text = clean_block(data)
+            if local < 0:
+                text = echo.launcher(text)
+                if text is None:
+                    continue
+            yield LogBlock(node.host.rank, node.host.label, local, rank, text, when, role)
 
 
 def _last_lines(blocks: List[LogBlock], count: int) -> List[LogBlock]:

@@ -115,6 +115,7 @@ class Monitor:
         self.trigger: Optional[Failure] = None
         self.handled_interrupts = 0
         self.streams: Dict[int, object] = {}
+        self.servers_stopped = False
 
     # --- talking to hosts -------------------------------------------------------------
     def _watch(self, host) -> None:
@@ -273,6 +274,11 @@ class Monitor:
         self._check_lost(now)
         if self.teardown_at is not None:
             return
+        if self.plan.ps is not None and not self.servers_stopped and self._trainers_done():
+            # Parameter servers never stop by themselves: once every trainer on every
+            # host is done, the job is done (the nodes then count as succeeded).
+            self.servers_stopped = True
+            self._stop_all(self.plan.kill_wait, "every trainer finished: stopping the servers")
         self.trigger = root_cause(list(self.failures.values()))
         if self.trigger is not None:
             self._teardown(self.plan.kill_wait, f"teardown: {self.trigger.host} "
@@ -292,6 +298,10 @@ class Monitor:
                 self.trigger = hang
                 self._add_failure(hang)
                 self._teardown(self.plan.kill_wait, "hung (--hang-timeout)")
+
+    def _trainers_done(self) -> bool:
+        views = [self.views.get(h.rank) for h in self.hosts]
+        return all(v is not None and (v.serving or v.state == "succeeded") for v in views)
 
     def _done(self) -> bool:
         return all(h.rank in self.lost or self._finished(h.rank) for h in self.hosts)

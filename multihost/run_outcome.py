@@ -104,6 +104,7 @@ class NodeView:
     ranks: Tuple[RankView, ...] = ()
     tails: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
     launcher_tail: Tuple[str, ...] = ()
+    serving: bool = False         # parameter servers only: every trainer here exited 0
 
     @property
     def finished(self) -> bool:
@@ -130,7 +131,8 @@ def parse_status(reply: Any) -> NodeView:
         started=as_time(node.get("started")), ended=as_time(node.get("ended")),
         detail=clean_text(reply.get("detail") or ""), procs=max(procs or 0, 0),
         supervisor_alive=reply.get("supervisor_alive") is True, ranks=ranks, tails=tails,
-        launcher_tail=clean_lines(reply.get("launcher_tail")))
+        launcher_tail=clean_lines(reply.get("launcher_tail")),
+        serving=node.get("serving") is True)
 
 
 def _rank_view(record: dict) -> RankView:

@@ -47,6 +47,7 @@ class RunPlan:
     kill_wait: float = 10.0
     allow_concurrent: bool = False
     attempt: int = 0              # 0, then 1, 2, ... when --max-restarts launches it again
+    ps: Optional[Any] = None      # a fleetrun.PsLayout for a parameter-server job
 
     @property
     def world_size(self) -> int:
@@ -116,7 +117,8 @@ def build_plan(run_id: str, hosts: Sequence[Host], job: JobOptions, template: la
                command: Sequence[str], *, start_port: int, addresses: Sequence[str],
                ifaces: Sequence[Optional[str]] = (), no_python: bool = False,
                environ: Mapping[str, str] = {}, user_env: Mapping[str, str] = {},
-               kill_wait: float = 10.0, allow_concurrent: bool = False) -> RunPlan:
+               kill_wait: float = 10.0, allow_concurrent: bool = False,
+               ps: Optional[Any] = None) -> RunPlan:
     if not command:
         raise ConfigError("no script given", fix="write it after --, e.g. "
                                                  "multihost run --ips=a,b -- train.py -c cfg.yml")
@@ -126,6 +128,9 @@ def build_plan(run_id: str, hosts: Sequence[Host], job: JobOptions, template: la
     nodes, offset = [], 0
     for i, host in enumerate(hosts):
         nproc = job.nproc_for(host)
+        if ps is not None:  # a PS node's ranks are its trainers; ids follow the machines
+            nproc = sum(1 for r in ps.on(ps.machines[i]) if r.role == "trainer")
+            offset = ps.trainers_before(ps.machines[i]) if nproc else offset
         if start_port and start_port + nproc > 65535:
             # The node needs the rendezvous port and one per local trainer above it.
             raise ConfigError(f"start port {start_port} leaves no room for {nproc} trainer "
@@ -137,7 +142,8 @@ def build_plan(run_id: str, hosts: Sequence[Host], job: JobOptions, template: la
                               workdir_for(host, job.code), iface))
         offset += nproc
     return RunPlan(run_id, template, tuple(command), no_python, start_port, tuple(nodes),
-                   run_env.passthrough(environ), dict(user_env), kill_wait, allow_concurrent)
+                   run_env.passthrough(environ), dict(user_env), kill_wait, allow_concurrent,
+                   ps)
 
 
 def check_script(command: Sequence[str], code_dir: str, *, no_python: bool) -> None:
@@ -198,9 +204,10 @@ def launch_request(plan: RunPlan, node: NodePlan, prepared: Prepared) -> Dict[st
                               node.gpus, plan.attempt),
         launch.render_env(plan.template, values), plan.user_env, iface_of(node, prepared))
     masked_argv = run_env.mask_argv(argv, env)
-    return {
+    request = {
         "run_id": plan.run_id, "node_rank": node.node_rank, "argv": argv, "env": env,
-        "cwd": prepared.workdir, "spawn": plan.template.spawn, "nproc": node.nproc,
+        "cwd": prepared.workdir, "python": node.host.python,   # its directory leads PATH
+        "spawn": plan.template.spawn, "nproc": node.nproc,
         "rank_offset": node.rank_offset, "world_size": plan.world_size,
         "nnodes": len(plan.nodes), "master_addr": plan.master_addr,
         "master_port": plan.start_port, "grace": plan.kill_wait,
@@ -208,3 +215,16 @@ def launch_request(plan: RunPlan, node: NodePlan, prepared: Prepared) -> Dict[st
         "display": {"argv": masked_argv, "env": run_env.mask_env(env),
                     "command": launch.display_argv(masked_argv, prepared.run_dir)},
     }
+    if plan.ps is not None:
+        request["roles"] = ps_roles(plan, node, prepared)
+    return request
+
+
+def ps_roles(plan: RunPlan, node: NodePlan, prepared: Prepared) -> list:
+    """Each server and trainer this node starts, with paddle's variables for it."""
+    from .fleetrun import role_env
+
+    layout = plan.ps
+    return [{"role": role.role, "index": role.index, "local": role.local, "log": role.log_name,
+             "env": role_env(layout, role, f"{prepared.run_dir}/gloo", node.gpus)}
+            for role in layout.on(layout.machines[node.node_rank])]

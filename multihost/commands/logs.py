@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="stream new lines until the run ends, then exit with its status")
     parser.add_argument("--rank", help="only these global ranks, e.g. 0,3 or 0-7")
     parser.add_argument("--host", action="append", help="only this host (repeatable)")
+    parser.add_argument("--role", action="append", choices=("server", "worker", "launcher"),
+                        help="only a parameter-server job's servers, or its workers (the "
+                             "trainers: every rank), or the launchers' own lines (repeatable)")
     parser.add_argument("--tail", type=int, metavar="N", help="only the last N lines per rank")
     parser.add_argument("--grep", metavar="PATTERN", help="only lines matching this regex")
     parser.add_argument("--since", metavar="AGE", help="only lines that arrived since, e.g. 15m")
@@ -61,7 +64,8 @@ def _filter(args):
                               fix="check the pattern (Python regex syntax)") from None
     return LineFilter(ranks=parse_ranks(args.rank) if args.rank else None,
                       hosts=set(args.host) if args.host else None, pattern=pattern,
-                      since=parse_since(args.since, time.time()) if args.since else None)
+                      since=parse_since(args.since, time.time()) if args.since else None,
+                      roles=set(args.role) if args.role else None)
 
 
 def _fit_to_run(keep, record, args):

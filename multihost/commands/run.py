@@ -45,6 +45,14 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                              "here beat the file's")
     add_host_options(parser)
     add_job_options(parser)
+    add_run_options(parser)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
+    keep_words(parser)
+    return parser
+
+
+def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True) -> None:
+    """How a job is started, followed and ended: shared with `multihost fleetrun`."""
     group = parser.add_argument_group("launch")
     group.add_argument("--setup", metavar="CMD",
                        help="a shell command run on every host after sync, before launch, "
@@ -52,12 +60,15 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                             "skipped where it already succeeded on the same code")
     group.add_argument("--setup-always", action="store_true",
                        help="run the setup even where nothing changed since its last success")
-    group.add_argument("--launcher", default="torchrun", metavar="NAME|FILE",
-                       help="torchrun (default), paddle, python, or a template file "
-                            "(see docs/templates.md)")
-    group.add_argument("--no-python", action="store_true",
-                       help="run the command as given instead of `python COMMAND` "
-                            "(a shell script, a binary)")
+    if launcher:
+        group.add_argument("--launcher", default=None, metavar="NAME|FILE",
+                           help="torchrun, paddle, python, or a template file (see "
+                                "docs/templates.md); default: the hostfile's launcher, else "
+                                "paddle for a script that imports paddle and not torch, "
+                                "else torchrun")
+        group.add_argument("--no-python", action="store_true",
+                           help="run the command as given instead of `python COMMAND` "
+                                "(a shell script, a binary)")
     group.add_argument("--env", action="append", default=[], metavar="K=V|K",
                        help="an environment variable for every process (repeatable); "
                             "a bare NAME takes its value from this shell, so a secret "
@@ -91,9 +102,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     view.add_argument("--plain", action="store_true", help="plain prefixed lines, no dashboard")
     view.add_argument("--json", action="store_true", help="one JSON event per line")
     follow.add_argument("--ranks", action="store_true", help="dashboard: one row per rank")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
-    keep_words(parser)
-    return parser
 
 
 def script_words(words):
@@ -287,6 +295,25 @@ def initial_record(plan, args, cluster, git):
         controller={"hostname": socket.gethostname(), "pid": os.getpid(), "cwd": os.getcwd()})
 
 
+def ps_layout(args, addresses, start_port):
+    """A parameter-server job's layout (`multihost fleetrun` only), for these addresses
+    and this start port; None for any other job."""
+    spec = getattr(args, "ps", None)
+    if spec is None:
+        return None
+    from ..fleetrun import build_layout
+
+    return build_layout(spec, addresses, start_port)
+
+
+def launcher_for(args, hosts, command, code_dir):
+    """--launcher, else the hostfile's, else the framework the script imports."""
+    from ..launch_choice import choose_launcher
+
+    return choose_launcher(command, code_dir, no_python=args.no_python, given=args.launcher,
+                           hostfile=hosts[0].launcher if hosts else None)
+
+
 def main(args: argparse.Namespace) -> int:
     from .. import launch, run_plan
     from ..errors import ConfigError
@@ -299,9 +326,14 @@ def main(args: argparse.Namespace) -> int:
     args = with_job_file(args)
     command = script_words(args.command)
     hosts = getattr(args, "_hosts", None) or hosts_from_args(args)  # rerun: the run's own
-    template = launch.load_template(args.launcher)
+    job = job_options_from_args(args, hosts)
+    choice = launcher_for(args, hosts, command, job.code)
+    template = launch.load_template(choice.name)
     # The preflight checks that every host has what the launcher imports (torchrun: torch).
-    job = dataclasses.replace(job_options_from_args(args, hosts), frameworks=template.frameworks)
+    job = dataclasses.replace(job, frameworks=template.frameworks)
+    ps = ps_layout(args, [h.name for h in hosts], job.start_port or 17000)
+    if ps is not None:  # the check then checks every role's port on every machine
+        job = dataclasses.replace(job, nproc_per_node=ps.ports_per_machine())
     env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
     check_log_dir(args.log_dir)
     if args.kill_wait < 0 or (args.wait is not None and args.wait < 0):
@@ -309,10 +341,12 @@ def main(args: argparse.Namespace) -> int:
     check_restart_options(args)
     # Every mistake in the input is found now, not after a long check and sync.
     run_plan.build_plan("", hosts, job, template, command, start_port=job.start_port or 0,
-                        addresses=[h.name for h in hosts], no_python=args.no_python)
+                        addresses=[h.name for h in hosts], no_python=args.no_python, ps=ps)
     if not args.no_sync:
         run_plan.check_script(command, job.code, no_python=args.no_python)
     note_secrets_in_argv(args)
+    if not args.launcher:  # the input is good: say the choice before anything starts
+        _say(args, choice.line())
     revision = in_background(code_revision, job.code)
     with cluster_from_args(args, hosts) as cluster:
         report = None if args.no_check else preflight(cluster, job, args)
@@ -328,7 +362,8 @@ def main(args: argparse.Namespace) -> int:
         plan = run_plan.build_plan(
             new_run_id(), hosts, job, template, command, start_port=start_port,
             addresses=addresses, ifaces=ifaces, no_python=args.no_python, environ=os.environ,
-            user_env=env, kill_wait=args.kill_wait, allow_concurrent=args.allow_concurrent)
+            user_env=env, kill_wait=args.kill_wait, allow_concurrent=args.allow_concurrent,
+            ps=ps_layout(args, addresses, start_port))
         record = initial_record(plan, args, cluster, revision() or (None, None))
         record = dataclasses.replace(record, code_digest=digest)
         save_job(args, record, command)

@@ -30,7 +30,8 @@ def _log_files(run_dir):
     log_dir = os.path.join(run_dir, "log")
     try:
         # paddle also writes envlog.N and endpoints.log there: not rank output
-        names = ["log/" + n for n in sorted(os.listdir(log_dir)) if n.startswith("workerlog.")]
+        names = ["log/" + n for n in sorted(os.listdir(log_dir))
+                 if n.startswith(("workerlog.", "serverlog."))]
     except OSError:
         pass
     if os.path.exists(os.path.join(run_dir, "launcher.log")):
@@ -65,15 +66,22 @@ class Streamer(object):
         self.frame("D %s %d %d" % (name, offset, len(data)), data)
 
     def sweep(self, final):
-        """Send what is new in every file; returns the number of bytes sent."""
+        """Send what is new in every file; returns the number of bytes sent.
+
+        The launcher's size is read first and its data sent last: whatever it copied
+        from workerlog.0 (paddle echoes local rank 0) then reaches the controller after
+        the rank's own line, which lets the controller show each line once."""
         sent = 0
+        sizes = []
         for name in _log_files(self.run_dir):
-            path = os.path.join(self.run_dir, name)
-            offset = self.offsets.get(name, 0)
             try:
-                size = os.path.getsize(path)
+                sizes.append((name, os.path.getsize(os.path.join(self.run_dir, name))))
             except OSError:
                 continue
+        sizes.sort(key=lambda item: item[0] == "launcher.log")  # stable: ranks first
+        for name, size in sizes:
+            path = os.path.join(self.run_dir, name)
+            offset = self.offsets.get(name, 0)
             while size > offset:
                 with open(path, "rb") as handle:
                     handle.seek(offset)

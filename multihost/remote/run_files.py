@@ -369,3 +369,22 @@ def set_lock_supervisor(run_id, supervisor):
 
 def release_lock(run_id):
     _locked(lambda current: {} if current.get("run_id") == run_id else None)
+
+
+def python_first_on_path(env, python):
+    """PATH as an activated environment has it: the job's interpreter's directory first.
+    Programs shell out to `python` (PaddleRec's data pipe runs `python reader.py`); found
+    elsewhere on PATH, or not at all, the child dies and its parent may not notice."""
+    import shutil
+
+    if not python:
+        return env
+    python = os.path.expanduser(python)
+    if os.sep not in python:
+        python = shutil.which(python, path=env.get("PATH") or os.defpath) or ""
+    directory = os.path.dirname(os.path.abspath(python)) if python else ""
+    if directory and os.path.isdir(directory):
+        rest = [p for p in (env.get("PATH") or os.defpath).split(os.pathsep)
+                if p and p != directory]
+        env["PATH"] = os.pathsep.join([directory] + rest)
+    return env

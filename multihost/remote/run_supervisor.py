@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 
-from . import run_files
+from . import run_files, run_ps
 from .run_rankwrap import child_env
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -85,10 +85,13 @@ class Supervisor(object):
         spec = self.spec
         env = dict(os.environ)
         env.update(spec["env"])
+        run_files.python_first_on_path(env, spec.get("python"))
         cwd = spec["cwd"]
         env["PWD"] = cwd  # what a shell would say after `cd`: scripts read it
         if spec.get("spawn") == "rank":
             self.start_ranks(spec["argv"], env, cwd)
+        elif spec.get("spawn") == "ps":
+            run_ps.start_roles(self, spec["argv"], env, cwd)
         else:
             out = run_files.open_private(os.path.join(self.run_dir, "launcher.log"))
             proc = subprocess.Popen(spec["argv"], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -177,6 +180,8 @@ class Supervisor(object):
             if time.time() - tightened >= 1.0:  # a launcher's own logs, as they appear
                 run_files.make_run_files_private(self.run_dir)
                 tightened = time.time()
+            if self.spec.get("spawn") == "ps":
+                run_ps.check(self)
             if self.stop_asked is not None and self.teardown_deadline is None:
                 stop = run_files.read_json(os.path.join(self.run_dir, "stop.json"), {}) or {}
                 if "grace" in stop:
@@ -207,6 +212,8 @@ class Supervisor(object):
     def outcome(self):
         """(state, exit_code, signal). A node that failed before it was asked to stop
         failed; one stopped before any failure was stopped; else its exits decide."""
+        if self.spec.get("spawn") == "ps":
+            return run_ps.outcome(self)
         exits = [self.exits[pid] for pid in self.children if pid in self.exits]
         failed = sorted((e for e in exits if e[0] or e[1]), key=lambda e: e[2])
         code, sig = (failed[0][0], failed[0][1]) if failed else (0, None)

@@ -159,7 +159,7 @@ class BoardModel:
                     self._speed(row, event.rank, row.metrics.step, found.speed)
         if row.state in (NodeState.PENDING, NodeState.LAUNCHING):
             row.state, row.since = NodeState.RUNNING, row.since or event.time
-        who = f"{event.host} [{event.rank}]" if event.rank >= 0 else f"{event.host} [launcher]"
+        who = event.who
         for text in lines[-self._recent_size:]:
             if text.strip():  # blank lines say nothing in a summary
                 self._recent.append((who, event.rank, text))

@@ -38,14 +38,16 @@ class PlainView:
         self._hosts: Dict[str, str] = {}
         self._prefixes: Dict[tuple, str] = {}
 
-    def _prefix(self, host: str, rank: int) -> str:
-        prefix = self._prefixes.get((host, rank))
+    def _prefix(self, event) -> str:
+        host = event.host
+        key = (host, event.rank, event.role, event.local_rank if event.role else 0)
+        prefix = self._prefixes.get(key)
         if prefix is None:
-            who = f"{host} [{rank}]" if rank >= 0 else f"{host} [launcher]"
+            who = event.who
             if self.colour:
                 code = self._hosts.setdefault(host, _COLOURS[len(self._hosts) % len(_COLOURS)])
                 who = f"\x1b[{code}m{who}\x1b[0m"
-            prefix = self._prefixes[(host, rank)] = who + ": "
+            prefix = self._prefixes[key] = who + ": "
         return prefix
 
     def say(self, text: str) -> None:
@@ -55,14 +57,14 @@ class PlainView:
 
     def __call__(self, event: object) -> None:
         if isinstance(event, LogBlock):
-            prefix = self._prefix(event.host, event.rank)
+            prefix = self._prefix(event)
             text = prefix + event.text.replace("\n", "\n" + prefix) + "\n"  # one write per block
             with self._lock:
                 self.out.write(text)
                 self.out.flush()
         elif isinstance(event, LogLine):
             with self._lock:
-                self.out.write(f"{self._prefix(event.host, event.rank)}{event.text}\n")
+                self.out.write(f"{self._prefix(event)}{event.text}\n")
                 self.out.flush()
         elif isinstance(event, RunStarted):
             attempt = f" ({event.attempt})" if event.attempt else ""

@@ -1,0 +1,42 @@
+"""Each line once: paddle's launcher copies local rank 0's log into its own output.
+
+``python -m paddle.distributed.launch`` writes every rank's output to
+``workerlog.N`` and also echoes ``workerlog.0``, line by line and in order, to its own
+stdout (our ``launcher.log``), between its own messages. Shown as they are, local rank
+0's lines appear twice in the live view and in ``logs``: once as ``[0]`` and once as
+``[launcher]``. The files stay as they are (the mirror is byte for byte); only what is
+shown skips the copies.
+
+The host's log stream sends a sweep's worker logs before the launcher's output, and
+reads the launcher's size first (``remote/ops_logs.py``), so every echoed line has
+already been seen in ``workerlog.0`` when it arrives here: a launcher line equal to the
+oldest rank-0 line not yet echoed is that echo. Anything else is the launcher's own.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Deque, Optional
+
+# Rank-0 lines kept for matching. A launcher that never echoes (torchrun) only fills
+# this up; the oldest lines go first, so memory stays bounded per host.
+KEEP_LINES = 20000
+
+
+class LauncherEcho:
+    """One host's filter: ``rank0`` takes local rank 0's text as it arrives; ``launcher``
+    returns the launcher's text without the copies (None when nothing is left)."""
+
+    def __init__(self, keep: int = KEEP_LINES):
+        self._not_echoed: Deque[str] = deque(maxlen=keep)
+
+    def rank0(self, text: str) -> None:
+        self._not_echoed.extend(text.split("\n"))
+
+    def launcher(self, text: str) -> Optional[str]:
+        kept = []
+        for line in text.split("\n"):
+            if self._not_echoed and line == self._not_echoed[0]:
+                self._not_echoed.popleft()
+                continue
+            kept.append(line)
+        return "\n".join(kept) if kept else None

@@ -1,0 +1,64 @@
+"""paddle's launcher echoes local rank 0's lines into its own output: each line is
+shown once, as rank 0's, and the launcher's own messages stay."""
+import json
+import threading
+import time
+
+from multihost.hosts import Host
+from multihost.log_echo import LauncherEcho
+from multihost.logs import Node
+from multihost.mirror import read_node
+
+from test_logs import RUN, follow, home, lines  # noqa: F401 (fixture)
+
+LAUNCHER_OWN = ["LAUNCH INFO 2026-01-01 00:00:00,000 -----------  Configuration ----------",
+                "LAUNCH INFO 2026-01-01 00:00:01,000 Waiting peer start..."]
+
+
+def test_a_launcher_line_equal_to_the_next_rank0_line_is_its_copy():
+    echo = LauncherEcho()
+    echo.rank0("step 1\nstep 2")
+    assert echo.launcher("LAUNCH INFO up\nstep 1") == "LAUNCH INFO up"
+    assert echo.launcher("step 2") is None
+    assert echo.launcher("step 2") == "step 2"     # said twice by the launcher: its own
+
+
+def write_like_paddle(run_dir, steps):
+    """Rank 0 writes a line; the launcher copies it a moment later, between its own."""
+    worker = run_dir / "log" / "workerlog.0"
+    launcher = run_dir / "launcher.log"
+    with open(launcher, "ab") as out:
+        out.write((LAUNCHER_OWN[0] + "\n").encode())
+    for i in range(steps):
+        with open(worker, "ab") as out:
+            out.write(b"epoch 0 step %d loss 0.5\n" % i)
+        time.sleep(0.002)
+        with open(launcher, "ab") as out:
+            out.write(b"epoch 0 step %d loss 0.5\n" % i)
+            if i == steps // 2:
+                out.write((LAUNCHER_OWN[1] + "\n").encode())
+    (run_dir / "node.json").write_text(json.dumps({"state": "succeeded", "exit_code": 0}))
+
+
+def test_the_live_view_shows_rank0_lines_once_and_the_launchers_own(home, tmp_path):
+    thread = threading.Thread(target=write_like_paddle, args=(home, 200))
+    thread.start()
+    seen = lines(follow(tmp_path, follow=True, nproc=1))
+    thread.join()
+    rank0 = [text for rank, text in seen if rank == 0]
+    launcher = [text for rank, text in seen if rank == -1]
+    assert rank0 == ["epoch 0 step %d loss 0.5" % i for i in range(200)]
+    assert launcher == LAUNCHER_OWN
+    # the mirror keeps the launcher's output byte for byte, copies included
+    mirrored = (tmp_path / "mirror" / "127.0.0.1" / "launcher.log").read_text()
+    assert mirrored.count("loss 0.5") == 200
+
+
+def test_logs_from_the_mirror_show_each_line_once(home, tmp_path):
+    write_like_paddle(home, 20)
+    follow(tmp_path, nproc=1)
+    node = Node(Host(name="127.0.0.1"), 1, 0)
+    shown = [(b.rank, line) for b in read_node(tmp_path / "mirror", node)
+             for line in b.text.split("\n")]
+    assert [t for r, t in shown if r == -1] == LAUNCHER_OWN
+    assert len([t for r, t in shown if r == 0]) == 20
