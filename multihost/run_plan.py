@@ -143,7 +143,7 @@ def build_plan(run_id: str, hosts: Sequence[Host], job: JobOptions, template: la
         offset += nproc
     return RunPlan(run_id, template, tuple(command), no_python, start_port, tuple(nodes),
                    run_env.passthrough(environ), dict(user_env), kill_wait, allow_concurrent,
-                   ps)
+                   ps=ps)
 
 
 def check_script(command: Sequence[str], code_dir: str, *, no_python: bool) -> None:
