@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..check import run_checks
+    from ..check.preflight import run_checks
     from ..errors import EXIT_CHECK, EXIT_OK
     from ..job import job_options_from_args
     from ..views import wants_plain

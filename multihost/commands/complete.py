@@ -11,14 +11,14 @@ from typing import List
 
 def complete_run_ids(prefix: str = "", parsed_args=None, **_) -> List[str]:
     """Run ids recorded on this controller, newest first."""
-    from ..runs import run_ids
+    from ..run.records import run_ids
 
     return [r for r in reversed(run_ids()) if r.startswith(prefix)]
 
 
 def _run(parsed_args):
     from ..errors import MultihostError
-    from ..runs import load_run
+    from ..run.records import load_run
 
     try:
         return load_run(getattr(parsed_args, "run", None))

@@ -95,7 +95,7 @@ def _port(flag: str):
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..fleetrun import run_args_from_fleetrun
+    from ..run.fleetrun import run_args_from_fleetrun
     from . import run
 
     return run.main(run_args_from_fleetrun(args))

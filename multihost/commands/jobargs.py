@@ -23,7 +23,7 @@ def keep_words(parser: argparse.ArgumentParser) -> None:
 def with_job_file(args: argparse.Namespace) -> argparse.Namespace:
     """The namespace of the job file's flags, then the command line's; the command line's
     script beats the file's ``command``, its --ips/--hostfile the file's hosts."""
-    from .. import jobfile
+    from ..run import jobfile
     from ..errors import ConfigError
 
     path = getattr(args, "job_file", None)

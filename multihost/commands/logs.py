@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def _filter(args):
     from ..errors import ConfigError
-    from ..mirror import LineFilter, parse_ranks, parse_since
+    from ..logs.mirror import LineFilter, parse_ranks, parse_since
 
     pattern = None
     if args.grep:
@@ -116,9 +116,9 @@ class _Filtered:
 def main(args: argparse.Namespace) -> int:
     from ..errors import BadReply, ConfigError
     from ..fanout import Cluster
-    from ..logs import LogFollower, nodes_of
-    from ..mirror import read_mirror
-    from ..runs import load_run
+    from ..logs.follow import LogFollower, nodes_of
+    from ..logs.mirror import read_mirror
+    from ..run.records import load_run
     from ..transport import SshOptions
     from ..views import make_view
 
@@ -127,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
     keep = _filter(args)  # a bad filter is the user's typo: say so before any lookup
     record = load_run(args.run)
     keep = _fit_to_run(keep, record, args)
-    from ..restarts import mirror_of
+    from ..run.restarts import mirror_of
 
     mirror = mirror_of(record, args.attempt)
     if mirror != record.log_dir:
@@ -198,7 +198,7 @@ def _refuse_bad_replies(follower) -> None:
 
 def _attempt_pairs(record, attempt):
     """(host, nproc) of an earlier attempt: a spare may have taken a rank since."""
-    from ..runs import host_from_dict
+    from ..run.records import host_from_dict
 
     hosts = record.attempts[attempt - 1].get("host_fields") or []
     if len(hosts) != len(record.nodes):
@@ -219,7 +219,7 @@ class _Keys:
         import threading
 
         from ..errors import MultihostError
-        from ..run_control import stop
+        from ..run.control import stop
 
         def one() -> None:
             try:
@@ -235,7 +235,7 @@ class _Keys:
 
 def _follow(cluster, record, pairs, listener, keys) -> int:
     from ..events import RunFinished
-    from ..logs import LogFollower
+    from ..logs.follow import LogFollower
 
     follower = LogFollower(cluster, record.run_id, pairs, record.mirror_dir, listener,
                            follow=True).start()
@@ -264,7 +264,7 @@ def _final_status(cluster, record, follower):
     """The run's end as `run` would report it: the hosts' records reconciled, the first
     failure by time as the root cause (stopped nodes are not causes)."""
     from ..errors import MultihostError
-    from ..run_control import query
+    from ..run.control import query
 
     try:
         final = query(cluster, record).record

@@ -39,10 +39,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .. import jobfile
+    from ..run import jobfile
     from ..cli import build_parser
     from ..errors import ConfigError
-    from ..runs import job_file_path, load_run
+    from ..run.records import job_file_path, load_run
     from . import run as run_command
 
     record = load_run(args.run_id)
@@ -75,8 +75,8 @@ def main(args: argparse.Namespace) -> int:
 
 def check_same_code(record, code: str) -> None:
     from ..errors import ConfigError
-    from ..setup_step import code_digest
-    from ..sync_manifest import code_revision
+    from ..run.setup_step import code_digest
+    from ..sync.manifest import code_revision
 
     commit, dirty = code_revision(code)
     if record.git_commit and commit != record.git_commit:

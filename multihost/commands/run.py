@@ -118,7 +118,7 @@ def script_words(words):
 
 
 def user_env(args, gpus_given: bool):
-    from ..run_env import check_user_env, parse_env_file, parse_env_flag
+    from ..run.env import check_user_env, parse_env_file, parse_env_flag
 
     env = {}
     for path in args.env_file:
@@ -131,7 +131,7 @@ def user_env(args, gpus_given: bool):
 def note_secrets_in_argv(args) -> None:
     """A secret's value on our command line is in `ps` for the whole run: say so once,
     with the way around it (after the input is known good: a refusal stays one line)."""
-    from ..run_env import is_secret
+    from ..run.env import is_secret
 
     for text in args.env:
         name = text.partition("=")[0].strip()
@@ -173,8 +173,8 @@ def _say(args, text: str) -> None:
 
 def preflight(cluster, job, args):
     """The checks of `multihost check`; a failure stops here, before anything starts."""
-    from ..check import run_checks
-    from ..check_report import FAIL
+    from ..check.preflight import run_checks
+    from ..check.report import FAIL
     from ..errors import CheckError
 
     _say(args, f"checking {len(cluster.hosts)} host(s)...")
@@ -201,7 +201,7 @@ def sync(cluster, job, args, data_checked: bool):
     paths = tuple(dict.fromkeys(tuple(job.data) + tuple(p for h in cluster.hosts for p in h.data)))
     if args.no_sync and (data_checked or not paths):
         return  # nothing to do: do not even import the sync engine
-    from .. import sync as sync_module
+    from ..sync import pipeline as sync_module
 
     workdirs = {host.rank: _workdir(host, job) for host in cluster.hosts}
     if not args.no_sync:
@@ -212,7 +212,7 @@ def sync(cluster, job, args, data_checked: bool):
             view.show_sync(report)
     if paths and not data_checked:  # the preflight verifies the data itself
         _say(args, f"verifying {len(paths)} dataset(s) on {len(cluster.hosts)} host(s)...")
-        from ..data import data_error, verify_data
+        from ..data.verify import data_error, verify_data
 
         report = verify_data(cluster, paths, workdirs=workdirs)
         if not report.ok:
@@ -222,7 +222,7 @@ def sync(cluster, job, args, data_checked: bool):
 def setup(cluster, job, args):
     """The setup step on every host (skipped where unchanged); the code tree's content
     hash, which keys it and is recorded for `rerun --same-code`."""
-    from .. import setup_step
+    from ..run import setup_step
 
     digest = setup_step.code_digest(job.code)
     if not args.setup:
@@ -238,8 +238,8 @@ def setup(cluster, job, args):
 
 def save_job(args, record, command) -> None:
     """The resolved job, as a job file in the run's record (for `multihost rerun`)."""
-    from .. import jobfile
-    from ..runs import save_job_file
+    from ..run import jobfile
+    from ..run.records import save_job_file
     from .jobargs import defaults
 
     save_job_file(record.run_id, jobfile.dump(jobfile.resolved(args, defaults(args), command)))
@@ -265,7 +265,7 @@ def in_background(function, *args):
 
 def code_revision(code_dir):
     try:
-        from ..sync_manifest import code_revision as revision
+        from ..sync.manifest import code_revision as revision
     except ImportError:
         return None, None
     try:
@@ -276,8 +276,8 @@ def code_revision(code_dir):
 
 
 def initial_record(plan, args, cluster, git):
-    from ..run_env import mask_argv
-    from ..runs import NodeRecord, RunRecord, host_to_dict
+    from ..run.env import mask_argv
+    from ..run.records import NodeRecord, RunRecord, host_to_dict
 
     nodes = tuple(NodeRecord(n.node_rank, host_to_dict(n.host), n.host.label, n.address,
                              n.nproc, n.rank_offset, n.workdir) for n in plan.nodes)
@@ -301,24 +301,25 @@ def ps_layout(args, addresses, start_port):
     spec = getattr(args, "ps", None)
     if spec is None:
         return None
-    from ..fleetrun import build_layout
+    from ..run.fleetrun import build_layout
 
     return build_layout(spec, addresses, start_port)
 
 
 def launcher_for(args, hosts, command, code_dir):
     """--launcher, else the hostfile's, else the framework the script imports."""
-    from ..launch_choice import choose_launcher
+    from ..run.launcher_choice import choose_launcher
 
     return choose_launcher(command, code_dir, no_python=args.no_python, given=args.launcher,
                            hostfile=hosts[0].launcher if hosts else None)
 
 
 def main(args: argparse.Namespace) -> int:
-    from .. import launch, run_plan
+    from ..run import launchers as launch
+    from ..run import plan as run_plan
     from ..errors import ConfigError
     from ..job import job_options_from_args
-    from ..runs import new_run_id
+    from ..run.records import new_run_id
     from .common import cluster_from_args, hosts_from_args
 
     from .jobargs import with_job_file
@@ -379,7 +380,7 @@ def follow_run(cluster, plan, record, args) -> int:
 
 
 def follow_once(cluster, plan, record, args):
-    from ..run_follow import RunOptions, start_and_follow
+    from ..run.follow import RunOptions, start_and_follow
     from ..views import make_view
 
     mode = "json" if args.json else "plain" if args.plain or args.detach else "auto"
@@ -399,8 +400,8 @@ def follow_once(cluster, plan, record, args):
 def end_of_run(outcome, plan, args) -> int:
     """The exit status of the run, or the one-line error that names its root cause."""
     from ..errors import RunFailed
-    from ..run_follow import STOP_FROM_DASHBOARD
-    from ..run_outcome import describe
+    from ..run.follow import STOP_FROM_DASHBOARD
+    from ..run.outcome import describe
 
     if outcome.detached:
         if args.json:

@@ -19,9 +19,9 @@ def _say(args, text: str) -> None:
 
 def run_attempts(cluster, job, plan, record, args) -> int:
     from ..errors import MultihostError, RunFailed
-    from ..restarts import attempt_label, attempt_log_dir, next_attempt, restartable
-    from ..run_outcome import describe
-    from ..runs import load_run
+    from ..run.restarts import attempt_label, attempt_log_dir, next_attempt, restartable
+    from ..run.outcome import describe
+    from ..run.records import load_run
     from .run import end_of_run, follow_once, preflight
 
     limit = args.max_restarts

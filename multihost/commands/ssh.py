@@ -68,7 +68,7 @@ def shell_argv(host, options, workdir: str) -> List[str]:
 
 def main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
-    from ..runs import host_from_dict, load_run
+    from ..run.records import host_from_dict, load_run
     from ..transport import SshOptions, is_local_host
 
     record = load_run(args.run)

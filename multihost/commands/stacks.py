@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     import json
 
-    from ..runs import load_run
-    from ..stacks import collect, group_stacks, render, to_json
+    from ..run.records import load_run
+    from ..run.stacks import collect, group_stacks, render, to_json
     from .status import cluster_for
 
     record = load_run(args.run)

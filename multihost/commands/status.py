@@ -65,7 +65,7 @@ def _ago(when, now) -> str:
 
 def rows(status, now):
     """The table's cells, one row per node (the presentation of RunStatus)."""
-    from ..run_outcome import decode_exit
+    from ..run.outcome import decode_exit
 
     out = []
     for node in status.nodes:
@@ -106,7 +106,7 @@ def header_lines(status):
         where = f"rank {cause['rank']}" if cause.get("rank") is not None else f"node {cause['node_rank']}"
         lines.append(f"  root cause: {cause['host']} {where}: {cause['reason']}")
     if record.max_restarts:
-        from ..restarts import attempt_label, attempt_line
+        from ..run.restarts import attempt_label, attempt_line
 
         lines[0] += f", {attempt_label(record.attempt, record.max_restarts)}"
         lines += [f"  earlier {attempt_line(entry, record.max_restarts)}"
@@ -140,7 +140,7 @@ def print_table(status) -> None:
 
 
 def list_runs(args) -> int:
-    from ..runs import list_runs as recent
+    from ..run.records import list_runs as recent
 
     records = recent()
     if args.json:
@@ -158,8 +158,8 @@ def list_runs(args) -> int:
 
 def main(args: argparse.Namespace) -> int:
     from ..errors import EXIT_CONNECT
-    from ..run_control import query
-    from ..runs import load_run
+    from ..run.control import query
+    from ..run.records import load_run
     from ..views import wants_plain
 
     if args.list:

@@ -39,8 +39,8 @@ def main(args: argparse.Namespace) -> int:
     import socket
 
     from ..errors import EXIT_CONNECT, ConfigError
-    from ..run_control import stop
-    from ..runs import load_run
+    from ..run.control import stop
+    from ..run.records import load_run
     from .status import cluster_for, print_plain
 
     record = load_run(args.run)

@@ -55,7 +55,7 @@ def data_paths(hosts) -> tuple:
 def main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError, SyncError
     from ..job import job_options_from_args, workdir_for
-    from ..sync import sync_code
+    from ..sync.pipeline import sync_code
     from ..views.sync_view import SyncView
     from .common import cluster_from_args, hosts_from_args
 
@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
                     raise
                 view.show_sync(report)
             if paths:
-                from ..data import data_error, sync_data, verify_data
+                from ..data.verify import data_error, sync_data, verify_data
 
                 data = verify_data(cluster, paths, workdirs=workdirs, verify=args.verify,
                                    listener=view)

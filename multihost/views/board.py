@@ -14,7 +14,7 @@ from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..events import (LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause, RunFinished,
                       RunStarted, RunStopping)
-from ..metrics import Metrics, parse_metrics
+from ..logs.metrics import Metrics, parse_metrics
 from ..nodeset import fold
 
 

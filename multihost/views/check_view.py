@@ -9,8 +9,8 @@ import json
 import re
 from typing import IO, Dict, List, Sequence, Tuple
 
-from ..check_parsers import fold_ranges
-from ..check_report import CHECKS, FAIL, PASS, SKIP, WARN, CheckReport, CheckResult, HostReport
+from ..check.parsers import fold_ranges
+from ..check.report import CHECKS, FAIL, PASS, SKIP, WARN, CheckReport, CheckResult, HostReport
 from ..nodeset import fold
 
 SYMBOL = {PASS: "✓", WARN: "!", FAIL: "✗", SKIP: "–"}

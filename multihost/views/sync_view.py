@@ -12,13 +12,13 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Dict, List, Optional
 
-from ..sync_model import HostSync, SyncHostDone, SyncPlanned, SyncReport, SyncScanned
-from ..sync_transfer import SyncProgress
-from ..sync_manifest import human_bytes
+from ..sync.model import HostSync, SyncHostDone, SyncPlanned, SyncReport, SyncScanned
+from ..sync.transfer import SyncProgress
+from ..sync.manifest import human_bytes
 from . import wants_plain
 
 if TYPE_CHECKING:  # the data side is imported only when data is checked
-    from ..data import DataReport, DataSyncReport
+    from ..data.verify import DataReport, DataSyncReport
 
 PLAIN_EVERY = 2.0   # seconds between progress lines per host when not on a terminal
 
@@ -92,7 +92,7 @@ def sync_lines(report: SyncReport) -> List[str]:
 
 
 def data_lines(report: DataReport) -> List[str]:
-    from ..data import describe
+    from ..data.verify import describe
 
     lines = []
     for index, path in enumerate(report.paths):
@@ -172,7 +172,7 @@ class SyncView:
                 self._data_progress(event)
 
     def _data_progress(self, event: object) -> None:
-        from ..data import DataProgress
+        from ..data.verify import DataProgress
 
         if isinstance(event, DataProgress):
             if self.plain:

@@ -151,7 +151,7 @@ def test_a_host_certified_by_a_ca_not_listed_is_refused_in_one_line(lab, tmp_pat
 BULK_SSH = textwrap.dedent("""\
     import subprocess, sys
     from multihost.hosts import Host
-    from multihost.sync_bulk import openssh_argv
+    from multihost.sync.bulk import openssh_argv
     from multihost.transport import SshOptions
     from multihost.transport.ssh import SshTransport
     alias, address, config, known, impostor = sys.argv[1:6]

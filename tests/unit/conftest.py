@@ -6,7 +6,7 @@ import pytest
 
 from multihost.fanout import Cluster
 from multihost.hosts import Host
-from multihost.sync import sync_code
+from multihost.sync.pipeline import sync_code
 
 
 @pytest.fixture

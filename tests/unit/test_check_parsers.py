@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.check_parsers import (fold_ranges, gib, nccl_code, nccl_from_dists, parse_gpu_apps,
+from multihost.check.parsers import (fold_ranges, gib, nccl_code, nccl_from_dists, parse_gpu_apps,
                                      parse_gpus, parse_paddle_version, parse_software,
                                      parse_torch_version)
 from multihost.remote.ops_check_proc import parse_proc_net_tcp

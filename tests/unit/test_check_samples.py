@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Dict, Optional
 
-from multihost.check_eval import HostProbe
-from multihost.check_job import judge, make_cluster, ping_matrix
-from multihost.check_report import CheckReport
+from multihost.check.judge import HostProbe
+from multihost.check.job_needs import judge, make_cluster, ping_matrix
+from multihost.check.report import CheckReport
 from multihost.hosts import Host
 from multihost.job import JobOptions
 

@@ -6,7 +6,7 @@ import json
 
 from rich.console import Console
 
-from multihost.check_report import CheckReport
+from multihost.check.report import CheckReport
 from multihost.errors import ConnectError
 from multihost.views.check_view import fold_rows, render_json, render_plain, render_rich
 from test_check_samples import ADDRESSES, lab_probes, report_of, with_facts

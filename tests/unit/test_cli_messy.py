@@ -54,7 +54,7 @@ def with_closed_stdout(sandbox: Sandbox, *argv: str) -> subprocess.CompletedProc
 def save_record(sandbox: Sandbox, nprocs=(1, 1)) -> str:
     """A finished run of len(nprocs) hosts in the sandbox's HOME, as `run` records it."""
     from multihost.hosts import Host
-    from multihost.runs import NodeRecord, RunRecord, host_to_dict, record_from_dict
+    from multihost.run.records import NodeRecord, RunRecord, host_to_dict, record_from_dict
 
     run_id = "20260101-000000-abcd"
     nodes, offset = [], 0

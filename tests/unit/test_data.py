@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from multihost.data import (DataReport, HostData, PathDiff, compare_listings, data_error,
+from multihost.data.verify import (DataReport, HostData, PathDiff, compare_listings, data_error,
                             verify_data)
 from multihost.fanout import Cluster
 from multihost.hosts import Host

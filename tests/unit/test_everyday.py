@@ -8,7 +8,7 @@ import pytest
 
 from multihost.errors import ConfigError
 from multihost.hosts import Host
-from multihost.runs import NodeRecord, RunRecord, host_to_dict, save_run
+from multihost.run.records import NodeRecord, RunRecord, host_to_dict, save_run
 from multihost.commands.ssh import find_node, shell_argv
 from multihost.transport import SshOptions
 

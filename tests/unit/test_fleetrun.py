@@ -9,7 +9,7 @@ import pytest
 
 from multihost.cli import build_parser, main
 from multihost.errors import ConfigError
-from multihost.fleetrun import SERVER, TRAINER, build_layout, role_env, run_args_from_fleetrun
+from multihost.run.fleetrun import SERVER, TRAINER, build_layout, role_env, run_args_from_fleetrun
 
 X, Y = "10.0.0.1", "10.0.0.2"          # the docs' xx.xx.xx.xx and yy.yy.yy.yy
 GPUS8 = "0,1,2,3,4,5,6,7"

@@ -10,14 +10,14 @@ import threading
 
 import pytest
 
-from multihost import logs
+from multihost.logs import follow as logs
 from multihost.errors import BadReply
 from multihost.events import LogBlock, Notice, RunFinished
 from multihost.fanout import Cluster
 from multihost.hosts import Host
-from multihost.logs import LogFollower
-from multihost.mirror import read_mirror, LineFilter
-from multihost.run_outcome import Failure, parse_status, to_event
+from multihost.logs.follow import LogFollower
+from multihost.logs.mirror import read_mirror, LineFilter
+from multihost.run.outcome import Failure, parse_status, to_event
 from multihost.untrusted import MAX_LINE
 from multihost.views.plain import PlainView
 
@@ -202,7 +202,7 @@ def test_a_full_controller_disk_keeps_lines_showing_says_so_once_and_repairs_the
 def test_check_facts_and_error_text_from_a_host_are_shown_without_escapes(monkeypatch):
     """Process listings and data reports arrive in the check's facts; error text in any
     failure. Raw tool output keeps its lines (it is parsed here), never its escapes."""
-    from multihost import check_calls
+    from multihost.check import calls as check_calls
     from multihost.errors import RemoteError
     from multihost.transport.local import LocalTransport
 

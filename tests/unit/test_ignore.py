@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from multihost.sync_ignore import parse_line
-from multihost.sync_manifest import build_manifest
+from multihost.sync.ignore import parse_line
+from multihost.sync.manifest import build_manifest
 
 GITIGNORE = r"""# comment
 *.log

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from multihost import run_env
+from multihost.run import env as run_env
 from multihost.errors import ConfigError
 from multihost.hosts import load_hosts, parse_gpus, select_hosts
 from multihost.job import JobOptions

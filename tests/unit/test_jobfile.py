@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost import jobfile
+from multihost.run import jobfile
 from multihost.cli import build_parser
 from multihost.commands.jobargs import defaults, with_job_file
 from multihost.errors import ConfigError

@@ -8,7 +8,7 @@ import pytest
 
 from multihost.errors import ConfigError
 from multihost.hosts import load_hosts, parse_hostfile
-from multihost.launch_choice import choose_launcher
+from multihost.run.launcher_choice import choose_launcher
 
 
 def write(root: Path, name: str, text: str) -> None:

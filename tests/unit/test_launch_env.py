@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from multihost import launch, run_env
+from multihost.run import launchers as launch
+from multihost.run import env as run_env
 from multihost.errors import ConfigError
 from multihost.hosts import Host
 from multihost.job import JobOptions
-from multihost.run_plan import Prepared, build_plan, launch_request
+from multihost.run.plan import Prepared, build_plan, launch_request
 
 CONTROLLER = {
     "NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "ens5", "CUDA_LAUNCH_BLOCKING": "1",

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from multihost import helper, launch
+from multihost import helper
+from multihost.run import launchers as launch
 from multihost.errors import RemoteError
 from multihost.hosts import Host
 from multihost.job import JobOptions
-from multihost.run_plan import Prepared, build_plan, launch_request
-from multihost.runs import new_run_id
+from multihost.run.plan import Prepared, build_plan, launch_request
+from multihost.run.records import new_run_id
 from multihost.transport import LocalTransport
 
 SCRIPT = textwrap.dedent("""\
@@ -278,7 +279,7 @@ def test_the_rank_wrapper_records_signals_and_dies_the_same_way(host, tmp_path):
 
     run_dir = tmp_path / "rw"
     (run_dir / "log").mkdir(parents=True)
-    wrapper = Path(launch.__file__).parent / "remote" / "run_rankwrap.py"
+    wrapper = Path(launch.__file__).parent.parent / "remote" / "run_rankwrap.py"
     env = dict(os.environ, LOCAL_RANK="1", RANK="5")
     done = subprocess.run([sys.executable, "-S", str(wrapper), str(run_dir), sys.executable,
                            "-c", "import os, signal; print('hi'); os.kill(os.getpid(), 9)"],

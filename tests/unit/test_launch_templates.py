@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from multihost import launch
+from multihost.run import launchers as launch
 from multihost.errors import ConfigError
 from multihost.hosts import Host
 from multihost.job import JobOptions
-from multihost.run_plan import Prepared, build_plan, launch_request, template_values
+from multihost.run.plan import Prepared, build_plan, launch_request, template_values
 
 RUN_DIR = "/home/u/.multihost/runs/20250101-120000-ab12"
 

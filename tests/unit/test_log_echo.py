@@ -5,9 +5,9 @@ import threading
 import time
 
 from multihost.hosts import Host
-from multihost.log_echo import LauncherEcho
-from multihost.logs import Node
-from multihost.mirror import read_node
+from multihost.logs.echo import LauncherEcho
+from multihost.logs.follow import Node
+from multihost.logs.mirror import read_node
 
 from test_logs import RUN, follow, home, lines  # noqa: F401 (fixture)
 

@@ -9,7 +9,7 @@ import pytest
 from multihost.events import LogBlock, NodeChanged, NodeState
 from multihost.fanout import Cluster
 from multihost.hosts import Host
-from multihost.logs import LogFollower, clean_block, clean_line
+from multihost.logs.follow import LogFollower, clean_block, clean_line
 
 RUN = "20260101-000000-abcd"
 
@@ -87,7 +87,7 @@ def test_follow_streams_until_the_node_finishes(home, tmp_path):
 
 
 def test_global_rank_counts_the_processes_of_earlier_nodes(home, tmp_path):
-    from multihost.logs import nodes_of
+    from multihost.logs.follow import nodes_of
 
     nodes = nodes_of([(Host(name="a", rank=0), 4), (Host(name="b", rank=1), 2),
                       (Host(name="c", rank=2), 2)])

@@ -1,7 +1,7 @@
 """Progress numbers read from the log lines of the trainers users run."""
 import pytest
 
-from multihost.metrics import Metrics, parse_metrics
+from multihost.logs.metrics import Metrics, parse_metrics
 
 CASES = [
     ("epoch: 0, step:200, train_loss: 0.424425, total time cost = 0.000947, speed: 1055.967774",

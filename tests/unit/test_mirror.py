@@ -5,8 +5,8 @@ import pytest
 
 from multihost.errors import ConfigError
 from multihost.hosts import Host
-from multihost.logs import nodes_of, times_path
-from multihost.mirror import LineFilter, parse_ranks, parse_since, read_mirror
+from multihost.logs.follow import nodes_of, times_path
+from multihost.logs.mirror import LineFilter, parse_ranks, parse_since, read_mirror
 
 HOSTS = [Host(name="198.18.0.11", rank=0), Host(name="198.18.0.12", rank=1)]
 

@@ -9,17 +9,17 @@ import time
 
 import pytest
 
-from multihost import launch
+from multihost.run import launchers as launch
 from multihost.errors import ConnectError
 from multihost.events import LogLine, NodeChanged, NodeState, RunFinished, RunStarted, RunStopping
 from multihost.fanout import Cluster
 from multihost.hosts import Host
 from multihost.job import JobOptions
-from multihost.monitor import Interrupts, Monitor
-from multihost.run_follow import RunOptions, start_and_follow
-from multihost.run_plan import build_plan
-from multihost.run_start import RecordKeeper
-from multihost.runs import NodeRecord, RunRecord, host_to_dict, load_run, new_run_id
+from multihost.run.monitor import Interrupts, Monitor
+from multihost.run.follow import RunOptions, start_and_follow
+from multihost.run.plan import build_plan
+from multihost.run.start import RecordKeeper
+from multihost.run.records import NodeRecord, RunRecord, host_to_dict, load_run, new_run_id
 
 JOB = """\
 import os, sys, time
@@ -150,7 +150,7 @@ def test_detach_returns_while_the_run_goes_on(host):
         outcome = start_and_follow(cluster, plan, record, lambda e: None, RunOptions(detach=True))
         assert outcome.detached
         assert load_run(plan.run_id).state == "running"
-        from multihost.run_control import query, stop
+        from multihost.run.control import query, stop
 
         assert query(cluster, load_run(plan.run_id)).nodes[0].state == "running"
         status = stop(cluster, load_run(plan.run_id), 0.5, "test")

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from multihost.run_outcome import (Failure, decode_exit, describe, exit_status, failures_of,
+from multihost.run.outcome import (Failure, decode_exit, describe, exit_status, failures_of,
                                    parse_status, root_cause, run_status, to_event)
 
 # What `run-status` answered for a torchrun node whose local rank 1 exited 3, recorded
@@ -133,7 +133,7 @@ TORCHRUN_TAIL = [
 
 
 def test_launchers_name_the_failed_rank_in_their_output():
-    from multihost.run_outcome import launcher_failure
+    from multihost.run.outcome import launcher_failure
 
     assert launcher_failure(PADDLE_TAIL) == (1, 3)
     assert launcher_failure(TORCHRUN_TAIL) == (1, 3)
@@ -141,7 +141,7 @@ def test_launchers_name_the_failed_rank_in_their_output():
 
 
 def test_a_node_failure_is_refined_to_the_rank_its_launcher_named():
-    from multihost.run_outcome import refine
+    from multihost.run.outcome import refine
 
     node = Failure(10.0, 1, "h2", "node", exit_code=241)
     rank = refine(node, PADDLE_TAIL, rank_offset=2)

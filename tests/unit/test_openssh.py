@@ -122,7 +122,7 @@ class BulkTransport:
 def test_the_bulk_stream_keeps_the_host_key_policy_whatever_the_users_config_says(monkeypatch):
     """`Host *` / `StrictHostKeyChecking no` in ~/.ssh/config must not let the bulk `ssh`
     take a changed key that the paramiko connection refused: the command line wins."""
-    from multihost.sync_bulk import openssh_argv
+    from multihost.sync.bulk import openssh_argv
 
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
     argv = openssh_argv(BulkTransport(bulk_target()))
@@ -134,7 +134,7 @@ def test_the_bulk_stream_keeps_the_host_key_policy_whatever_the_users_config_say
 
 
 def test_a_relay_hop_checks_the_next_hosts_key_strictly():
-    from multihost.sync_transfer import hop_spec
+    from multihost.sync.transfer import hop_spec
 
     hop = hop_spec(Host(name="gpu7", rank=1), BulkTransport(bulk_target(port=2200)), "/w")
     assert option(hop["ssh"], "StrictHostKeyChecking") == "yes"

@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from multihost.errors import ConfigError
-from multihost.monitor import RunResult
-from multihost.restarts import (attempt_label, attempt_log_dir, mirror_of, next_attempt,
+from multihost.run.monitor import RunResult
+from multihost.run.restarts import (attempt_label, attempt_log_dir, mirror_of, next_attempt,
                                 restartable)
-from multihost.run_outcome import Failure
-from multihost.runs import NodeRecord, RunRecord
+from multihost.run.outcome import Failure
+from multihost.run.records import NodeRecord, RunRecord
 
 
 def record(**changes):

@@ -5,12 +5,13 @@ import os
 import sys
 from pathlib import Path
 
-from multihost import helper, launch
+from multihost import helper
+from multihost.run import launchers as launch
 from multihost.hosts import Host
 from multihost.job import JobOptions
 from multihost.remote.run_files import python_first_on_path
-from multihost.run_plan import Prepared, build_plan, launch_request
-from multihost.runs import new_run_id
+from multihost.run.plan import Prepared, build_plan, launch_request
+from multihost.run.records import new_run_id
 from multihost.transport import LocalTransport
 
 from test_launch_supervisor import wait_state

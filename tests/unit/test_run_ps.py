@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from multihost import helper, launch
-from multihost.fleetrun import layout_per_machine
+from multihost import helper
+from multihost.run import launchers as launch
+from multihost.run.fleetrun import layout_per_machine
 from multihost.hosts import Host
 from multihost.job import JobOptions
-from multihost.run_plan import Prepared, build_plan, launch_request
-from multihost.runs import new_run_id
+from multihost.run.plan import Prepared, build_plan, launch_request
+from multihost.run.records import new_run_id
 from multihost.transport import LocalTransport
 
 from test_launch_supervisor import marked, status, wait_state

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from multihost import runs
+from multihost.run import records as runs
 from multihost.errors import ConfigError
 from multihost.hosts import Host
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import io
 
-from multihost import runs
+from multihost.run import records as runs
 from multihost.commands.status import print_plain
 from multihost.hosts import Host
-from multihost.run_control import NodeStatus, RunStatus, reconcile
-from multihost.run_outcome import parse_status
+from multihost.run.control import NodeStatus, RunStatus, reconcile
+from multihost.run.outcome import parse_status
 from multihost.errors import ConnectError
 
 

@@ -1,7 +1,7 @@
 """Grouping rank stacks (stacks.py): identical stacks once, the odd rank out last."""
 from __future__ import annotations
 
-from multihost.stacks import RankStack, group_stacks, rank_list, render
+from multihost.run.stacks import RankStack, group_stacks, rank_list, render
 
 WAITING = ('Thread 0x00007f01 (most recent call first):\n'
            '  File "t.py", line 9 in wait_for_peers\n')

@@ -3,9 +3,9 @@ the record it keeps between syncs."""
 import hashlib
 import stat
 
-from multihost.sync_fastpath import (load_record, parse_stat_output, record_entries,
+from multihost.sync.fastpath import (load_record, parse_stat_output, record_entries,
                                      save_record, stat_command, verified_digest)
-from multihost.sync_manifest import build_manifest
+from multihost.sync.manifest import build_manifest
 
 # printf 'a.py\0link\0pkg\0' | xargs -0 stat --printf '%f\0%s\0%.9Y\0%.9Z\0%i\0'
 NAMES = ["a.py", "link", "pkg"]

@@ -65,7 +65,7 @@ def test_an_ignored_file_on_the_host_is_left_alone(env):
 
 def test_an_unchanged_tree_is_neither_sent_nor_rehashed(env):
     from multihost import helper
-    from multihost.sync_manifest import build_manifest
+    from multihost.sync.manifest import build_manifest
     from multihost.transport import LocalTransport
 
     env.sync()
@@ -147,7 +147,7 @@ def test_a_failing_host_is_named_and_the_others_still_sync(env):
 
 
 def test_size_warning_names_the_biggest_directories(env, monkeypatch):
-    import multihost.sync_manifest as manifest
+    import multihost.sync.manifest as manifest
 
     monkeypatch.setattr(manifest, "WARN_FILES", 3)
     (env.code / "data").mkdir()

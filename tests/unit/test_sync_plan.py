@@ -7,10 +7,10 @@ from multihost import helper
 
 from multihost.hosts import Host
 from multihost.remote.sync_relay import children, subtree
-from multihost.sync import needs_from_plan
-from multihost.sync_ignore import IgnoreRules
-from multihost.sync_manifest import Entry, Manifest
-from multihost.sync_transfer import group_for_relay, hop_spec, relay_fanout
+from multihost.sync.pipeline import needs_from_plan
+from multihost.sync.ignore import IgnoreRules
+from multihost.sync.manifest import Entry, Manifest
+from multihost.sync.transfer import group_for_relay, hop_spec, relay_fanout
 
 MB = 1 << 20
 

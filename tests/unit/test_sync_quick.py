@@ -4,18 +4,18 @@ import os
 
 import pytest
 
-from multihost import sync_quick
+from multihost.sync import quick as sync_quick
 from multihost.errors import SyncError
 from multihost.hosts import Host
-from multihost import sync_fastpath as fastpath
-from multihost.sync_fastpath import load_record
-from multihost.sync_manifest import build_manifest
+from multihost.sync import fastpath as fastpath
+from multihost.sync.fastpath import load_record
+from multihost.sync.manifest import build_manifest
 from multihost.transport import LocalTransport
 
 
 def helper_streams(monkeypatch):
     """Count the helper streams a sync starts (the quick path starts none)."""
-    import multihost.sync as engine
+    import multihost.sync.pipeline as engine
 
     calls = []
     real = engine.stream_to
@@ -109,8 +109,8 @@ def test_quick_send_refuses_by_raising_and_never_half_reports(env):
         def _argv(self, line):
             return ["/bin/sh", "-c", "exit 1"]
 
-    from multihost.sync_fastpath import load_record, plan_from_record
-    from multihost.sync_model import needs_from_plan
+    from multihost.sync.fastpath import load_record, plan_from_record
+    from multihost.sync.model import needs_from_plan
 
     manifest = build_manifest(str(code))
     record = load_record("127.0.0.1", workdirs[0], str(code))

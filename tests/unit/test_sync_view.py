@@ -1,8 +1,8 @@
 """What the user reads after a sync or a data check, and the plain progress lines."""
 import io
 
-from multihost.data import DataReport, HostData, PathDiff, PathState
-from multihost.sync import HostNeeds, HostSync, SyncPlanned, SyncProgress, SyncReport, SyncScanned
+from multihost.data.verify import DataReport, HostData, PathDiff, PathState
+from multihost.sync.pipeline import HostNeeds, HostSync, SyncPlanned, SyncProgress, SyncReport, SyncScanned
 from multihost.views.sync_view import SyncView, data_lines, sync_lines
 
 
@@ -74,7 +74,7 @@ def test_plain_progress_is_quiet_for_quick_syncs_and_periodic_for_long_ones(monk
 def test_terminal_progress_renders_without_error():
     out = io.StringIO()
     view = SyncView(out, plain=False)
-    from multihost.sync_manifest import Entry
+    from multihost.sync.manifest import Entry
 
     entry = Entry("w.bin", "f", 5000, 0o644, 1, "h")
     view(SyncPlanned("h1", HostNeeds(0, "/w", (entry,), (entry,), (), (), (), ("w.bin",), (), ())))

@@ -1,0 +1,141 @@
+"""``status`` and ``stop`` of a run from any shell, from its record alone (runs.py).
+
+Both ask every host of the run at once and reconcile the controller's record with what
+the hosts say, so a run whose controller died still ends up with its final states, exit
+codes and root cause recorded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from .. import helper
+from ..errors import MultihostError
+from .outcome import (Failure, NodeView, decode_exit, failures_of, parse_status,
+                          root_cause, run_status)
+from .records import RunRecord, save_run
+
+QUERY_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    node_rank: int
+    host: str
+    nproc: int
+    rank_offset: int
+    view: Optional[NodeView] = None
+    error: Optional[MultihostError] = None
+
+    @property
+    def state(self) -> str:
+        if self.view is not None:
+            return self.view.state
+        return "unreachable"
+
+    def to_json(self) -> Dict[str, Any]:
+        view = self.view
+        data: Dict[str, Any] = {
+            "node_rank": self.node_rank, "host": self.host, "state": self.state,
+            "ranks": f"{self.rank_offset}-{self.rank_offset + self.nproc - 1}",
+            "error": str(self.error) if self.error else None,
+        }
+        if view is not None:
+            data.update({
+                "procs": view.procs, "exit_code": view.exit_code, "signal": view.signal,
+                "exit": decode_exit(view.exit_code, view.signal, view.state == "stopped")
+                if view.finished else None,
+                "started": view.started, "ended": view.ended, "detail": view.detail,
+                "rank_exits": [dataclasses.asdict(r) for r in view.ranks]})
+        else:
+            data.update({"procs": None, "exit_code": None, "signal": None, "exit": None,
+                         "started": None, "ended": None, "detail": "", "rank_exits": []})
+        return data
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    record: RunRecord
+    nodes: Tuple[NodeStatus, ...]
+
+    @property
+    def state(self) -> str:
+        return self.record.state
+
+    def to_json(self) -> Dict[str, Any]:
+        record = self.record
+        return {"run_id": record.run_id, "state": record.state, "exit_code": record.exit_code,
+                "command": list(record.command), "launcher": record.launcher,
+                "node0_command": record.node0_argv, "env": record.env,
+                "start_port": record.start_port, "world_size": record.world_size,
+                "created": record.created, "started": record.started, "ended": record.ended,
+                "root_cause": record.root_cause, "log_dir": record.log_dir,
+                "git_commit": record.git_commit, "git_dirty": record.git_dirty,
+                "attempt": record.attempt, "max_restarts": record.max_restarts,
+                "attempts": list(record.attempts),
+                "nodes": [node.to_json() for node in self.nodes]}
+
+
+def _node(record: RunRecord, rank: int, view=None, error=None) -> NodeStatus:
+    node = record.nodes[rank]
+    return NodeStatus(rank, node.label, node.nproc, node.rank_offset, view, error)
+
+
+def reconcile(record: RunRecord, nodes: Tuple[NodeStatus, ...]) -> RunRecord:
+    """What the hosts said, written into the record; the run's end when all ended."""
+    now = time.time()
+    for status in nodes:
+        if status.view is not None:
+            view = status.view
+            record = record.with_node(status.node_rank, state=view.state,
+                                      exit_code=view.exit_code, signal=view.signal,
+                                      ended=view.ended, detail=view.detail)
+    views = [s.view for s in nodes]
+    if record.finished or any(v is None or not v.finished for v in views):
+        return record
+    # Every node ended and no controller recorded it (it died, or was detached).
+    failures: List[Failure] = []
+    for status in nodes:
+        # A stopped node had no failure before it was asked to stop (its supervisor
+        # judged that): its ranks' deaths are the stop's doing, not causes.
+        if status.view.state != "stopped":
+            failures += failures_of(status.node_rank, status.host, status.view, now)
+    cause = root_cause(failures)
+    states = [v.state for v in views]
+    code = run_status(states, cause, False)
+    state = "succeeded" if code == 0 else "failed" if cause else "stopped"
+    return dataclasses.replace(
+        record, state=state, exit_code=code, ended=max(v.ended or now for v in views),
+        root_cause=None if cause is None else {
+            "host": cause.host, "node_rank": cause.node_rank, "rank": cause.rank,
+            "local_rank": cause.local_rank, "exit_code": cause.status, "reason": cause.reason,
+            "tail": []})
+
+
+def query(cluster, record: RunRecord, save: bool = True) -> RunStatus:
+    def one(host, transport):
+        return parse_status(helper.call(transport, "run-status", {"run_id": record.run_id},
+                                        timeout=QUERY_TIMEOUT))
+
+    results = cluster.map(one)
+    nodes = tuple(_node(record, r.host.rank, r.value, r.error) for r in results)
+    updated = reconcile(record, nodes)
+    if save and updated != record:
+        save_run(updated)
+    return RunStatus(updated, nodes)
+
+
+def stop(cluster, record: RunRecord, grace: float, reason: str) -> RunStatus:
+    """Stop the run on every host at once (SIGTERM, ``grace``, SIGKILL)."""
+    def one(host, transport):
+        return parse_status(helper.call(transport, "run-stop", {
+            "run_id": record.run_id, "grace": grace, "reason": reason}, timeout=grace + 30))
+
+    results = cluster.map(one)
+    nodes = tuple(_node(record, r.host.rank, r.value, r.error) for r in results)
+    updated = reconcile(record, nodes)
+    if updated != record:
+        save_run(updated)
+    return RunStatus(updated, nodes)

@@ -1,0 +1,134 @@
+"""A run from start to end, as ``multihost run`` drives it: announce, prepare and launch
+every host (run_start), then either return (--detach) or follow it: node states from
+the monitor, rank logs from the log follower (logs.py), both into one listener (the
+view). The view is given, never built here: no presentation in this module.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional
+
+from ..errors import ConfigError
+from ..events import Notice, RunStarted
+from .restarts import attempt_label
+from .monitor import LOST_AFTER, POLL_INTERVAL, Interrupts, Monitor, RunResult
+from .plan import RunPlan, launch_request
+from .start import Listener, RecordKeeper, Starter
+from .records import RunRecord
+
+SETTLE_TIMEOUT = 30.0  # at most, to let the last log lines arrive (done once every host said so)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    detach: bool = False
+    wait_after_exit: Optional[float] = None
+    poll_interval: float = POLL_INTERVAL
+    lost_after: float = LOST_AFTER
+    hang_timeout: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    detached: bool
+    result: Optional[RunResult] = None
+    stop_reason: str = ""       # who stopped it, when multihost did (Interrupts.reason)
+
+
+STOP_FROM_DASHBOARD = "stopped from the dashboard ([s] on the controller)"
+
+
+class Controls:
+    """What the dashboard's keys do: [s] stops the run on every host (recorded as a stop
+    from the dashboard, not as a Ctrl-C), [d] stops following only."""
+
+    def __init__(self, interrupts: Interrupts):
+        self.interrupts = interrupts
+
+    def stop(self) -> None:
+        if self.interrupts.count == 0:
+            self.interrupts.reason = STOP_FROM_DASHBOARD
+        self.interrupts.count += 1
+
+    def detach(self) -> None:
+        self.interrupts.detached = True
+
+
+def _open_mirror(record: RunRecord, starter: Starter) -> Optional[Path]:
+    """The controller's log mirror, made before anything is launched: a directory that
+    cannot be made must stop the run, not leave it running with nobody watching."""
+    if not record.log_dir:  # no mirror asked for (an embedding caller): states only
+        return None
+    try:
+        from ..logs.follow import ensure_private
+    except ImportError:  # logs.py not in this build: states and the root cause only
+        return None
+    try:
+        return ensure_private(Path(record.log_dir))
+    except OSError as exc:
+        starter.rollback("the run did not start: the log mirror could not be made")
+        raise ConfigError(f"cannot make the log mirror {record.log_dir}: "
+                          f"{exc.strerror or exc}",
+                          fix="give a directory you can write with --log_dir") from None
+
+
+def _log_follower(cluster, plan: RunPlan, mirror: Optional[Path], listener: Listener):
+    """The lead's LogFollower (logs.py), reporting lines only: node states are ours."""
+    if mirror is None:
+        return None
+    from ..logs.follow import LogFollower
+
+    pairs = [(node.host, node.nproc) for node in plan.nodes]
+    return LogFollower(cluster, plan.run_id, pairs, mirror, listener, follow=True,
+                       report_states=False).start()
+
+
+def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listener,
+                     options: RunOptions = RunOptions(),
+                     holder: Optional[Dict[str, object]] = None) -> Outcome:
+    keeper = RecordKeeper(record, make_last=False)
+    with Interrupts() as interrupts:
+        if holder is not None:
+            holder["controls"] = Controls(interrupts)
+        listener(RunStarted(plan.run_id, tuple(n.host.label for n in plan.nodes),
+                            plan.nodes[0].nproc, plan.display_command(), time.time(),
+                            attempt_label(plan.attempt, record.max_restarts)))
+        starter = Starter(cluster, plan, listener, keeper, interrupts)
+        prepared = starter.prepare()
+        keeper.make_last()  # every host is ours: this run started (a refused one did not)
+        mirror = None if options.detach else _open_mirror(record, starter)
+        display = launch_request(plan, plan.nodes[0], prepared[0])["display"]
+        keeper.update(node0_argv=display["command"], env=display["env"], started=time.time())
+        starter.launch()
+        if options.detach:
+            keeper.update(state="running")
+            return Outcome(True)
+        hang = None
+        if options.hang_timeout:
+            from .hangs import HangWatch
+
+            hang = listener = HangWatch(listener, options.hang_timeout, plan, record,
+                                        cluster, mirror)
+        follower = _log_follower(cluster, plan, mirror, listener)
+
+        def settle(lost: bool) -> None:
+            if follower is not None:
+                follower.drain(timeout=2.0 if lost else SETTLE_TIMEOUT)
+                follower.stop()
+                for rank, why in sorted(follower.mirror_behind.items()):
+                    if why:  # the job's status stands, but its mirror must not pass for whole
+                        listener(Notice(rank, plan.nodes[rank].host.label,
+                                        f"the log mirror lacks lines ({why}); "
+                                        f"`multihost logs {plan.run_id}` completes it from "
+                                        f"the host once there is room", time.time()))
+
+        monitor = Monitor(cluster, plan, listener, keeper, interrupts,
+                          poll_interval=options.poll_interval, lost_after=options.lost_after,
+                          wait_after_exit=options.wait_after_exit, settle=settle,
+                          **({"hung": hang.check} if hang is not None else {}))
+        result = monitor.follow()
+        if result.detached and follower is not None:
+            follower.stop()
+        return Outcome(result.detached, result)

@@ -1,0 +1,393 @@
+"""Following a started run until it ends everywhere, and ending it everywhere.
+
+One thread per host follows a ``run-watch`` stream: a status line on every change and at
+least every second, so a silent stream means a dead link (it is reopened, and a host
+with no answer for LOST_AFTER seconds is lost). The main loop turns the answers into
+NodeChanged events and decides:
+
+- the first rank that exits non-zero (or a node that fails, or a host unreachable for
+  LOST_AFTER seconds) ends the run on every host: ``run-stop`` with the grace period
+  (--kill-wait), after which the hosts' supervisors SIGKILL what is left;
+- Ctrl-C does the same; a second Ctrl-C stops with no grace;
+- --wait S ends the run S seconds after the first rank exited (srun -W);
+- when every node has finished (or is lost), the root cause is the earliest failure by
+  time (run_outcome.root_cause), with the last lines of its log.
+
+The decisions themselves are pure (run_outcome.py); this module only does the talking.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+from .. import helper
+from ..errors import CommandTimeout, ConnectError, MultihostError, RemoteError
+from ..events import NodeChanged, NodeState, RunFinished, RunStopping
+from .outcome import (Failure, NodeView, failures_of, parse_status, refine, root_cause,
+                          run_status, to_event)
+from .plan import RunPlan
+from .start import Listener, RecordKeeper
+
+POLL_INTERVAL = 0.2     # how often a host looks at its node's records
+HEARTBEAT = 1.0         # a status line at least this often, changed or not
+WATCH_SILENCE = 5.0     # no line for this long: the stream is dead, reconnect
+MAX_RECORD = 8 << 20    # bytes of one status record line (tails included)
+RETRY_EVERY = 1.0
+STATUS_TIMEOUT = 5.0
+LOST_AFTER = 15.0
+TAIL_LINES = 20
+_STATES = {s.value: s for s in NodeState}
+
+
+class Interrupts:
+    """Counts SIGINTs while installed (the first stops gracefully, the second at once)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.detached = False     # stop following; the run goes on
+        self.reason: Optional[str] = None   # set by a stop that is not a Ctrl-C (the dashboard)
+        self._previous = {}
+
+    def __call__(self) -> bool:
+        return self.count > 0
+
+    def _handle(self, signum, frame) -> None:
+        self.count += 1
+
+    def __enter__(self) -> "Interrupts":
+        # SIGTERM (`timeout`, a batch system ending the controller) counts as a Ctrl-C:
+        # the run is stopped on every host. SIGKILL can not be caught: the run goes on.
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    root_cause: Optional[Failure]
+    states: Tuple[str, ...]
+    interrupted: bool
+    lost: Tuple[int, ...] = ()
+    detached: bool = False
+
+
+class Monitor:
+    def __init__(self, cluster, plan: RunPlan, listener: Listener, keeper: RecordKeeper,
+                 interrupts: Interrupts, *, poll_interval: float = POLL_INTERVAL,
+                 lost_after: float = LOST_AFTER, wait_after_exit: Optional[float] = None,
+                 settle: Callable[[bool], None] = lambda lost: None,
+                 hung: Callable[[float], Optional[Failure]] = lambda now: None):
+        self.cluster = cluster
+        self.plan = plan
+        self.listener = listener
+        self.keeper = keeper
+        self.interrupts = interrupts
+        self.poll_interval = poll_interval
+        self.lost_after = lost_after
+        self.wait_after_exit = wait_after_exit
+        self.settle = settle
+        self.hung = hung      # --hang-timeout (hangs.py): a Failure when the run is hung
+        self.hosts = [node.host for node in plan.nodes]
+        self.queue: "queue.Queue[tuple]" = queue.Queue()
+        self.stop_polling = threading.Event()
+        self.views: Dict[int, NodeView] = {}
+        self.states: Dict[int, str] = {h.rank: "running" for h in self.hosts}
+        self.last_contact: Dict[int, float] = {}
+        self.last_error: Dict[int, MultihostError] = {}
+        self.lost: Set[int] = set()
+        self.out_of_contact: Set[int] = set()   # stream broken, not yet lost: retrying
+        self.failures: Dict[tuple, Failure] = {}
+        self.seen_before_teardown: Set[tuple] = set()
+        self.first_exit_seen: Optional[float] = None
+        self.teardown_at: Optional[float] = None
+        self.trigger: Optional[Failure] = None
+        self.handled_interrupts = 0
+        self.streams: Dict[int, object] = {}
+        self.servers_stopped = False
+
+    # --- talking to hosts -------------------------------------------------------------
+    def _watch(self, host) -> None:
+        """Stream the node's status (``run-watch``); reconnect when the stream dies. A
+        heartbeat comes every second, so a read that waits WATCH_SILENCE is a dead link."""
+        while not self.stop_polling.is_set():
+            process = None
+            try:
+                transport = self.cluster.transport(host)
+                process = helper.start(transport, "run-watch", {
+                    "run_id": self.plan.run_id, "interval": self.poll_interval,
+                    "heartbeat": HEARTBEAT})
+                self.streams[host.rank] = process
+                process.stdin.close()
+                process.set_timeout(WATCH_SILENCE)
+                # A record is a few kB; a host sending an endless line is not waited on.
+                for raw in iter(lambda: process.stdout.readline(MAX_RECORD), b""):
+                    reply = json.loads(raw.decode("utf-8", "replace"))
+                    if not isinstance(reply, dict) or not raw.endswith(b"\n"):
+                        raise ValueError("a status record that is not a JSON object line")
+                    if reply.get("ok") is False:
+                        raise RemoteError(str(reply.get("error")), host=host.label)
+                    self.queue.put(("status", host.rank, parse_status(reply), time.time()))
+                    if reply.get("final") or self.stop_polling.is_set():
+                        return
+                raise ConnectError("the status stream ended", host=host.label,
+                                   kind=ConnectError.LOST)
+            except (ConnectError, CommandTimeout, OSError, EOFError, ValueError) as err:
+                if self.stop_polling.is_set():
+                    return
+                if not isinstance(err, MultihostError):
+                    err = ConnectError(f"the status stream broke ({err or type(err).__name__})",
+                                       host=host.label, kind=ConnectError.LOST)
+                self.cluster.forget(host)
+                self.queue.put(("error", host.rank, err, time.time()))
+            except MultihostError as err:
+                self.queue.put(("error", host.rank, err, time.time()))
+            finally:
+                if process is not None:
+                    process.close()
+            self.stop_polling.wait(RETRY_EVERY)
+
+    def _stop_node(self, host, grace: float, reason: str) -> None:
+        try:
+            transport = self.cluster.transport(host)
+            reply = helper.call(transport, "run-stop", {"run_id": self.plan.run_id,
+                                                        "grace": grace, "reason": reason},
+                                timeout=grace + 30)
+            self.queue.put(("status", host.rank, parse_status(reply), time.time()))
+        except MultihostError as err:
+            self.queue.put(("error", host.rank, err, time.time()))
+
+    def _stop_all(self, grace: float, reason: str, interrupted: bool = False) -> None:
+        """Ask every host still running to stop, and say so at once: the rows show
+        "stopping" for the grace period, not the old state."""
+        asked = [h for h in self.hosts if not self._finished(h.rank) and h.rank not in self.lost]
+        for host in asked:
+            threading.Thread(target=self._stop_node, args=(host, grace, reason),
+                             name=f"stop-{host.label}", daemon=True).start()
+        now = time.time()
+        self.listener(RunStopping(reason, len(asked), grace, interrupted, now))
+        for host in asked:
+            self.listener(NodeChanged(host.rank, host.label, NodeState.STOPPING, time=now))
+
+    # --- bookkeeping ------------------------------------------------------------------
+    def _finished(self, rank: int) -> bool:
+        view = self.views.get(rank)
+        return view is not None and view.finished
+
+    def _set_state(self, rank: int, state: str, detail: str = "",
+                   view: Optional[NodeView] = None) -> None:
+        if self.states.get(rank) == state:
+            return
+        self.states[rank] = state
+        host = self.hosts[rank]
+        code = view.exit_code if view is not None else None
+        self.keeper.node(rank, state=state, detail=detail,
+                         exit_code=code, signal=view.signal if view else None,
+                         ended=view.ended if view else None)
+        self.listener(NodeChanged(rank, host.label, _STATES.get(state, NodeState.FAILED),
+                                  exit_code=code, detail=detail, time=time.time()))
+
+    def _add_failure(self, failure: Failure) -> None:
+        key = (failure.node_rank, failure.kind, failure.local_rank)
+        if key in self.failures:
+            return
+        self.failures[key] = failure
+        if self.teardown_at is None:
+            self.seen_before_teardown.add(key)
+
+    def _take(self, item: tuple) -> None:
+        kind, rank, payload, when = item
+        if kind == "error":
+            self.last_error[rank] = payload
+            self._contact_lost(rank, payload, when)
+            return
+        view: NodeView = payload
+        self.views[rank] = view
+        self.last_contact[rank] = when
+        if rank in self.out_of_contact:
+            self.out_of_contact.discard(rank)
+            if rank not in self.lost:
+                self.listener(NodeChanged(rank, self.hosts[rank].label, NodeState.RUNNING,
+                                          detail="contact restored", time=when))
+        if rank in self.lost and not view.finished:
+            return  # back, but its fate was decided: it is stopped with the others
+        host = self.hosts[rank]
+        if view.state != "stopped":  # a stopped node's ranks died of the stop
+            for failure in failures_of(rank, host.label, view, when):
+                self._add_failure(failure)
+        if self.first_exit_seen is None and (view.finished or any(r.ended for r in view.ranks)):
+            self.first_exit_seen = when
+        if view.finished or view.state == "failed":
+            self._set_state(rank, view.state, view.detail, view)
+
+    def _contact_lost(self, rank: int, error: MultihostError, when: float) -> None:
+        """Say once that a host stopped answering, long before it counts as lost: the
+        user sees why its lines paused, and that the controller keeps trying."""
+        if rank in self.out_of_contact or rank in self.lost or self._finished(rank) \
+                or self.teardown_at is not None \
+                or not isinstance(error, (ConnectError, CommandTimeout)):
+            return
+        self.out_of_contact.add(rank)
+        self.listener(NodeChanged(rank, self.hosts[rank].label, NodeState.RUNNING,
+                                  detail=f"contact lost ({error.cause}); retrying, the host "
+                                         f"counts as lost after {self.lost_after:g}s",
+                                  time=when))
+
+    def _check_lost(self, now: float) -> None:
+        for host in self.hosts:
+            rank = host.rank
+            if rank in self.lost or self._finished(rank):
+                continue
+            if now - self.last_contact.get(rank, now) >= self.lost_after:
+                self.lost.add(rank)
+                error = self.last_error.get(rank)
+                why = error.cause if error else "no answer"
+                detail = f"no answer for {self.lost_after:g}s ({why})"
+                self._add_failure(Failure(self.last_contact[rank], rank, host.label, "lost",
+                                          detail=f"host lost: {detail}"))
+                self._set_state(rank, "lost", detail)
+
+    def _teardown(self, grace: float, reason: str, interrupted: bool = False) -> None:
+        self.teardown_at = time.time()
+        self._stop_all(grace, reason, interrupted)
+
+    def _decide(self, now: float) -> None:
+        if self.interrupts.count > self.handled_interrupts:
+            if self.handled_interrupts == 0 and self.teardown_at is None:
+                self._teardown(self.plan.kill_wait,
+                               self.interrupts.reason or "interrupted (Ctrl-C on the controller)",
+                               interrupted=True)
+            else:
+                self._stop_all(0, "interrupted twice: no grace", interrupted=True)
+            self.handled_interrupts = self.interrupts.count
+        self._check_lost(now)
+        if self.teardown_at is not None:
+            return
+        if self.plan.ps is not None and not self.servers_stopped and self._trainers_done():
+            # Parameter servers never stop by themselves: once every trainer on every
+            # host is done, the job is done (the nodes then count as succeeded).
+            self.servers_stopped = True
+            self._stop_all(self.plan.kill_wait, "every trainer finished: stopping the servers")
+        self.trigger = root_cause(list(self.failures.values()))
+        if self.trigger is not None:
+            self._teardown(self.plan.kill_wait, f"teardown: {self.trigger.host} "
+                                                f"(node {self.trigger.node_rank}) failed")
+        elif self.wait_after_exit is not None and self.first_exit_seen is not None \
+                and now - self.first_exit_seen >= self.wait_after_exit:
+            running = [h for h in self.hosts if not self._finished(h.rank)]
+            if running:
+                self.trigger = Failure(now, running[0].rank, running[0].label, "wait",
+                                       detail=f"still running {self.wait_after_exit:g}s after "
+                                              "the first rank ended (--wait)")
+                self._add_failure(self.trigger)
+                self._teardown(self.plan.kill_wait, "--wait expired")
+        if self.trigger is None:
+            hang = self.hung(now)
+            if hang is not None:
+                self.trigger = hang
+                self._add_failure(hang)
+                self._teardown(self.plan.kill_wait, "hung (--hang-timeout)")
+
+    def _trainers_done(self) -> bool:
+        views = [self.views.get(h.rank) for h in self.hosts]
+        return all(v is not None and (v.serving or v.state == "succeeded") for v in views)
+
+    def _done(self) -> bool:
+        return all(h.rank in self.lost or self._finished(h.rank) for h in self.hosts)
+
+    # --- the loop ---------------------------------------------------------------------
+    def follow(self) -> RunResult:
+        now = time.time()
+        for host in self.hosts:
+            self.last_contact[host.rank] = now
+            threading.Thread(target=self._watch, args=(host,), name=f"watch-{host.label}",
+                             daemon=True).start()
+        self.keeper.update(state="running")
+        try:
+            while not self._done() and not self.interrupts.detached:
+                try:
+                    self._take(self.queue.get(timeout=0.1))
+                    while True:
+                        self._take(self.queue.get_nowait())
+                except queue.Empty:
+                    pass
+                self._decide(time.time())
+        finally:
+            self.stop_polling.set()
+            for process in list(self.streams.values()):
+                process.close()
+        if not self._done():  # detached: the record says running, the hosts go on
+            states = tuple(self.states[h.rank] for h in self.hosts)
+            return RunResult(0, None, states, False, detached=True)
+        return self._finish()
+
+    def _candidates(self) -> List[Failure]:
+        """Failures that explain the end: those seen before the teardown, and any found
+        later that happened before the one that triggered it (polls lag)."""
+        found = [f for key, f in self.failures.items() if key in self.seen_before_teardown]
+        if self.trigger is not None:
+            found += [f for key, f in self.failures.items()
+                      if key not in self.seen_before_teardown and f.time <= self.trigger.time]
+        return found
+
+    def _status_with_tail(self, node_rank: int, local_rank: Optional[int]) -> Optional[NodeView]:
+        request = {"run_id": self.plan.run_id, "tail": TAIL_LINES}
+        if local_rank is not None:
+            request["tail_rank"] = local_rank
+        try:
+            transport = self.cluster.transport(self.hosts[node_rank])
+            return parse_status(helper.call(transport, "run-status", request,
+                                            timeout=STATUS_TIMEOUT))
+        except MultihostError:
+            return None
+
+    def _explain(self, failure: Failure) -> Tuple[Failure, Tuple[str, ...]]:
+        """The root cause made precise (the rank a launcher named) and its last lines."""
+        if failure.kind in ("lost", "wait", "hang"):
+            return failure, ()
+        view = self._status_with_tail(failure.node_rank, failure.local_rank)
+        if view is None:
+            return failure, ()
+        if failure.kind == "node":
+            offset = self.plan.nodes[failure.node_rank].rank_offset
+            refined = refine(failure, view.launcher_tail, offset)
+            if refined.local_rank is not None:
+                again = self._status_with_tail(failure.node_rank, refined.local_rank)
+                if again is not None and again.tails.get(refined.local_rank):
+                    return refined, again.tails[refined.local_rank]
+            return refined, view.launcher_tail
+        if failure.local_rank is not None and view.tails.get(failure.local_rank):
+            return failure, view.tails[failure.local_rank]
+        return failure, view.launcher_tail
+
+    def _finish(self) -> RunResult:
+        cause = root_cause(self._candidates())
+        tail: Tuple[str, ...] = ()
+        if cause is not None:
+            cause, tail = self._explain(cause)
+        # A stop asked for on purpose (the dashboard's [s]) ends like `multihost stop`.
+        interrupted = self.interrupts.count > 0 and self.interrupts.reason is None
+        states = tuple(self.states[h.rank] for h in self.hosts)
+        code = run_status(states, cause, interrupted)
+        self.settle(bool(self.lost))
+        event = to_event(cause, tail) if cause else None
+        final = "succeeded" if code == 0 else "stopped" if cause is None else "failed"
+        self.keeper.update(state=final, exit_code=code, ended=time.time(),
+                           root_cause=None if event is None else {
+                               "host": event.host, "node_rank": event.node_rank,
+                               "rank": event.rank, "local_rank": cause.local_rank,
+                               "exit_code": event.exit_code, "reason": event.reason,
+                               "tail": list(event.tail)})
+        self.listener(RunFinished(self.plan.run_id, code, event, time.time()))
+        return RunResult(code, cause, states, interrupted, tuple(sorted(self.lost)))

@@ -1,0 +1,269 @@
+"""Pure logic of a run's end: exit statuses decoded, failures found in node reports, the
+root cause chosen (the earliest failure by time, like torchrun), and the exit status of
+``multihost run``. No I/O here; monitor.py feeds it what the hosts answer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import signal as _signal
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import EXIT_CONNECT, EXIT_INTERRUPTED
+from ..events import RootCause
+from ..untrusted import as_dict, as_int, as_list, as_time, clean_lines, clean_text
+
+MAX_RANKS = 4096   # ranks of one node a status record may describe
+
+EXIT_STOPPED = 128 + _signal.SIGTERM   # the run was stopped from another shell
+
+SIGNAL_NOTES = {
+    _signal.SIGKILL: "out of memory? look for the OOM killer in `dmesg` on that host",
+    _signal.SIGSEGV: "segmentation fault",
+    _signal.SIGABRT: "aborted",
+    _signal.SIGBUS: "bus error",
+    _signal.SIGFPE: "arithmetic error",
+    _signal.SIGILL: "illegal instruction",
+}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+# On a node multihost stopped (stop, Ctrl-C, another rank's failure), its own signals
+# are no mystery: a SIGKILL there is multihost's, not the OOM killer's.
+STOPPED_NOTES = {
+    _signal.SIGTERM: "stopped by multihost",
+    _signal.SIGKILL: "multihost killed it after the --kill-wait grace: it ignored SIGTERM",
+}
+
+
+def decode_exit(exit_code: Optional[int], signal: Optional[int] = None,
+                stopped: bool = False) -> str:
+    """``exit 3``; ``killed by SIGKILL (out of memory? ...)``; ``exit 137 (killed by SIGKILL ...)``.
+    ``stopped``: the node was stopped by multihost, which explains its SIGTERM and SIGKILL."""
+    if signal is None and exit_code is not None and exit_code < 0:
+        signal, exit_code = -exit_code, None   # subprocess's convention
+    notes = {**SIGNAL_NOTES, **STOPPED_NOTES} if stopped else SIGNAL_NOTES
+    if signal:
+        note = notes.get(signal)
+        return f"killed by {signal_name(signal)}" + (f" ({note})" if note else "")
+    if exit_code is None:
+        return "ended without an exit status"
+    if 128 < exit_code <= 128 + 64:
+        name = signal_name(exit_code - 128)
+        if not name.startswith("signal "):
+            note = notes.get(exit_code - 128)
+            return f"exit {exit_code} (killed by {name}" + (f"; {note})" if note else ")")
+    return f"exit {exit_code}"
+
+
+def exit_status(exit_code: Optional[int], signal: Optional[int] = None) -> int:
+    """The shell's view: a signal N becomes 128+N; a failure never reads as 0."""
+    if signal is None and exit_code is not None and exit_code < 0:
+        signal = -exit_code
+    if signal:
+        return 128 + signal
+    if not exit_code:
+        return 1
+    return exit_code & 0xFF or 1
+
+
+@dataclass(frozen=True)
+class RankView:
+    local_rank: int
+    rank: Optional[int]
+    pid: Optional[int]
+    started: Optional[float]
+    ended: Optional[float]
+    exit_code: Optional[int]
+    signal: Optional[int]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.exit_code) or bool(self.signal)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One answer of the ``run-status`` operation, parsed."""
+
+    state: str
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    started: Optional[float] = None
+    ended: Optional[float] = None
+    detail: str = ""
+    procs: int = 0
+    supervisor_alive: bool = False
+    ranks: Tuple[RankView, ...] = ()
+    tails: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
+    launcher_tail: Tuple[str, ...] = ()
+    serving: bool = False         # parameter servers only: every trainer here exited 0
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("succeeded", "failed", "stopped")
+
+
+def parse_status(reply: Any) -> NodeView:
+    """A host's status record as the controller's model: the record is untrusted input
+    (a forged one may hold any JSON), so every number is checked to be one and every
+    text and tail line is cleaned of terminal escapes here, once, for every view."""
+    reply = as_dict(reply)
+    node = as_dict(reply.get("node"))
+    ranks = tuple(_rank_view(r) for r in as_list(reply.get("ranks"))[:MAX_RANKS]
+                  if isinstance(r, dict))
+    tails = {}
+    for key, lines in list(as_dict(reply.get("tails")).items())[:MAX_RANKS]:
+        local = as_int(int(key)) if isinstance(key, str) and key.isdigit() else None
+        if local is not None:
+            tails[local] = clean_lines(lines)
+    procs = as_int(reply.get("procs"))
+    return NodeView(
+        state=clean_text(reply.get("state") or node.get("state") or "unknown", 40),
+        exit_code=as_int(node.get("exit_code")), signal=as_int(node.get("signal")),
+        started=as_time(node.get("started")), ended=as_time(node.get("ended")),
+        detail=clean_text(reply.get("detail") or ""), procs=max(procs or 0, 0),
+        supervisor_alive=reply.get("supervisor_alive") is True, ranks=ranks, tails=tails,
+        launcher_tail=clean_lines(reply.get("launcher_tail")),
+        serving=node.get("serving") is True)
+
+
+def _rank_view(record: dict) -> RankView:
+    return RankView(as_int(record.get("local_rank")) or 0, as_int(record.get("rank")),
+                    as_int(record.get("pid")), as_time(record.get("started")),
+                    as_time(record.get("ended")), as_int(record.get("exit_code")),
+                    as_int(record.get("signal")))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Something that ended a node badly, with the time it happened (host clock)."""
+
+    time: float
+    node_rank: int
+    host: str
+    kind: str                      # "rank", "node", "lost", "wait"
+    rank: Optional[int] = None
+    local_rank: Optional[int] = None
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    detail: str = ""
+
+    @property
+    def reason(self) -> str:
+        if self.kind == "lost":
+            return self.detail or "host lost"
+        if self.kind in ("wait", "hang"):
+            return self.detail
+        decoded = decode_exit(self.exit_code, self.signal)
+        return f"{decoded}: {self.detail}" if self.detail else decoded
+
+    @property
+    def status(self) -> int:
+        if self.kind == "lost":
+            return EXIT_CONNECT
+        if self.kind in ("wait", "hang"):
+            return 1
+        return exit_status(self.exit_code, self.signal)
+
+
+_KIND_ORDER = {"rank": 0, "node": 1, "lost": 2, "wait": 3, "hang": 3}
+
+
+def failures_of(node_rank: int, host: str, view: NodeView, now: float) -> List[Failure]:
+    """A node's failures: each rank that exited badly; the node itself when it failed
+    with no failed rank to show for it (a launcher that died first, a dead supervisor)."""
+    found = [Failure(r.ended or now, node_rank, host, "rank", r.rank, r.local_rank,
+                     r.exit_code, r.signal) for r in view.ranks if r.failed]
+    if view.state == "failed" and not found:
+        found.append(Failure(view.ended or now, node_rank, host, "node",
+                             exit_code=view.exit_code, signal=view.signal, detail=view.detail))
+    return found
+
+
+def root_cause(failures: Sequence[Failure]) -> Optional[Failure]:
+    """The earliest failure by time; at the same time a rank beats its launcher."""
+    if not failures:
+        return None
+    return min(failures, key=lambda f: (f.time, _KIND_ORDER.get(f.kind, 9), f.node_rank,
+                                        f.local_rank if f.local_rank is not None else -1))
+
+
+# How launchers name the rank that failed, in their own output (recorded in the lab):
+#   paddle:   "Container rank 1 status failed cmd [...] code 3 log .../workerlog.1"
+#   torchrun: "Root Cause (first observed failure):" ... "rank : 3 (local_rank: 1)"
+#             ... "exitcode : 3 (pid: 1234)"
+_PADDLE_FAILED = re.compile(r"Container rank (\d+) status failed .*?\bcode (-?\d+)")
+_TORCH_RANK = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: (\d+)\)")
+_TORCH_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+def launcher_failure(lines: Sequence[str]) -> Optional[Tuple[int, int]]:
+    """(local rank, exit code) of the failed rank, from a launcher's last lines, when a
+    node has no rank records of its own (paddle, or a template without {rank_log...})."""
+    text = list(lines)
+    for line in text:
+        match = _PADDLE_FAILED.search(line)
+        if match:
+            return int(match.group(1)), int(match.group(2))
+    if any("Root Cause" in line for line in text):
+        after = text[max(i for i, line in enumerate(text) if "Root Cause" in line):]
+        local = code = None
+        for line in after:
+            rank_match, code_match = _TORCH_RANK.match(line), _TORCH_CODE.match(line)
+            local = int(rank_match.group(2)) if rank_match and local is None else local
+            code = int(code_match.group(1)) if code_match and code is None else code
+        if local is not None and code is not None:
+            return local, code
+    return None
+
+
+def refine(failure: Failure, launcher_tail: Sequence[str], rank_offset: int) -> Failure:
+    """A node-level failure made precise with the rank its launcher named, if any."""
+    if failure.kind != "node":
+        return failure
+    found = launcher_failure(launcher_tail)
+    if found is None:
+        return failure
+    local, code = found
+    return dataclasses.replace(failure, kind="rank", local_rank=local, rank=rank_offset + local,
+                               exit_code=code if code >= 0 else None,
+                               signal=-code if code < 0 else None)
+
+
+def to_event(failure: Failure, tail: Sequence[str] = ()) -> RootCause:
+    return RootCause(host=failure.host, node_rank=failure.node_rank, rank=failure.rank,
+                     exit_code=failure.status, reason=failure.reason, tail=tuple(tail))
+
+
+def describe(failure: Failure) -> str:
+    """One line: ``h2 (node 1) rank 3 (local rank 1): exit 3``."""
+    where = f"node {failure.node_rank}"
+    if failure.rank is not None:
+        where += f", rank {failure.rank}"
+        if failure.local_rank is not None:
+            where += f" (local rank {failure.local_rank})"
+    elif failure.local_rank is not None:
+        where += f", local rank {failure.local_rank}"
+    return f"{where}: {failure.reason}"
+
+
+def run_status(states: Sequence[str], cause: Optional[Failure], interrupted: bool) -> int:
+    """The exit status of ``multihost run``: 0 when every node succeeded; the root
+    cause's status; 130 after Ctrl-C; 143 when stopped from another shell."""
+    if cause is not None:
+        return cause.status
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if states and all(s == "succeeded" for s in states):
+        return 0
+    if any(s == "stopped" for s in states):
+        return EXIT_STOPPED
+    return 1

@@ -1,0 +1,164 @@
+"""Starting a run on every host: prepare all, then launch in ip order.
+
+1. ``run-prepare`` on every host at once: take the host lock, create the run directory,
+   learn the absolute paths and the interfaces. A busy or broken host stops the run
+   here, before anything starts anywhere (the hosts already prepared are released).
+2. ``run-launch`` on node 0 (the rendezvous host) first, then on the others at once.
+   Each call returns when that node's launcher runs. A host that fails to start stops
+   the run everywhere (``rollback``) and names the host, the cause and the fix.
+
+The run's record (runs.py) is written before the first launch, so ``status`` and
+``stop`` can find the run even if this controller dies a moment later. It becomes the
+"last" run only once every host is prepared: a run refused there (a busy host) never
+started, and a bare ``status`` must go on meaning the run that did.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from .. import helper
+from ..errors import ConnectError, LaunchError, MultihostError
+from ..events import NodeChanged, NodeState
+from ..fanout import HostResult
+from ..hosts import Host
+from .plan import Prepared, RunPlan, launch_request
+from .records import RunRecord, save_run
+
+PREPARE_TIMEOUT = 30.0
+LAUNCH_TIMEOUT = 60.0
+
+Listener = Callable[[object], None]
+
+
+class RecordKeeper:
+    """The run's record, updated from several threads and saved on every change."""
+
+    def __init__(self, record: RunRecord, make_last: bool = True):
+        self._lock = threading.Lock()
+        self.record = record
+        save_run(record, make_last=make_last)
+
+    def make_last(self) -> None:
+        """Name this run in ``~/.multihost/last``: what a bare status, logs or stop mean."""
+        with self._lock:
+            save_run(self.record, make_last=True)
+
+    def update(self, **changes: Any) -> RunRecord:
+        with self._lock:
+            self.record = dataclasses.replace(self.record, **changes)
+            save_run(self.record)
+            return self.record
+
+    def node(self, node_rank: int, **changes: Any) -> RunRecord:
+        with self._lock:
+            self.record = self.record.with_node(node_rank, **changes)
+            save_run(self.record)
+            return self.record
+
+
+def as_launch_error(error: MultihostError) -> MultihostError:
+    """A host's failure to start, as the one error the user sees (ssh failures keep
+    their own class and exit status)."""
+    if isinstance(error, (ConnectError, LaunchError)):
+        return error
+    return LaunchError(error.cause, host=error.host, fix=error.fix)
+
+
+def first_error(failed: Sequence[HostResult]) -> MultihostError:
+    error = as_launch_error(failed[0].error)
+    if len(failed) > 1:
+        others = ", ".join(r.host.label for r in failed[1:4])
+        error.cause += f" (and {len(failed) - 1} more: {others})"
+    return error
+
+
+class Starter:
+    def __init__(self, cluster, plan: RunPlan, listener: Listener, keeper: RecordKeeper,
+                 interrupted: Callable[[], bool] = lambda: False):
+        self.cluster = cluster
+        self.plan = plan
+        self.listener = listener
+        self.keeper = keeper
+        self.interrupted = interrupted
+        self.prepared: Dict[int, Prepared] = {}
+
+    def _node_event(self, host: Host, state: NodeState, detail: str = "") -> None:
+        self.listener(NodeChanged(host.rank, host.label, state, detail=detail, time=time.time()))
+
+    def prepare(self) -> Dict[int, Prepared]:
+        plan = self.plan
+
+        def one(host: Host, transport) -> Prepared:
+            node = plan.nodes[host.rank]
+            reply = helper.call(transport, "run-prepare", {
+                "run_id": plan.run_id, "node_rank": host.rank, "cwd": node.workdir,
+                "allow_concurrent": plan.allow_concurrent, "attempt": plan.attempt}, timeout=PREPARE_TIMEOUT)
+            return Prepared.from_reply(reply)
+
+        results = self.cluster.map(one)
+        for result in results:
+            if result.ok:
+                self.prepared[result.host.rank] = result.value
+                self.keeper.node(result.host.rank, workdir=result.value.workdir,
+                                 state="launching")
+                self._node_event(result.host, NodeState.LAUNCHING)
+        failed = [r for r in results if not r.ok]
+        for result in failed:
+            self.keeper.node(result.host.rank, state="failed", detail=str(result.error.cause))
+            self._node_event(result.host, NodeState.FAILED, str(result.error))
+        if failed or self.interrupted():
+            self.rollback("the run did not start: " + ("interrupted" if not failed else
+                                                       f"{failed[0].host.label} failed"))
+            if failed:
+                raise first_error(failed)
+            raise KeyboardInterrupt
+        return self.prepared
+
+    def _launch_one(self, host: Host, transport) -> Dict[str, Any]:
+        node = self.plan.nodes[host.rank]
+        request = launch_request(self.plan, node, self.prepared[host.rank])
+        payload = json.dumps(request).encode()
+        reply = helper.call(transport, "run-launch", {"run_id": self.plan.run_id},
+                            input=payload, timeout=LAUNCH_TIMEOUT)
+        self.keeper.node(host.rank, state="running", started=reply.get("started"))
+        self._node_event(host, NodeState.RUNNING)
+        return reply
+
+    def launch(self) -> None:
+        """Node 0 first (it hosts the rendezvous), then every other node at once."""
+        hosts = [node.host for node in self.plan.nodes]
+        results = self.cluster.map(self._launch_one, hosts[:1])
+        if results[0].ok and len(hosts) > 1 and not self.interrupted():
+            results += self.cluster.map(self._launch_one, hosts[1:])
+        failed = [r for r in results if not r.ok]
+        for result in failed:
+            self.keeper.node(result.host.rank, state="failed", detail=str(result.error.cause))
+            self._node_event(result.host, NodeState.FAILED, str(result.error))
+        if failed or self.interrupted() or len(results) < len(hosts):
+            self.rollback("the run did not start everywhere")
+            if failed:
+                raise first_error(failed)
+            raise KeyboardInterrupt
+
+    def rollback(self, reason: str, grace: Optional[float] = None,
+                 state: Optional[str] = None) -> List[HostResult]:
+        """Stop the run on every host that was prepared (and maybe launched)."""
+        hosts = [self.plan.nodes[rank].host for rank in sorted(self.prepared)]
+        grace = self.plan.kill_wait if grace is None else grace
+
+        def one(host: Host, transport) -> Any:
+            reply = helper.call(transport, "run-stop", {"run_id": self.plan.run_id,
+                                                        "grace": grace, "reason": reason},
+                                timeout=grace + 30)
+            self.keeper.node(host.rank, state="stopped", detail=reason)
+            self._node_event(host, NodeState.STOPPED, reason)
+            return reply
+
+        results = self.cluster.map(one, hosts) if hosts else []
+        self.keeper.update(state=state or ("stopped" if self.interrupted() else "failed"),
+                           ended=time.time())
+        return results

@@ -1,0 +1,230 @@
+"""The no-change fast path: a host whose tree is exactly as the last sync left it is
+recognised with one `stat` command, without starting Python there.
+
+After each complete sync of a host, the controller records, per (host, workdir, code
+directory), every manifest entry with the host's stat key of it (type, size, mtime,
+ctime, inode; see ``remote/sync_fs.stat_key``), the same key the host's own hash cache
+trusts, and the hash of the `stat` answer that showed them. The next sync first asks
+the host for those keys with coreutils' `stat` (one round trip, no interpreter) while
+the code is hashed here, and compares the answer's hash (or, without one, every key):
+if nothing moved and the manifest equals the recorded one, the host is identical and
+nothing else runs.
+Anything else (a key that moved, an entry that differs, a `stat` without nanoseconds,
+no record) falls back to the full comparison by content, which records anew.
+"""
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import shlex
+import stat
+import threading
+from typing import Dict, List, Optional, Sequence
+
+from .manifest import Manifest
+
+STATE_DIR = "~/.cache/multihost/sync-state"
+VERSION = 3
+# Per path, in the order the names went in: mode (hex), size, mtime, ctime, inode.
+STAT_FORMAT = r"%f\0%s\0%.9Y\0%.9Z\0%i\0"
+FIELDS = 5
+
+
+def record_path(host_label: str, workdir: str, code_root: str) -> str:
+    key = hashlib.sha256("\0".join((host_label, workdir, code_root)).encode()).hexdigest()[:24]
+    return os.path.join(os.path.expanduser(STATE_DIR), key + ".state")
+
+
+def load_record(host_label: str, workdir: str, code_root: str) -> Optional[dict]:
+    """The record of the host's last complete sync. Its entries stay packed (see
+    ``record_entries``): a host found unchanged never needs them."""
+    try:
+        with open(record_path(host_label, workdir, code_root), "rb") as handle:
+            record = marshal.loads(handle.read())  # whole: load() reads object by object
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(record, dict) or record.get("v") != VERSION or not record.get("root") \
+            or not isinstance(record.get("names"), bytes) \
+            or not isinstance(record.get("packed"), bytes):
+        return None
+    return record
+
+
+def record_entries(record: dict) -> List[list]:
+    """[path, kind, size, mode, mtime, value, stat key] per entry, unpacked once."""
+    if "entries" not in record:
+        try:
+            record["entries"] = marshal.loads(record["packed"])
+        except (EOFError, ValueError, TypeError):
+            record["entries"] = []
+    return record["entries"]
+
+
+def record_names(record: dict) -> List[str]:
+    return record["names"].decode("utf-8", "surrogateescape").split("\0") if record["names"] else []
+
+
+def save_record(host_label: str, workdir: str, code_root: str, remote_root: str,
+                manifest: Manifest, keys: Dict[str, list], stat_digest: Optional[str] = None) -> bool:
+    """Record the host's state after a complete sync; only when every entry has a key.
+    ``stat_digest``: the hash of the host's `stat` answer for exactly this state, when it
+    was checked against ``keys`` (the next sync then compares one hash, parsing nothing)."""
+    if any(entry.path not in keys for entry in manifest.entries):
+        forget_record(host_label, workdir, code_root)
+        return False
+    entries = [entry.wire() + [keys[entry.path]] for entry in manifest.entries]
+    return _write(host_label, workdir, code_root, {
+        "v": VERSION, "root": remote_root, "digest": manifest.digest, "stat": stat_digest,
+        "names": b"\0".join(e.path.encode("utf-8", "surrogateescape") for e in manifest.entries),
+        "packed": marshal.dumps(entries)})
+
+
+def _write(host_label: str, workdir: str, code_root: str, record: dict) -> bool:
+    path = record_path(host_label, workdir, code_root)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as handle:
+            marshal.dump({k: v for k, v in record.items() if k != "entries"}, handle)
+        os.replace(tmp, path)
+    except OSError:
+        return False  # a record that cannot be written costs time next time, nothing else
+    return True
+
+
+def forget_record(host_label: str, workdir: str, code_root: str) -> None:
+    try:
+        os.remove(record_path(host_label, workdir, code_root))
+    except OSError:
+        pass
+
+
+def matches_manifest(record: dict, manifest: Manifest) -> bool:
+    """The recorded entries are exactly the manifest's (paths, kinds, hashes, modes, times)."""
+    return record.get("digest") == manifest.digest
+
+
+def stat_command(remote_root: str) -> str:
+    return (f"cd -- {shlex.quote(remote_root)} && "
+            f"xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} --")
+
+
+def parse_stat_output(out: bytes, names: Sequence[str]) -> Optional[Dict[str, list]]:
+    """`stat --printf STAT_FORMAT` output for ``names`` (in that order) into {path: stat
+    key}; None if malformed (an old stat without %.9Y, a cut answer)."""
+    fields = out.split(b"\0")
+    if fields and fields[-1] == b"":
+        fields.pop()
+    if len(fields) != FIELDS * len(names):
+        return None
+    keys: Dict[str, list] = {}
+    try:
+        for index, name in enumerate(names):
+            i = index * FIELDS
+            mode = int(fields[i], 16)
+            kind = stat.S_IFMT(mode)
+            if kind == stat.S_IFDIR:
+                keys[name] = [kind, mode & 0o7777]
+            else:
+                keys[name] = [kind, int(fields[i + 1]), _ns(fields[i + 2]), _ns(fields[i + 3]),
+                              int(fields[i + 4])]
+    except ValueError:
+        return None
+    return keys
+
+
+def _ns(text: bytes) -> int:
+    whole, _, fraction = text.decode().partition(".")
+    if len(fraction) != 9:
+        raise ValueError("no nanoseconds")
+    return int(whole) * 1_000_000_000 + int(fraction)
+
+
+def verified_digest(out: bytes, names: Sequence[str], keys: Dict[str, list],
+                    found: Optional[Dict[str, list]] = None) -> Optional[str]:
+    """The hash of a `stat` answer that shows every path with exactly ``keys``, else None
+    (``found``: the answer already parsed)."""
+    found = parse_stat_output(out, names) if found is None else found
+    if found is None or any(found.get(name) != keys.get(name) for name in names):
+        return None
+    return hashlib.sha256(out).hexdigest()
+
+
+def host_unchanged(transport, record: dict, timeout: float = 60) -> bool:
+    """Every recorded path still has its recorded key on the host (one `stat` call).
+
+    The answer is compared by its hash when the record has one; else it is parsed and
+    checked key by key, and its hash kept in ``record`` (``record["fresh"]``: to be saved)."""
+    if not record["names"]:
+        return False
+    try:
+        done = transport.run(stat_command(record["root"]), input=record["names"], timeout=timeout)
+    except Exception:  # any trouble here only means: compare the slow way
+        return False
+    if not done.ok:
+        return False
+    if record.get("stat") and hashlib.sha256(done.stdout).hexdigest() == record["stat"]:
+        return True
+    keys = {entry[0]: entry[6] for entry in record_entries(record)}
+    digest = verified_digest(done.stdout, record_names(record), keys)
+    if digest is None:
+        return False
+    record["stat"], record["fresh"] = digest, True
+    return True
+
+
+def remember_check(host_label: str, workdir: str, code_root: str, record: dict) -> None:
+    """Keep the hash a check just learned, so the next one parses nothing."""
+    if record.pop("fresh", False):
+        _write(host_label, workdir, code_root, record)
+
+
+def host_digest(transport, root: str, manifest: Manifest, keys: Dict[str, list]) -> Optional[str]:
+    """After a sync by the helper: the hash of the host's `stat` answer, if it shows the
+    keys the helper reported (one more round trip, so the next sync's check is one hash)."""
+    names = [entry.path for entry in manifest.entries]
+    try:
+        done = transport.run(stat_command(root), timeout=60,
+                             input=b"\0".join(n.encode("utf-8", "surrogateescape") for n in names))
+    except Exception:  # no hash: the next check parses, nothing worse
+        return None
+    return verified_digest(done.stdout, names, keys) if done.ok else None
+
+
+def _tracked(path: str, kind: str) -> str:
+    return path + "/" if kind == "d" else path
+
+
+def plan_from_record(record: dict, manifest: Manifest) -> dict:
+    """The plan a host would answer, worked out here: its tree is the recorded one (its
+    keys were just checked), so comparing manifests is comparing trees."""
+    old = {entry[0]: entry for entry in record_entries(record)}
+    plan: Dict[str, list] = {"add": [], "change": [], "retype": [], "meta": [], "errors": []}
+    for index, entry in enumerate(manifest.entries):
+        prev = old.get(entry.path)
+        if prev is None:
+            plan["add"].append(index)
+        elif prev[1] != entry.kind:
+            plan["retype"].append(index)
+        elif entry.kind == "d":
+            if prev[3] != entry.mode:
+                plan["meta"].append(index)
+        elif prev[5] != entry.value or prev[2] != entry.size:
+            plan["change"].append(index)
+        elif entry.kind == "f" and (prev[3] != entry.mode or prev[4] != entry.mtime_ns):
+            plan["meta"].append(index)
+    names = {_tracked(e.path, e.kind) for e in manifest.entries}
+    plan["gone"] = sorted(_tracked(p[0], p[1]) for p in old.values()
+                          if _tracked(p[0], p[1]) not in names)
+    plan["root"] = record["root"]
+    return plan
+
+
+def unchanged_keys(record: dict, manifest: Manifest, plan: dict) -> Dict[str, list]:
+    """The recorded keys of the entries a plan leaves as they are."""
+    touched = {manifest.entries[i].path for name in ("add", "change", "retype", "meta")
+               for i in plan.get(name, [])}
+    wanted = {e.path for e in manifest.entries}
+    return {entry[0]: entry[6] for entry in record_entries(record)
+            if entry[0] in wanted and entry[0] not in touched}

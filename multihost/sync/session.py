@@ -1,0 +1,120 @@
+"""One helper process per host for a whole sync (``sync_session`` on the host).
+
+The controller starts it as soon as the host is connected (the interpreter starts on
+the host while the controller hashes), writes the manifest, reads back the plan, and
+later writes the stream of what differs into the same process (or just closes it when
+the host is already identical). A host thus costs one process and one round trip for
+the comparison, which is most of a no-change sync.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from typing import Callable, Optional
+
+from .. import helper
+from ..errors import ConnectError, MultihostError, RemoteError
+from ..remote.sync_wire import Writer
+from .transfer import SendBuffer, close_process, end_input
+
+OP = "sync_session"
+
+
+class HostSession:
+    def __init__(self, transport, process):
+        self.transport = transport
+        self.process = process
+        self.closed = False
+        self.request: dict = {}
+
+    @classmethod
+    def start(cls, transport, request: dict) -> "HostSession":
+        """Start the helper now, before the manifest is ready: its interpreter starts up
+        on the host while the controller is still hashing."""
+        session = cls(transport, helper.launch(transport, OP, request))
+        session.request = request
+        return session
+
+    def plan(self, manifest: bytes) -> dict:
+        """Send the manifest; return the host's plan. Installs the helper if missing."""
+        for attempt in (1, 2):
+            process = self.process
+            try:
+                process.stdin.write(struct.pack(">I", len(manifest)) + manifest)
+                process.stdin.flush()
+            except Exception:  # the helper exited before reading (missing): its status says why
+                pass
+            line = process.stdout.readline()
+            if line:
+                try:
+                    reply = json.loads(line)
+                except ValueError:
+                    reply = None
+                if isinstance(reply, dict) and reply.get("ok"):
+                    return reply["result"]
+            rest = process.stdout.read() if line else b""
+            err = process.read_stderr()
+            code = process.wait(60)
+            close_process(process)
+            self.closed = True
+            if code == helper.MISSING and attempt == 1:
+                helper.install(self.transport)
+                self.process = helper.launch(self.transport, OP, self.request)
+                self.closed = False
+                continue
+            helper.parse_reply(self.transport, OP, code if code else 1, line + rest, err)
+        raise RemoteError("the sync helper would not start", host=self.transport.host.label,
+                          fix="run `multihost check` on this host")
+
+    def send(self, fill: Callable[[Writer], None], timeout: Optional[float] = None) -> dict:
+        """Write the stream (``fill`` writes the records) and return the ``nodes`` reply."""
+        label = self.transport.host.label
+        sink = SendBuffer(self.process.stdin)
+        try:
+            writer = Writer(sink)
+            fill(writer)
+            writer.end()
+            sink.flush()
+        except MultihostError:
+            self.abort()
+            raise
+        except Exception as exc:  # the transport's stream types differ (paramiko, pipes)
+            self.abort()
+            raise ConnectError(f"the connection broke while sending files "
+                               f"({exc or type(exc).__name__})", host=label,
+                               kind=ConnectError.LOST,
+                               fix="check the host and the network, then sync again: it resumes"
+                               ) from None
+        result = self._finish(timeout)
+        nodes = result.get("nodes") if isinstance(result, dict) else None
+        if not isinstance(nodes, dict):
+            raise RemoteError("the host's sync reply has no results", host=label,
+                              fix="run the sync again")
+        return nodes
+
+    def close(self) -> dict:
+        """Nothing to send: end the session; returns its ``nodes`` reply (maybe empty)."""
+        if self.closed:
+            return {}
+        result = self._finish(60)
+        nodes = result.get("nodes") if isinstance(result, dict) else None
+        return nodes if isinstance(nodes, dict) else {}
+
+    def _finish(self, timeout: Optional[float]):
+        self.closed = True
+        try:
+            end_input(self.process.stdin)
+        except Exception:  # the helper already ended; its reply says why
+            pass
+        out = self.process.stdout.read()
+        err = self.process.read_stderr()
+        code = self.process.wait(timeout)
+        close_process(self.process)
+        if not out.strip() and code == 0:
+            return {}
+        return helper.parse_reply(self.transport, OP, code, out, err)
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.closed = True
+            close_process(self.process)
