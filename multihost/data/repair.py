@@ -1,8 +1,8 @@
 """The copy behind --sync-data: from the first host to the others, host to host.
 
 For each dataset path that differs: every host that differs first moves the files to be
-replaced or removed into its trash (``data_trash``, in parallel), then the first host
-pushes the missing and differing files to them (``sync_push``), one relay per set of
+replaced or removed into its trash (``data.trash``, in parallel), then the first host
+pushes the missing and differing files to them (``sync.push``), one relay per set of
 hosts that need the same files, so a dataset missing on seven hosts leaves the first
 host once. The controller sends lists and reads replies; no dataset byte passes it.
 """
@@ -109,7 +109,7 @@ def _move_aside(cluster: Cluster, plans, tally: _Tally) -> None:
         _, aside, root = plans[host.rank]
         if not aside:
             return None
-        return helper.call(transport, "data_trash", {"root": root},
+        return helper.call(transport, "data.trash", {"root": root},
                            input=json.dumps(aside).encode("utf-8", "surrogateescape"), timeout=None)
 
     hosts = [h for h in cluster.hosts if h.rank in plans]
@@ -149,7 +149,7 @@ def _push(cluster: Cluster, first, ref_state: PathState, plans, tally: _Tally, e
 
         request = {"root": root, "hops": hops, "fanout": relay_fanout(len(hops))}
         try:
-            result = call_streaming(source, "sync_push", request,
+            result = call_streaming(source, "sync.push", request,
                                     json.dumps(files).encode("utf-8", "surrogateescape"), progress)
         except MultihostError as err:
             for rank in ranks:

@@ -108,7 +108,7 @@ class DataReport:
 def _scan(transport, paths: Sequence[str], base: Optional[str], verify: bool, listing: bool,
           on_progress: Callable[[dict], None]) -> List[dict]:
     request = {"paths": list(paths), "base": base, "verify": verify, "listing": listing}
-    return call_streaming(transport, "data_scan", request, b"", on_progress)["paths"]
+    return call_streaming(transport, "data.scan", request, b"", on_progress)["paths"]
 
 
 def _state(raw: dict) -> PathState:

@@ -1,10 +1,10 @@
 """The host side of data verification (`--data PATH`) and of `--sync-data`
 (registered in ops_data.py). Stdlib only, Python 3.6+.
 
-  data_scan    hashes each dataset path in parallel threads, through the per-tree hash
+  data.scan    hashes each dataset path in parallel threads, through the per-tree hash
                cache, and answers a digest per path (and, when asked, the full listing).
                Progress lines {"progress": ...} go to stdout while it works.
-  data_trash   moves files aside before --sync-data replaces or removes them: into
+  data.trash   moves files aside before --sync-data replaces or removes them: into
                ``<parent>/.<name>.multihost-trash/<time>/``, on the same filesystem, so
                nothing a user had is ever deleted.
 

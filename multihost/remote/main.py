@@ -1,7 +1,7 @@
 """Load the module of the operation asked for (or every one), then run it.
 
-An operation's name starts with its family, which names its module: ``check.host`` and
-``run-launch`` live in ``ops_check`` and ``ops_run``. Importing only that module keeps a
+Every operation is named ``family.verb``, and its family names its module: ``check.host``
+and ``run.launch`` live in ``ops_check`` and ``ops_run``. Importing only that module keeps a
 call's start-up small; an unknown family falls back to loading every module. For the
 same reason nothing here imports ``re`` or ``pkgutil`` up front: together they cost a
 host 15 ms of every call (the quick paths of sync are a few tens of milliseconds).
@@ -17,8 +17,7 @@ LOWERCASE = "abcdefghijklmnopqrstuvwxyz"
 
 def family_of(name):
     """``check.host`` -> ``check``; '' when the name does not start with a plain family."""
-    cut = min([i for i in (name.find("."), name.find("-"), name.find("_")) if i >= 0] or [len(name)])
-    family = name[:cut]
+    family = name.partition(".")[0]
     return family if family and not family.strip(LOWERCASE) else ""
 
 

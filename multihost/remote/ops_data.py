@@ -1,20 +1,20 @@
 """The operations of data verification on a host (`--data`, `--sync-data`). The work
 is in data_host.py, imported only when one of these runs.
 
-  data_scan    hash each dataset path (in parallel, through the hash cache): digests,
+  data.scan    hash each dataset path (in parallel, through the hash cache): digests,
                and the full listing when asked
-  data_trash   move files aside before --sync-data replaces or removes them
+  data.trash   move files aside before --sync-data replaces or removes them
 """
 from .proto import op
 
 
-@op("data_scan", stream=True)
+@op("data.scan", stream=True)
 def data_scan(request):
     from .data_host import scan
     return scan(request)
 
 
-@op("data_trash")
+@op("data.trash")
 def data_trash(request):
     from .data_host import trash
     return trash(request)

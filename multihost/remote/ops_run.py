@@ -53,7 +53,7 @@ def _interfaces():
     return found
 
 
-@op("run-prepare")
+@op("run.prepare")
 def prepare(request):
     import pkgutil
     import socket
@@ -163,7 +163,7 @@ def _read_reply(fd):
         return None
 
 
-@op("run-launch")
+@op("run.launch")
 def launch(request):
     spec = json.loads(sys.stdin.read() or "{}")
     spec.update(request)
@@ -224,7 +224,7 @@ def _node_or_fail(run_dir, run_id):
     return node
 
 
-@op("run-status")
+@op("run.status")
 def status(request):
     run_dir = _run_dir(request)
     node = _node_or_fail(run_dir, request["run_id"])
@@ -232,7 +232,7 @@ def status(request):
                    tail_rank=request.get("tail_rank"))
 
 
-@op("run-watch", stream=True)
+@op("run.watch", stream=True)
 def watch(request):
     """Stream the node's status: a line when it changes, a heartbeat line every
     ``heartbeat`` seconds (so the controller can tell a dead link), and a last line with
@@ -270,7 +270,7 @@ def watch(request):
         return 0  # the controller went away; the run goes on
 
 
-@op("run-stop")
+@op("run.stop")
 def stop(request):
     """Stop the run here: by its supervisor when it lives, else directly. Idempotent;
     a second call with grace 0 turns a graceful stop into an immediate kill."""

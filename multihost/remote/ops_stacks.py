@@ -1,4 +1,4 @@
-"""``stacks-dump``: the Python stack of every live rank of a run on this host.
+"""``stacks.dump``: the Python stack of every live rank of a run on this host.
 
 With py-spy on the PATH, ``py-spy dump --pid`` (no cooperation from the rank needed).
 Without it, the stack hook the rank wrapper put into each rank (run_stackhook.py): the
@@ -66,7 +66,7 @@ def _by_py_spy(py_spy, pid, wait):
     return (text, None) if done.returncode == 0 else (None, "py-spy: " + text.strip()[-300:])
 
 
-@op("stacks-dump")
+@op("stacks.dump")
 def dump(request):
     run_dir = _run_dir(request)
     wait = float(request.get("wait") or 3.0)

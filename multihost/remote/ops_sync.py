@@ -1,33 +1,33 @@
 """The operations of `multihost sync` on a host. The work is in sync_host.py, imported
 only when one of these runs, so that every other helper call stays quick to start.
 
-  sync_session   one host's whole sync in one process: the plan, then the changes
+  sync.session   one host's whole sync in one process: the plan, then the changes
   sync_plan      the plan alone (stdin: the manifest)
-  sync_receive   apply a sync stream; forward it to the next hosts of a relay
-  sync_push      send files of this host to a relay of other hosts (--sync-data)
+  sync.receive   apply a sync stream; forward it to the next hosts of a relay
+  sync.push      send files of this host to a relay of other hosts (--sync-data)
 """
 from .proto import op
 
 
-@op("sync_session", stream=True)
+@op("sync.session", stream=True)
 def sync_session(request):
     from .sync_host import session
     return session(request)
 
 
-@op("sync_plan")
+@op("sync.plan")
 def sync_plan(request):
     from .sync_host import plan
     return plan(request)
 
 
-@op("sync_receive", stream=True)
+@op("sync.receive", stream=True)
 def sync_receive(request):
     from .sync_host import receive
     return receive(request)
 
 
-@op("sync_push", stream=True)
+@op("sync.push", stream=True)
 def sync_push(request):
     from .sync_host import push
     return push(request)

@@ -2,7 +2,7 @@
 launcher (or one process per rank), waits for it, tears down whatever it leaves behind,
 and records every change in node.json. Stdlib only, Python 3.6+.
 
-It is started by the ``run-launch`` operation with a double fork and setsid, so it
+It is started by the ``run.launch`` operation with a double fork and setsid, so it
 belongs to no ssh session: a controller that disconnects or dies does not end the job.
 It declares itself a child subreaper, so a grandchild whose parent dies (a data-loader
 worker of a killed rank) is re-parented to it and is still found and stopped.

@@ -1,13 +1,13 @@
 """The host side of `multihost sync` (registered in ops_sync.py): compare, receive,
 and push. Stdlib only, Python 3.6+.
 
-  sync_session   the sync of one host in one process: reads the controller's manifest,
+  sync.session   the sync of one host in one process: reads the controller's manifest,
                  answers the plan (sync_plan: what differs, by content), then reads
                  and applies the stream of what differs. One process, one round trip.
   sync_plan      the plan alone (stdin: the manifest; for dry runs and tests).
-  sync_receive   stdin: a sync stream (sync_wire). Applies it, atomically per file,
+  sync.receive   stdin: a sync stream (sync_wire). Applies it, atomically per file,
                  forwarding it to the next hosts when it is a relay.
-  sync_push      stdin: a list of files of this host's tree. Sends them to a relay of
+  sync.push      stdin: a list of files of this host's tree. Sends them to a relay of
                  other hosts (for --sync-data: host to host, never via the controller).
 """
 import json
@@ -226,7 +226,7 @@ def receive(request):
     try:
         root, rank = _root_of(request)
     except (KeyError, ValueError, IndexError):
-        reply({"ok": False, "error": "bad sync_receive request", "fix": "run the sync again"})
+        reply({"ok": False, "error": "bad sync.receive request", "fix": "run the sync again"})
         return 1
     keys = {} if request.get("keys") else None
     return _receive(root, rank, _stdin(), relay.start_children(request), keys=keys)

@@ -16,7 +16,7 @@ import threading
 
 from .sync_fs import grow_pipe
 
-OP = "sync_receive"
+OP = "sync.receive"
 FLUSH_AT = 256 * 1024
 
 

@@ -116,7 +116,7 @@ def reconcile(record: RunRecord, nodes: Tuple[NodeStatus, ...]) -> RunRecord:
 
 def query(cluster, record: RunRecord, save: bool = True) -> RunStatus:
     def one(host, transport):
-        return parse_status(helper.call(transport, "run-status", {"run_id": record.run_id},
+        return parse_status(helper.call(transport, "run.status", {"run_id": record.run_id},
                                         timeout=QUERY_TIMEOUT))
 
     results = cluster.map(one)
@@ -130,7 +130,7 @@ def query(cluster, record: RunRecord, save: bool = True) -> RunStatus:
 def stop(cluster, record: RunRecord, grace: float, reason: str) -> RunStatus:
     """Stop the run on every host at once (SIGTERM, ``grace``, SIGKILL)."""
     def one(host, transport):
-        return parse_status(helper.call(transport, "run-stop", {
+        return parse_status(helper.call(transport, "run.stop", {
             "run_id": record.run_id, "grace": grace, "reason": reason}, timeout=grace + 30))
 
     results = cluster.map(one)

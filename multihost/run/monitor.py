@@ -1,12 +1,12 @@
 """Following a started run until it ends everywhere, and ending it everywhere.
 
-One thread per host follows a ``run-watch`` stream: a status line on every change and at
+One thread per host follows a ``run.watch`` stream: a status line on every change and at
 least every second, so a silent stream means a dead link (it is reopened, and a host
 with no answer for LOST_AFTER seconds is lost). The main loop turns the answers into
 NodeChanged events and decides:
 
 - the first rank that exits non-zero (or a node that fails, or a host unreachable for
-  LOST_AFTER seconds) ends the run on every host: ``run-stop`` with the grace period
+  LOST_AFTER seconds) ends the run on every host: ``run.stop`` with the grace period
   (--kill-wait), after which the hosts' supervisors SIGKILL what is left;
 - Ctrl-C does the same; a second Ctrl-C stops with no grace;
 - --wait S ends the run S seconds after the first rank exited (srun -W);
@@ -119,13 +119,13 @@ class Monitor:
 
     # --- talking to hosts -------------------------------------------------------------
     def _watch(self, host) -> None:
-        """Stream the node's status (``run-watch``); reconnect when the stream dies. A
+        """Stream the node's status (``run.watch``); reconnect when the stream dies. A
         heartbeat comes every second, so a read that waits WATCH_SILENCE is a dead link."""
         while not self.stop_polling.is_set():
             process = None
             try:
                 transport = self.cluster.transport(host)
-                process = helper.start(transport, "run-watch", {
+                process = helper.start(transport, "run.watch", {
                     "run_id": self.plan.run_id, "interval": self.poll_interval,
                     "heartbeat": HEARTBEAT})
                 self.streams[host.rank] = process
@@ -161,7 +161,7 @@ class Monitor:
     def _stop_node(self, host, grace: float, reason: str) -> None:
         try:
             transport = self.cluster.transport(host)
-            reply = helper.call(transport, "run-stop", {"run_id": self.plan.run_id,
+            reply = helper.call(transport, "run.stop", {"run_id": self.plan.run_id,
                                                         "grace": grace, "reason": reason},
                                 timeout=grace + 30)
             self.queue.put(("status", host.rank, parse_status(reply), time.time()))
@@ -347,7 +347,7 @@ class Monitor:
             request["tail_rank"] = local_rank
         try:
             transport = self.cluster.transport(self.hosts[node_rank])
-            return parse_status(helper.call(transport, "run-status", request,
+            return parse_status(helper.call(transport, "run.status", request,
                                             timeout=STATUS_TIMEOUT))
         except MultihostError:
             return None

@@ -91,7 +91,7 @@ class RankView:
 
 @dataclass(frozen=True)
 class NodeView:
-    """One answer of the ``run-status`` operation, parsed."""
+    """One answer of the ``run.status`` operation, parsed."""
 
     state: str
     exit_code: Optional[int] = None

@@ -69,7 +69,7 @@ class RunPlan:
 
 @dataclass(frozen=True)
 class Prepared:
-    """What a host answered to ``run-prepare``."""
+    """What a host answered to ``run.prepare``."""
 
     run_dir: str
     workdir: str
@@ -196,7 +196,7 @@ def iface_of(node: NodePlan, prepared: Prepared) -> Optional[str]:
 
 
 def launch_request(plan: RunPlan, node: NodePlan, prepared: Prepared) -> Dict[str, Any]:
-    """The ``run-launch`` request for one node (sent on stdin: it holds env values)."""
+    """The ``run.launch`` request for one node (sent on stdin: it holds env values)."""
     values = template_values(plan, node, prepared)
     argv = launch.render(plan.template, values)
     env = run_env.node_env(

@@ -5,7 +5,7 @@ rank is stuck in all_reduce, and where is the other one?).
     samples = collect(cluster, record)        # one RankStack per rank, in rank order
     for group in group_stacks(samples): ...   # StackGroup(stack, ranks, hosts), biggest first
 
-Each host answers ``stacks-dump`` (remote/ops_stacks.py): py-spy where the host has it,
+Each host answers ``stacks.dump`` (remote/ops_stacks.py): py-spy where the host has it,
 else the stack hook the rank wrapper installs. Stacks are host text: they are shown
 through the views' sanitising only, never raw.
 """
@@ -54,7 +54,7 @@ def normalise(text: str) -> str:
 
 def collect(cluster, record, wait: float = DUMP_WAIT) -> List[RankStack]:
     def one(host, transport) -> Dict:
-        return helper.call(transport, "stacks-dump", {"run_id": record.run_id, "wait": wait},
+        return helper.call(transport, "stacks.dump", {"run_id": record.run_id, "wait": wait},
                            timeout=wait * 4 + 15)
 
     found: List[RankStack] = []

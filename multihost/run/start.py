@@ -1,9 +1,9 @@
 """Starting a run on every host: prepare all, then launch in ip order.
 
-1. ``run-prepare`` on every host at once: take the host lock, create the run directory,
+1. ``run.prepare`` on every host at once: take the host lock, create the run directory,
    learn the absolute paths and the interfaces. A busy or broken host stops the run
    here, before anything starts anywhere (the hosts already prepared are released).
-2. ``run-launch`` on node 0 (the rendezvous host) first, then on the others at once.
+2. ``run.launch`` on node 0 (the rendezvous host) first, then on the others at once.
    Each call returns when that node's launcher runs. A host that fails to start stops
    the run everywhere (``rollback``) and names the host, the cause and the fix.
 
@@ -94,7 +94,7 @@ class Starter:
 
         def one(host: Host, transport) -> Prepared:
             node = plan.nodes[host.rank]
-            reply = helper.call(transport, "run-prepare", {
+            reply = helper.call(transport, "run.prepare", {
                 "run_id": plan.run_id, "node_rank": host.rank, "cwd": node.workdir,
                 "allow_concurrent": plan.allow_concurrent, "attempt": plan.attempt}, timeout=PREPARE_TIMEOUT)
             return Prepared.from_reply(reply)
@@ -122,7 +122,7 @@ class Starter:
         node = self.plan.nodes[host.rank]
         request = launch_request(self.plan, node, self.prepared[host.rank])
         payload = json.dumps(request).encode()
-        reply = helper.call(transport, "run-launch", {"run_id": self.plan.run_id},
+        reply = helper.call(transport, "run.launch", {"run_id": self.plan.run_id},
                             input=payload, timeout=LAUNCH_TIMEOUT)
         self.keeper.node(host.rank, state="running", started=reply.get("started"))
         self._node_event(host, NodeState.RUNNING)
@@ -151,7 +151,7 @@ class Starter:
         grace = self.plan.kill_wait if grace is None else grace
 
         def one(host: Host, transport) -> Any:
-            reply = helper.call(transport, "run-stop", {"run_id": self.plan.run_id,
+            reply = helper.call(transport, "run.stop", {"run_id": self.plan.run_id,
                                                         "grace": grace, "reason": reason},
                                 timeout=grace + 30)
             self.keeper.node(host.rank, state="stopped", detail=reason)

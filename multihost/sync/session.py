@@ -1,4 +1,4 @@
-"""One helper process per host for a whole sync (``sync_session`` on the host).
+"""One helper process per host for a whole sync (``sync.session`` on the host).
 
 The controller starts it as soon as the host is connected (the interpreter starts on
 the host while the controller hashes), writes the manifest, reads back the plan, and
@@ -17,7 +17,7 @@ from ..errors import ConnectError, MultihostError, RemoteError
 from ..remote.sync_wire import Writer
 from .transfer import SendBuffer, close_process, end_input
 
-OP = "sync_session"
+OP = "sync.session"
 
 
 class HostSession:

@@ -1,6 +1,6 @@
 """Moving bytes to the hosts: one stream per host, and relays host to host.
 
-Every host gets one ``sync_receive`` stream from the controller with its deletions,
+Every host gets one ``sync.receive`` stream from the controller with its deletions,
 directories, links, mode changes and the files only it needs. Files that several hosts
 need and that weigh enough travel once: the controller sends them to the first of those
 hosts, which forwards them to the next as it writes them (``remote/sync_relay.py``),
@@ -186,7 +186,7 @@ def stop_process(process) -> None:
 
 def stream_to(transport, request: dict, fill: Callable[[Writer], None], timeout: float = 600,
               register: Optional[Callable[[object], None]] = None) -> dict:
-    """Start ``sync_receive`` on a host, write the stream with ``fill``, return its reply
+    """Start ``sync.receive`` on a host, write the stream with ``fill``, return its reply
     (the ``nodes`` dict). A broken connection is a ConnectError naming the host.
 
     The helper is started without asking first whether it is there (one round trip
@@ -194,7 +194,7 @@ def stream_to(transport, request: dict, fill: Callable[[Writer], None], timeout:
     is written again."""
     label = transport.host.label
     for attempt in (1, 2):
-        process = helper.launch(transport, "sync_receive", request)
+        process = helper.launch(transport, "sync.receive", request)
         if register is not None:
             register(process)
         sink = SendBuffer(process.stdin)
@@ -225,10 +225,10 @@ def stream_to(transport, request: dict, fill: Callable[[Writer], None], timeout:
                                f"({broken or type(broken).__name__})", host=label,
                                kind=ConnectError.LOST,
                                fix="check the host and the network, then sync again: it resumes")
-        result = helper.parse_reply(transport, "sync_receive", code, out, err)
+        result = helper.parse_reply(transport, "sync.receive", code, out, err)
         nodes = result.get("nodes") if isinstance(result, dict) else None
         if not isinstance(nodes, dict):
-            raise RemoteError("the host's sync_receive reply has no results", host=label,
+            raise RemoteError("the host's sync.receive reply has no results", host=label,
                               fix="run the sync again")
         return nodes
     raise RemoteError("the sync helper would not start", host=label,
@@ -265,7 +265,7 @@ def hop_line(host: Host) -> str:
     """The shell line that starts the receiver on ``host``, without its request: the
     relay appends that (quoted) as the last word. Made by helper_command itself, so it
     always runs the helper the way every other call does."""
-    line = helper.helper_command(_HostOnly(host), "sync_receive", {})
+    line = helper.helper_command(_HostOnly(host), "sync.receive", {})
     empty = " " + shlex.quote("{}")
     if not line.endswith(empty):
         raise AssertionError("helper_command no longer ends with its request")

@@ -21,7 +21,7 @@ JOB = 'import os\nprint("rank %s ready" % os.environ["RANK"], flush=True)\n'
 OSC = "\x1b]52;c;cm0gLXJmIH4K\x07\x1b]0;owned\x07\x1b[2J"
 
 # The helper host 1 runs instead of ours. Each `logs.tail` call plays the next attack
-# (a counter beside it), after one good frame of escapes; `run-status` answers a forged
+# (a counter beside it), after one good frame of escapes; `run.status` answers a forged
 # record; anything else fails with escapes in its error text.
 HOSTILE = r'''
 import json, os, sys
@@ -39,7 +39,7 @@ if op == "logs.tail":
     bad = ATTACKS[attack %% len(ATTACKS)].encode()
     out.write(bad)
     out.write(b'E {"state": "succeeded", "exit_code": 0}\n')
-elif op == "run-status":
+elif op == "run.status":
     out.write(json.dumps({"ok": True, "result": {
         "state": "failed" + OSC, "detail": "forged\n" + OSC, "procs": "lots",
         "node": {"state": "failed", "exit_code": "1; rm -rf ~", "started": "now"},

@@ -35,7 +35,7 @@ SCAN = textwrap.dedent("""\
             argv = open("/proc/%s/cmdline" % pid, "rb").read().replace(b"\\0", b" ")
         except OSError:
             continue
-        if b" run-watch " in argv or b" run-status " in argv:
+        if b" run.watch " in argv or b" run.status " in argv:
             continue  # multihost's own observer, ending as the controller hangs up
         if marker in env or run_id.encode() in argv:
             print(pid, argv.decode(errors="replace")[:120])

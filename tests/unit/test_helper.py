@@ -149,3 +149,16 @@ def test_a_shell_that_never_starts_the_helper_ends_in_a_timeout_naming_the_host(
     assert str(info.value).startswith("gpu3:2222: the helper did not start within 60s")
     assert "`ssh -p 2222 ai@gpu3 true`" in info.value.fix
     assert process.timeouts == [helper.FIRST_OUTPUT_WITHIN, None]   # its own, then none again
+
+
+def test_every_operation_is_named_family_verb_and_lives_in_its_family_module():
+    """One naming style: ``run.launch`` is in ops_run, so a call loads only that module."""
+    import re
+
+    from multihost.remote import main as remote_main, proto
+
+    remote_main.load_ops()
+    assert proto.OPS, "no operation registered"
+    for name, (function, _stream) in proto.OPS.items():
+        assert re.fullmatch(r"[a-z]+\.[a-z_]+", name), name
+        assert function.__module__.endswith(f".ops_{remote_main.family_of(name)}"), name

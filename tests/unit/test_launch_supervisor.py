@@ -55,7 +55,7 @@ def host(tmp_path, monkeypatch):
     yield transport
     while STARTED:
         run_id = STARTED.pop()
-        helper.call(transport, "run-stop", {"run_id": run_id, "grace": 0})
+        helper.call(transport, "run.stop", {"run_id": run_id, "grace": 0})
         assert marked(run_id) == [], f"run {run_id} left processes behind"
 
 
@@ -69,18 +69,18 @@ def start(transport, args=(), nproc=2, template="python", env=None, allow_concur
                       start_port=17000, addresses=["127.0.0.1"], user_env=env or {},
                       kill_wait=grace, allow_concurrent=allow_concurrent,
                       no_python=command is not None)
-    reply = helper.call(transport, "run-prepare", {
+    reply = helper.call(transport, "run.prepare", {
         "run_id": run_id, "node_rank": 0, "cwd": transport.host.workdir,
         "allow_concurrent": allow_concurrent})
     STARTED.append(run_id)
     prepared = Prepared.from_reply(reply)
     request = launch_request(plan, plan.nodes[0], prepared)
-    helper.call(transport, "run-launch", {"run_id": run_id}, input=json.dumps(request).encode())
+    helper.call(transport, "run.launch", {"run_id": run_id}, input=json.dumps(request).encode())
     return run_id, Path(prepared.run_dir)
 
 
 def status(transport, run_id, tail=0):
-    return helper.call(transport, "run-status", {"run_id": run_id, "tail": tail})
+    return helper.call(transport, "run.status", {"run_id": run_id, "tail": tail})
 
 
 def wait_state(transport, run_id, states, timeout=20.0):
@@ -159,7 +159,7 @@ def test_the_supervisor_is_detached_in_its_own_session(host):
     supervisor = node["supervisor"]["pid"]
     assert os.getsid(supervisor) != os.getsid(0)
     assert os.getpgid(node["pgid"]) == node["pgid"] != os.getpgid(0)
-    helper.call(host, "run-stop", {"run_id": run_id, "grace": 0})
+    helper.call(host, "run.stop", {"run_id": run_id, "grace": 0})
 
 
 def test_a_failed_rank_ends_its_local_peers_and_names_itself(host):
@@ -179,13 +179,13 @@ def test_stop_kills_grandchildren_that_ignore_sigterm_after_the_grace(host):
         time.sleep(0.05)
     assert len(marked(run_id)) == 4        # 2 ranks + 2 grandchildren in their own sessions
     began = time.monotonic()
-    reply = helper.call(host, "run-stop", {"run_id": run_id, "grace": 0.5, "reason": "test"})
+    reply = helper.call(host, "run.stop", {"run_id": run_id, "grace": 0.5, "reason": "test"})
     took = time.monotonic() - began
     assert reply["state"] == "stopped" and reply["node"]["stop_reason"] == "test"
     assert marked(run_id) == []
     assert 0.5 <= took < 3.0
     # Stopping again is harmless.
-    assert helper.call(host, "run-stop", {"run_id": run_id, "grace": 0})["state"] == "stopped"
+    assert helper.call(host, "run.stop", {"run_id": run_id, "grace": 0})["state"] == "stopped"
 
 
 def test_one_run_per_host_stale_locks_are_taken_over(host):
@@ -201,7 +201,7 @@ def test_one_run_per_host_stale_locks_are_taken_over(host):
     assert status(host, first)["state"] == "failed"       # seen as such
     third, _ = start(host)                                # its lock was stale: taken over
     for run_id in (first, other, third):
-        helper.call(host, "run-stop", {"run_id": run_id, "grace": 0})
+        helper.call(host, "run.stop", {"run_id": run_id, "grace": 0})
         assert marked(run_id) == []                       # first: found by its marker alone
 
 
@@ -209,9 +209,9 @@ def test_stopping_one_run_leaves_another_alone(host):
     one, _ = start(host, allow_concurrent=True)
     two, _ = start(host, allow_concurrent=True)
     wait_state(host, two, {"running"})
-    helper.call(host, "run-stop", {"run_id": one, "grace": 0})
+    helper.call(host, "run.stop", {"run_id": one, "grace": 0})
     assert marked(one) == [] and len(marked(two)) == 2
-    helper.call(host, "run-stop", {"run_id": two, "grace": 0})
+    helper.call(host, "run.stop", {"run_id": two, "grace": 0})
     assert marked(two) == []
 
 
@@ -223,11 +223,11 @@ def test_a_launcher_that_cannot_start_is_a_clear_error_and_frees_the_host(host):
     STARTED.append(run_id)
     plan = build_plan(run_id, [broken.host], JobOptions(), launch.load_template("torchrun"),
                       ["job.py"], start_port=17000, addresses=["127.0.0.1"])
-    prepared = Prepared.from_reply(helper.call(host, "run-prepare", {
+    prepared = Prepared.from_reply(helper.call(host, "run.prepare", {
         "run_id": run_id, "node_rank": 0, "cwd": host.host.workdir}))
     request = launch_request(plan, plan.nodes[0], prepared)
     with pytest.raises(RemoteError) as err:
-        helper.call(host, "run-launch", {"run_id": run_id}, input=json.dumps(request).encode())
+        helper.call(host, "run.launch", {"run_id": run_id}, input=json.dumps(request).encode())
     assert "cannot start /nonexistent/python3: No such file or directory" in err.value.cause
     assert "--python" in err.value.fix
     assert status(host, run_id)["state"] == "failed"
@@ -239,11 +239,11 @@ def test_a_supervisor_crash_points_at_a_log_that_exists_and_frees_the_host(host)
     STARTED.append(run_id)
     plan = build_plan(run_id, [host.host], JobOptions(), launch.load_template("python"),
                       ["job.py"], start_port=17000, addresses=["127.0.0.1"])
-    prepared = Prepared.from_reply(helper.call(host, "run-prepare", {
+    prepared = Prepared.from_reply(helper.call(host, "run.prepare", {
         "run_id": run_id, "node_rank": 0, "cwd": host.host.workdir}))
     request = dict(launch_request(plan, plan.nodes[0], prepared), nproc="many")  # a bug
     with pytest.raises(RemoteError) as err:
-        helper.call(host, "run-launch", {"run_id": run_id}, input=json.dumps(request).encode())
+        helper.call(host, "run.launch", {"run_id": run_id}, input=json.dumps(request).encode())
     assert err.value.cause.startswith("supervisor crashed: ValueError")
     log = Path(prepared.run_dir) / "supervisor.log"
     assert f"read {log} on this host" in err.value.fix
@@ -257,9 +257,9 @@ def test_one_machine_prepared_twice_for_a_run_is_named_as_listed_twice(host):
     run_id = new_run_id()
     STARTED.append(run_id)
     request = {"run_id": run_id, "node_rank": 0, "cwd": host.host.workdir}
-    helper.call(host, "run-prepare", request)
+    helper.call(host, "run.prepare", request)
     with pytest.raises(RemoteError) as err:
-        helper.call(host, "run-prepare", dict(request, node_rank=1))
+        helper.call(host, "run.prepare", dict(request, node_rank=1))
     assert "the machine is listed twice" in err.value.cause
     assert "list each machine once" in err.value.fix
     assert status(host, run_id)["node"]["node_rank"] == 0   # the first entry's, untouched
@@ -267,7 +267,7 @@ def test_one_machine_prepared_twice_for_a_run_is_named_as_listed_twice(host):
 
 def test_prepare_refuses_a_missing_workdir_before_anything_starts(host, tmp_path):
     with pytest.raises(RemoteError) as err:
-        helper.call(host, "run-prepare", {"run_id": new_run_id(), "node_rank": 0,
+        helper.call(host, "run.prepare", {"run_id": new_run_id(), "node_rank": 0,
                                           "cwd": str(tmp_path / "nowhere")})
     assert "does not exist" in err.value.cause and "--no-sync" in err.value.fix
     with pytest.raises(RemoteError, match="no run"):

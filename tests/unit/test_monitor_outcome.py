@@ -9,7 +9,7 @@ import pytest
 from multihost.run.outcome import (Failure, decode_exit, describe, exit_status, failures_of,
                                    parse_status, root_cause, run_status, to_event)
 
-# What `run-status` answered for a torchrun node whose local rank 1 exited 3, recorded
+# What `run.status` answered for a torchrun node whose local rank 1 exited 3, recorded
 # in the lab (trimmed): the launcher itself was ended by the teardown's SIGTERM.
 FAILED_NODE = {
     "node": {"run_id": "20261121-220258-7713", "node_rank": 1, "state": "failed",

@@ -43,6 +43,6 @@ def test_the_helper_calls_no_method_of_a_builtin_type_newer_than_3_6():
 def test_operation_families_are_told_apart_without_str_isascii():
     from multihost.remote.main import family_of
 
-    assert family_of("check.host") == "check" and family_of("run-launch") == "run"
-    assert family_of("sync_session") == "sync"
+    assert family_of("check.host") == "check" and family_of("run.launch") == "run"
+    assert family_of("sync.session") == "sync" and family_of("sync_session") == ""
     assert family_of("Check.host") == "" and family_of("çheck.host") == "" and family_of("") == ""

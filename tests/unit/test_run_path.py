@@ -42,11 +42,11 @@ def test_a_job_that_runs_python_by_name_gets_the_jobs_interpreter(tmp_path, monk
     run_id = new_run_id()
     plan = build_plan(run_id, [host], JobOptions(), launch.load_template("python"), ["job.py"],
                       start_port=17000, addresses=["127.0.0.1"])
-    reply = helper.call(transport, "run-prepare", {"run_id": run_id, "node_rank": 0,
+    reply = helper.call(transport, "run.prepare", {"run_id": run_id, "node_rank": 0,
                                                    "cwd": str(work)})
     prepared = Prepared.from_reply(reply)
     request = launch_request(plan, plan.nodes[0], prepared)
-    helper.call(transport, "run-launch", {"run_id": run_id}, input=json.dumps(request).encode())
+    helper.call(transport, "run.launch", {"run_id": run_id}, input=json.dumps(request).encode())
     wait_state(transport, run_id, {"succeeded", "failed"})
     log = (Path(prepared.run_dir) / "log" / "workerlog.0").read_text()
     assert f"child {venv / 'python'}" in log, log

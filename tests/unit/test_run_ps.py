@@ -49,17 +49,17 @@ def node(tmp_path, monkeypatch):
                           ["role.py"], start_port=17000, addresses=["127.0.0.1"], user_env=env,
                           kill_wait=1.0, ps=layout)
         transport = LocalTransport(host)
-        reply = helper.call(transport, "run-prepare", {"run_id": run_id, "node_rank": 0,
+        reply = helper.call(transport, "run.prepare", {"run_id": run_id, "node_rank": 0,
                                                        "cwd": str(work)})
         prepared = Prepared.from_reply(reply)
-        helper.call(transport, "run-launch", {"run_id": run_id},
+        helper.call(transport, "run.launch", {"run_id": run_id},
                     input=json.dumps(launch_request(plan, plan.nodes[0], prepared)).encode())
         started.append((transport, run_id))
         return transport, run_id, Path(prepared.run_dir)
 
     yield start
     for transport, run_id in started:
-        helper.call(transport, "run-stop", {"run_id": run_id, "grace": 0})
+        helper.call(transport, "run.stop", {"run_id": run_id, "grace": 0})
         assert marked(run_id) == []
 
 
@@ -79,7 +79,7 @@ def test_trainers_done_leave_servers_serving_until_stopped_then_the_node_succeed
     assert reply["state"] == "running" and reply["node"]["serving"]   # paddle's servers wait
     assert "PSERVER - 127.0.0.1:17000" in (run_dir / "log" / "serverlog.0").read_text()
     assert "TRAINER 1 " in (run_dir / "log" / "workerlog.1").read_text()
-    done = helper.call(transport, "run-stop", {"run_id": run_id, "grace": 1,
+    done = helper.call(transport, "run.stop", {"run_id": run_id, "grace": 1,
                                                "reason": "every trainer finished"})
     assert done["state"] == "succeeded" and marked(run_id) == []
 

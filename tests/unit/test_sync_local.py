@@ -71,7 +71,7 @@ def test_an_unchanged_tree_is_neither_sent_nor_rehashed(env):
     env.sync()
     report = env.sync()
     assert [h.files for h in report.hosts] == [0, 0]
-    reply = helper.call(LocalTransport(env.hosts[0]), "sync_plan", {"root": env.workdirs[0]},
+    reply = helper.call(LocalTransport(env.hosts[0]), "sync.plan", {"root": env.workdirs[0]},
                         input=build_manifest(str(env.code)).encode())
     assert (reply["hashed_files"], reply["add"], reply["change"]) == (0, [], [])
 

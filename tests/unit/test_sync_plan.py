@@ -84,5 +84,5 @@ def test_a_hop_uses_the_address_the_controller_reached_and_quotes_the_python():
     # The relay appends the quoted request: the result is exactly the helper's own line.
     request = {"hops": [hop], "index": 0, "fanout": 1}
     line = hop["line"] + " " + shlex.quote(json.dumps(request, separators=(",", ":")))
-    assert line == helper.helper_command(Transport2(host), "sync_receive", request)
+    assert line == helper.helper_command(Transport2(host), "sync.receive", request)
     assert "'/opt/my python/bin/python3'" in line

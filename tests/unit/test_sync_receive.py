@@ -21,7 +21,7 @@ def local(tmp_path, monkeypatch):
 
 
 def receive(transport, root, raw: bytes):
-    process = helper.start(transport, "sync_receive", {"root": str(root), "rank": 0})
+    process = helper.start(transport, "sync.receive", {"root": str(root), "rank": 0})
     process.stdin.write(raw)
     process.stdin.close()
     out = process.stdout.read()
