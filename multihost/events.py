@@ -11,6 +11,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import List, Optional, Protocol, Tuple
 
+from .remote.run_states import FINAL_STATES
+
 
 class NodeState(str, enum.Enum):
     """The life of one node (one host) of a run, in the order it normally goes."""
@@ -27,7 +29,29 @@ class NodeState(str, enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self in (NodeState.SUCCEEDED, NodeState.FAILED, NodeState.STOPPED)
+        return self.value in FINAL_STATES
+
+
+class RunState(str, enum.Enum):
+    """The life of a whole run, as its record on the controller tells it. A run that was
+    detached stays RUNNING in its record until `status` or `stop` finds its end."""
+
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def finished(self) -> bool:
+        return self.value in FINAL_STATES
+
+    # Shown in messages and tables as its word ("failed"), as it was before it had a type.
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 @dataclass(frozen=True)
@@ -127,6 +151,7 @@ class RootCause:
     exit_code: Optional[int]
     reason: str                     # decoded: "exit 3", "killed by SIGKILL (out of memory?)", "host lost"
     tail: Tuple[str, ...] = field(default_factory=tuple)
+    local_rank: Optional[int] = None   # the rank on its host, when known (names its log)
 
 
 @dataclass(frozen=True)

@@ -256,7 +256,7 @@ def _follow(cluster, record, pairs, listener, keys) -> int:
     follower.stop()
     _refuse_bad_replies(follower)
     status = _final_status(cluster, record, follower)
-    listener(RunFinished(record.run_id, status.exit_code, _cause(status.root_cause), time=time.time()))
+    listener(RunFinished(record.run_id, status.exit_code, status.root_cause, time=time.time()))
     return status.exit_code
 
 
@@ -265,6 +265,7 @@ def _final_status(cluster, record, follower):
     failure by time as the root cause (stopped nodes are not causes)."""
     from ..errors import MultihostError
     from ..run.control import query
+    from ..run.outcome import status_of_node_records
 
     try:
         final = query(cluster, record).record
@@ -272,18 +273,5 @@ def _final_status(cluster, record, follower):
         final = record
     if final.exit_code is not None:
         return final
-    states = [s for s in follower.final_states.values() if s]
-    failed = [s for s in states if s.get("state") == "failed"]
-    code = 0 if states and not failed else (failed[0].get("exit_code") or 1) if failed else 1
-    return dataclasses.replace(final, exit_code=code if 0 <= code < 256 else 1)
-
-
-def _cause(data):
-    """The record's root cause (a dict) as the event the views render."""
-    from ..events import RootCause
-
-    if not data:
-        return None
-    return RootCause(host=data.get("host", "?"), node_rank=data.get("node_rank", -1),
-                     rank=data.get("rank"), exit_code=data.get("exit_code"),
-                     reason=data.get("reason", ""), tail=tuple(data.get("tail") or ()))
+    code = status_of_node_records(list(follower.final_states.values()))
+    return dataclasses.replace(final, exit_code=code)

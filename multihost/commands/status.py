@@ -103,8 +103,8 @@ def header_lines(status):
              f"  {' '.join(record.command)}   [{record.launcher}, FLAGS_START_PORT="
              f"{record.start_port}, {record.world_size} ranks]"]
     if cause:
-        where = f"rank {cause['rank']}" if cause.get("rank") is not None else f"node {cause['node_rank']}"
-        lines.append(f"  root cause: {cause['host']} {where}: {cause['reason']}")
+        where = f"rank {cause.rank}" if cause.rank is not None else f"node {cause.node_rank}"
+        lines.append(f"  root cause: {cause.host} {where}: {cause.reason}")
     if record.max_restarts:
         from ..run.restarts import attempt_label, attempt_line
 

@@ -19,9 +19,9 @@ import time
 import zlib
 
 from .proto import op
+from .run_states import FINAL_STATES
 
 CHUNK = 1 << 20
-FINAL_STATES = ("succeeded", "failed", "stopped")
 
 
 def _log_files(run_dir):

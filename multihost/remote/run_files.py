@@ -18,10 +18,11 @@ import os
 import signal
 import time
 
+from .run_states import FINAL_STATES
+
 ROOT = os.path.join("~", ".multihost")
 HEX = "0123456789abcdef"
 MARKER = "MULTIHOST_RUN_ID"
-FINAL_STATES = ("succeeded", "failed", "stopped")
 
 
 def root_dir():

@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import helper
 from ..errors import MultihostError
-from .outcome import (Failure, NodeView, decode_exit, failures_of, parse_status,
-                          root_cause, run_status)
-from .records import RunRecord, save_run
+from ..events import RunState
+from .outcome import Failure, NodeView, conclude, decode_exit, failures_of, parse_status, root_cause
+from .records import RunRecord, cause_to_json, save_run
 
 QUERY_TIMEOUT = 15.0
 
@@ -61,17 +61,17 @@ class RunStatus:
     nodes: Tuple[NodeStatus, ...]
 
     @property
-    def state(self) -> str:
+    def state(self) -> RunState:
         return self.record.state
 
     def to_json(self) -> Dict[str, Any]:
         record = self.record
-        return {"run_id": record.run_id, "state": record.state, "exit_code": record.exit_code,
+        return {"run_id": record.run_id, "state": record.state.value, "exit_code": record.exit_code,
                 "command": list(record.command), "launcher": record.launcher,
                 "node0_command": record.node0_argv, "env": record.env,
                 "start_port": record.start_port, "world_size": record.world_size,
                 "created": record.created, "started": record.started, "ended": record.ended,
-                "root_cause": record.root_cause, "log_dir": record.log_dir,
+                "root_cause": cause_to_json(record.root_cause), "log_dir": record.log_dir,
                 "git_commit": record.git_commit, "git_dirty": record.git_dirty,
                 "attempt": record.attempt, "max_restarts": record.max_restarts,
                 "attempts": list(record.attempts),
@@ -102,16 +102,10 @@ def reconcile(record: RunRecord, nodes: Tuple[NodeStatus, ...]) -> RunRecord:
         # judged that): its ranks' deaths are the stop's doing, not causes.
         if status.view.state != "stopped":
             failures += failures_of(status.node_rank, status.host, status.view, now)
-    cause = root_cause(failures)
-    states = [v.state for v in views]
-    code = run_status(states, cause, False)
-    state = "succeeded" if code == 0 else "failed" if cause else "stopped"
+    end = conclude([v.state for v in views], root_cause(failures), False)
     return dataclasses.replace(
-        record, state=state, exit_code=code, ended=max(v.ended or now for v in views),
-        root_cause=None if cause is None else {
-            "host": cause.host, "node_rank": cause.node_rank, "rank": cause.rank,
-            "local_rank": cause.local_rank, "exit_code": cause.status, "reason": cause.reason,
-            "tail": []})
+        record, state=end.state, exit_code=end.exit_code,
+        ended=max(v.ended or now for v in views), root_cause=end.root_cause)
 
 
 def query(cluster, record: RunRecord, save: bool = True) -> RunStatus:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from ..errors import ConfigError
-from ..events import Notice, RunStarted
+from ..events import Notice, RunStarted, RunState
 from .restarts import attempt_label
 from .monitor import LOST_AFTER, POLL_INTERVAL, Interrupts, Monitor, RunResult
 from .plan import RunPlan, launch_request
@@ -103,7 +103,7 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         keeper.update(node0_argv=display["command"], env=display["env"], started=time.time())
         starter.launch()
         if options.detach:
-            keeper.update(state="running")
+            keeper.update(state=RunState.RUNNING)
             return Outcome(True)
         hang = None
         if options.hang_timeout:

@@ -27,9 +27,8 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .. import helper
 from ..errors import CommandTimeout, ConnectError, MultihostError, RemoteError
-from ..events import NodeChanged, NodeState, RunFinished, RunStopping
-from .outcome import (Failure, NodeView, failures_of, parse_status, refine, root_cause,
-                          run_status, to_event)
+from ..events import NodeChanged, NodeState, RunFinished, RunState, RunStopping
+from .outcome import Failure, NodeView, conclude, failures_of, parse_status, refine, root_cause
 from .plan import RunPlan
 from .start import Listener, RecordKeeper
 
@@ -313,7 +312,7 @@ class Monitor:
             self.last_contact[host.rank] = now
             threading.Thread(target=self._watch, args=(host,), name=f"watch-{host.label}",
                              daemon=True).start()
-        self.keeper.update(state="running")
+        self.keeper.update(state=RunState.RUNNING)
         try:
             while not self._done() and not self.interrupts.detached:
                 try:
@@ -379,15 +378,9 @@ class Monitor:
         # A stop asked for on purpose (the dashboard's [s]) ends like `multihost stop`.
         interrupted = self.interrupts.count > 0 and self.interrupts.reason is None
         states = tuple(self.states[h.rank] for h in self.hosts)
-        code = run_status(states, cause, interrupted)
+        end = conclude(states, cause, interrupted, tail)
         self.settle(bool(self.lost))
-        event = to_event(cause, tail) if cause else None
-        final = "succeeded" if code == 0 else "stopped" if cause is None else "failed"
-        self.keeper.update(state=final, exit_code=code, ended=time.time(),
-                           root_cause=None if event is None else {
-                               "host": event.host, "node_rank": event.node_rank,
-                               "rank": event.rank, "local_rank": cause.local_rank,
-                               "exit_code": event.exit_code, "reason": event.reason,
-                               "tail": list(event.tail)})
-        self.listener(RunFinished(self.plan.run_id, code, event, time.time()))
-        return RunResult(code, cause, states, interrupted, tuple(sorted(self.lost)))
+        self.keeper.update(state=end.state, exit_code=end.exit_code, ended=time.time(),
+                           root_cause=end.root_cause)
+        self.listener(RunFinished(self.plan.run_id, end.exit_code, end.root_cause, time.time()))
+        return RunResult(end.exit_code, cause, states, interrupted, tuple(sorted(self.lost)))

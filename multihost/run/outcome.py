@@ -1,6 +1,11 @@
 """Pure logic of a run's end: exit statuses decoded, failures found in node reports, the
 root cause chosen (the earliest failure by time, like torchrun), and the exit status of
 ``multihost run``. No I/O here; monitor.py feeds it what the hosts answer.
+
+This is the one place that decides how a run ended (``conclude``): its final RunState,
+its exit status and its root cause, whether the controller that started it saw the end
+(monitor.py), a later ``status`` or ``stop`` found it (control.py), or ``logs --follow``
+watched it (commands/logs.py).
 """
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import EXIT_CONNECT, EXIT_INTERRUPTED
-from ..events import RootCause
+from ..events import RootCause, RunState
+from ..remote.run_states import FAILED, FINAL_STATES, STOPPED, SUCCEEDED
 from ..untrusted import as_dict, as_int, as_list, as_time, clean_lines, clean_text
 
 MAX_RANKS = 4096   # ranks of one node a status record may describe
@@ -108,7 +114,7 @@ class NodeView:
 
     @property
     def finished(self) -> bool:
-        return self.state in ("succeeded", "failed", "stopped")
+        return self.state in FINAL_STATES
 
 
 def parse_status(reply: Any) -> NodeView:
@@ -182,7 +188,7 @@ def failures_of(node_rank: int, host: str, view: NodeView, now: float) -> List[F
     with no failed rank to show for it (a launcher that died first, a dead supervisor)."""
     found = [Failure(r.ended or now, node_rank, host, "rank", r.rank, r.local_rank,
                      r.exit_code, r.signal) for r in view.ranks if r.failed]
-    if view.state == "failed" and not found:
+    if view.state == FAILED and not found:
         found.append(Failure(view.ended or now, node_rank, host, "node",
                              exit_code=view.exit_code, signal=view.signal, detail=view.detail))
     return found
@@ -240,7 +246,8 @@ def refine(failure: Failure, launcher_tail: Sequence[str], rank_offset: int) -> 
 
 def to_event(failure: Failure, tail: Sequence[str] = ()) -> RootCause:
     return RootCause(host=failure.host, node_rank=failure.node_rank, rank=failure.rank,
-                     exit_code=failure.status, reason=failure.reason, tail=tuple(tail))
+                     exit_code=failure.status, reason=failure.reason, tail=tuple(tail),
+                     local_rank=failure.local_rank)
 
 
 def describe(failure: Failure) -> str:
@@ -262,8 +269,42 @@ def run_status(states: Sequence[str], cause: Optional[Failure], interrupted: boo
         return cause.status
     if interrupted:
         return EXIT_INTERRUPTED
-    if states and all(s == "succeeded" for s in states):
+    if states and all(s == SUCCEEDED for s in states):
         return 0
-    if any(s == "stopped" for s in states):
+    if any(s == STOPPED for s in states):
         return EXIT_STOPPED
     return 1
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended: what its record and its RunFinished event say."""
+
+    state: RunState
+    exit_code: int
+    root_cause: Optional[RootCause] = None
+
+
+def final_state(exit_code: int, cause: Optional[Failure]) -> RunState:
+    """Succeeded with status 0; failed when a failure explains the end; else stopped."""
+    if exit_code == 0:
+        return RunState.SUCCEEDED
+    return RunState.FAILED if cause is not None else RunState.STOPPED
+
+
+def conclude(states: Sequence[str], cause: Optional[Failure], interrupted: bool,
+             tail: Sequence[str] = ()) -> RunEnd:
+    """The end of a run whose nodes all ended in ``states``, with ``cause`` its root
+    cause (``root_cause`` of its failures) and ``tail`` that failure's last lines."""
+    code = run_status(states, cause, interrupted)
+    return RunEnd(final_state(code, cause), code, None if cause is None else to_event(cause, tail))
+
+
+def status_of_node_records(records: Sequence[Optional[Dict[str, Any]]]) -> int:
+    """A run's exit status from the last node records its hosts sent (``logs.tail``),
+    when their run.status answers are not all there: 0 when every node that answered
+    succeeded, the first failed node's exit status, else 1."""
+    nodes = [n for n in records if n]
+    failed = [n for n in nodes if n.get("state") == FAILED]
+    code = 0 if nodes and not failed else (failed[0].get("exit_code") or 1) if failed else 1
+    return code if 0 <= code < 256 else 1

@@ -9,7 +9,9 @@ the logs are mirrored. ``~/.multihost/last`` names the last run started here.
     record = load_run(None)          # the last run; or load_run("20250101-1200") by prefix
     record.hosts                     # Host objects in node-rank order, ready to reconnect
     record.nprocs, record.mirror_dir # processes per node; the controller's log mirror
-    record.nodes[1].state            # "running", "failed", ...
+    record.state                     # a RunState: RunState.RUNNING, RunState.FAILED, ...
+    record.root_cause                # a RootCause (events.py) once the run failed
+    record.nodes[1].state            # "running", "failed", ... (as the host said it)
 
 Files are readable by the user only (0600 in a 0700 directory).
 """
@@ -26,7 +28,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import ConfigError
+from ..events import RootCause, RunState
 from ..hosts import Host
+from ..remote.run_states import FINAL_STATES
 
 RUN_ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
 HOST_FIELDS = ("name", "rank", "user", "port", "identity_file", "workdir", "python", "gpus",
@@ -72,11 +76,11 @@ class RunRecord:
     env: Dict[str, str] = field(default_factory=dict)   # node 0's env, masked
     start_port: int = 0
     world_size: int = 0
-    state: str = "launching"        # launching, running, succeeded, failed, stopped, detached
+    state: RunState = RunState.LAUNCHING
     exit_code: Optional[int] = None
     started: Optional[float] = None
     ended: Optional[float] = None
-    root_cause: Optional[Dict[str, Any]] = None
+    root_cause: Optional[RootCause] = None
     git_commit: Optional[str] = None
     git_dirty: Optional[bool] = None
     log_dir: str = ""               # the controller's mirror of this run: <--log_dir>/<run_id>
@@ -88,6 +92,9 @@ class RunRecord:
     attempt: int = 0                # this attempt: 0, then 1, 2, ... (--max-restarts)
     max_restarts: int = 0
     attempts: Tuple[Dict[str, Any], ...] = ()   # the earlier attempts (restarts.summary)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", RunState(self.state))  # typed, whoever made it
 
     @property
     def hosts(self) -> Tuple[Host, ...]:
@@ -106,7 +113,7 @@ class RunRecord:
 
     @property
     def finished(self) -> bool:
-        return self.state in ("succeeded", "failed", "stopped")
+        return self.state in FINAL_STATES
 
     def with_node(self, node_rank: int, **changes: Any) -> "RunRecord":
         nodes = list(self.nodes)
@@ -129,6 +136,31 @@ def host_from_dict(data: Dict[str, Any]) -> Host:
     return Host(**fields)
 
 
+def cause_to_json(cause: Optional[RootCause]) -> Optional[Dict[str, Any]]:
+    """A root cause as run.json and ``status --json`` hold it."""
+    if cause is None:
+        return None
+    data = dataclasses.asdict(cause)
+    data["tail"] = list(cause.tail)
+    return data
+
+
+def cause_from_json(data: Optional[Dict[str, Any]]) -> Optional[RootCause]:
+    if not data:
+        return None
+    return RootCause(host=data.get("host", "?"), node_rank=data.get("node_rank", -1),
+                     rank=data.get("rank"), exit_code=data.get("exit_code"),
+                     reason=data.get("reason", ""), tail=tuple(data.get("tail") or ()),
+                     local_rank=data.get("local_rank"))
+
+
+def record_to_json(record: RunRecord) -> Dict[str, Any]:
+    data = dataclasses.asdict(record)
+    data["state"] = RunState(record.state).value
+    data["root_cause"] = cause_to_json(record.root_cause)
+    return data
+
+
 def record_path(run_id: str) -> Path:
     return state_dir() / "runs" / run_id / "run.json"
 
@@ -142,7 +174,7 @@ def save_run(record: RunRecord, make_last: bool = False) -> Path:
             # Left open by an older version, or made by this machine's own run (the
             # host side shares ~/.multihost/runs): the records hold commands and hosts.
             directory.chmod(0o700)
-    _write_private(path, json.dumps(dataclasses.asdict(record), indent=1, sort_keys=True) + "\n")
+    _write_private(path, json.dumps(record_to_json(record), indent=1, sort_keys=True) + "\n")
     if make_last:
         _write_private(state_dir() / "last", record.run_id + "\n")
     return path
@@ -177,6 +209,7 @@ def record_from_dict(data: Dict[str, Any]) -> RunRecord:
     fields["nodes"] = nodes
     fields["command"] = tuple(fields.get("command") or ())
     fields["attempts"] = tuple(fields.get("attempts") or ())
+    fields["root_cause"] = cause_from_json(fields.get("root_cause"))
     return RunRecord(**fields)
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import os
 from typing import Any, Dict, Optional
 
-from .records import RunRecord
+from .records import RunRecord, cause_to_json
 
 
 def attempt_label(attempt: int, max_restarts: int) -> str:
@@ -42,8 +42,9 @@ def restartable(result) -> bool:
 
 def summary(record: RunRecord) -> Dict[str, Any]:
     """What stays of a finished attempt in the run's record."""
-    return {"attempt": record.attempt, "state": record.state, "exit_code": record.exit_code,
-            "started": record.started, "ended": record.ended, "root_cause": record.root_cause,
+    return {"attempt": record.attempt, "state": str(getattr(record.state, "value", record.state)),
+            "exit_code": record.exit_code, "started": record.started, "ended": record.ended,
+            "root_cause": cause_to_json(record.root_cause),
             "log_dir": record.log_dir, "start_port": record.start_port,
             "hosts": [node.label for node in record.nodes],
             "host_fields": [dict(node.host) for node in record.nodes],

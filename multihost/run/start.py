@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import helper
 from ..errors import ConnectError, LaunchError, MultihostError
-from ..events import NodeChanged, NodeState
+from ..events import NodeChanged, NodeState, RunState
 from ..fanout import HostResult
 from ..hosts import Host
 from .plan import Prepared, RunPlan, launch_request
@@ -145,7 +145,7 @@ class Starter:
             raise KeyboardInterrupt
 
     def rollback(self, reason: str, grace: Optional[float] = None,
-                 state: Optional[str] = None) -> List[HostResult]:
+                 state: Optional[RunState] = None) -> List[HostResult]:
         """Stop the run on every host that was prepared (and maybe launched)."""
         hosts = [self.plan.nodes[rank].host for rank in sorted(self.prepared)]
         grace = self.plan.kill_wait if grace is None else grace
@@ -159,6 +159,6 @@ class Starter:
             return reply
 
         results = self.cluster.map(one, hosts) if hosts else []
-        self.keeper.update(state=state or ("stopped" if self.interrupted() else "failed"),
-                           ended=time.time())
+        final = state or (RunState.STOPPED if self.interrupted() else RunState.FAILED)
+        self.keeper.update(state=final, ended=time.time())
         return results

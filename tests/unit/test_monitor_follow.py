@@ -97,7 +97,7 @@ def test_a_failing_rank_is_the_root_cause_with_its_last_lines(host):
     assert cause.tail == ("rank 1 says hello", "rank 1 gives up")
     record = load_run(plan.run_id)
     assert record.state == "failed" and record.exit_code == 3
-    assert record.root_cause["rank"] == 1 and record.root_cause["local_rank"] == 1
+    assert record.root_cause.rank == 1 and record.root_cause.local_rank == 1
 
 
 def test_ctrl_c_stops_the_run_and_exits_130(host):

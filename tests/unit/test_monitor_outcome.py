@@ -6,8 +6,10 @@ import signal
 
 import pytest
 
-from multihost.run.outcome import (Failure, decode_exit, describe, exit_status, failures_of,
-                                   parse_status, root_cause, run_status, to_event)
+from multihost.events import RunState
+from multihost.run.outcome import (Failure, conclude, decode_exit, describe, exit_status,
+                                   failures_of, parse_status, root_cause, run_status,
+                                   status_of_node_records, to_event)
 
 # What `run.status` answered for a torchrun node whose local rank 1 exited 3, recorded
 # in the lab (trimmed): the launcher itself was ended by the teardown's SIGTERM.
@@ -149,3 +151,25 @@ def test_a_node_failure_is_refined_to_the_rank_its_launcher_named():
     killed = refine(node, ["Container rank 0 status failed cmd [] code -9 log x"], 2)
     assert (killed.rank, killed.signal, killed.status) == (2, 9, 137)
     assert refine(node, ["nothing useful"], 2) is node
+
+
+def test_one_place_decides_a_runs_final_state_exit_status_and_root_cause():
+    rank = Failure(10.0, 1, "h2", "rank", rank=3, local_rank=1, exit_code=3)
+    failed = conclude(["stopped", "failed"], rank, False, ("boom",))
+    assert (failed.state, failed.exit_code) == (RunState.FAILED, 3)
+    assert (failed.root_cause.host, failed.root_cause.rank, failed.root_cause.local_rank,
+            failed.root_cause.tail) == ("h2", 3, 1, ("boom",))
+    assert conclude(["succeeded", "succeeded"], None, False) == (
+        conclude(["succeeded"], None, False))
+    assert conclude(["succeeded"], None, False).state is RunState.SUCCEEDED
+    assert (conclude(["succeeded"], None, True).state, conclude(["succeeded"], None, True).exit_code) \
+        == (RunState.STOPPED, 130)
+    assert conclude(["stopped", "succeeded"], None, False).exit_code == 143
+
+
+def test_the_exit_status_from_node_records_alone():
+    """`logs --follow` with no run.status answer: the nodes' last records decide."""
+    assert status_of_node_records([{"state": "succeeded"}, None]) == 0
+    assert status_of_node_records([{"state": "succeeded"}, {"state": "failed", "exit_code": 7}]) == 7
+    assert status_of_node_records([{"state": "failed", "exit_code": 300}]) == 1
+    assert status_of_node_records([None]) == 1

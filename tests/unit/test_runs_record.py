@@ -92,3 +92,16 @@ def test_with_node_changes_one_node_only():
     changed = base.with_node(1, state="failed", exit_code=3)
     assert (changed.nodes[1].state, changed.nodes[1].exit_code) == ("failed", 3)
     assert changed.nodes[0] == base.nodes[0]
+
+
+def test_a_failed_runs_state_and_root_cause_come_back_typed_from_its_record():
+    """status, stop and logs all read the root cause the run wrote: one codec, both ways."""
+    from multihost.events import RootCause, RunState
+
+    cause = RootCause("gpu-b", 1, 3, 3, "exit 3", ("ValueError: bad batch",), local_rank=1)
+    runs.save_run(record("20250101-120000-ab12", state=RunState.FAILED, exit_code=3,
+                         root_cause=cause))
+    loaded = runs.load_run("20250101")
+    assert loaded.state is RunState.FAILED and loaded.finished
+    assert loaded.root_cause == cause
+    assert f"{loaded.state}" == "failed"         # messages show the word, as before

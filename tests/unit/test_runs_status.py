@@ -41,7 +41,7 @@ def test_a_run_that_ended_without_its_controller_gets_its_root_cause():
         reply("failed", [(0, 4, 90.5, 1, None)], exit_code=1))   # a follow-on error
     final = reconcile(rec, nodes)
     assert (final.state, final.exit_code) == ("failed", 3)
-    assert final.root_cause["host"] == "10.0.0.2" and final.root_cause["rank"] == 2
+    assert final.root_cause.host == "10.0.0.2" and final.root_cause.rank == 2
     assert [n.state for n in final.nodes] == ["stopped", "failed", "failed"]
 
 
