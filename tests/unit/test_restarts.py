@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from multihost.errors import ConfigError
+from multihost.events import RootCause
 from multihost.run.monitor import RunResult
 from multihost.run.restarts import (attempt_label, attempt_log_dir, mirror_of, next_attempt,
                                 restartable)
@@ -16,7 +17,7 @@ def record(**changes):
              NodeRecord(1, {"name": "h2"}, "h2", "10.0.0.2", 1, 1, state="stopped"))
     base = RunRecord("20250101-120000-ab12", 0.0, nodes, ("t.py",), "torchrun", "",
                      state="failed", exit_code=3, log_dir="/l/r/attempt_0", max_restarts=2,
-                     root_cause={"host": "h1", "node_rank": 0, "rank": 0, "reason": "exit 3"})
+                     root_cause=RootCause(host="h1", node_rank=0, rank=0, exit_code=3, reason="exit 3"))
     return RunRecord(**{**base.__dict__, **changes})
 
 
