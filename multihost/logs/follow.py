@@ -22,6 +22,7 @@ from .. import helper
 from ..errors import BadReply, ConnectError, MultihostError
 from ..events import LogBlock, NodeChanged, NodeState, Notice
 from ..hosts import Host
+from ..remote.run_states import FINAL_STATES
 from .echo import LauncherEcho
 from .frames import LineJoiner, read_frame
 from ..sync.ignore import MIRROR_MARKER
@@ -254,7 +255,7 @@ class LogFollower:
         self.listener(Notice(host.rank, host.label, text, time.time()))
 
     def _state(self, node: Node, state: object) -> None:
-        if not isinstance(state, dict) or state.get("state") not in ("succeeded", "failed", "stopped"):
+        if not isinstance(state, dict) or state.get("state") not in FINAL_STATES:
             return
         self._report(NodeChanged(node.host.rank, node.host.label, NodeState(state["state"]),
                                  exit_code=as_int(state.get("exit_code")), time=time.time()))
