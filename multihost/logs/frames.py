@@ -1,6 +1,7 @@
-"""The controller's side of the ``logs.tail`` wire format (see remote/ops_logs.py), read as
-untrusted input: a frame that is not exactly what the protocol defines ends the host's
-stream with one line naming the host, before anything is written.
+"""The controller's side of the ``logs.tail`` wire format (the codec is
+remote/log_frames.py, shared with the host), read as untrusted input: a frame that is not
+exactly what the protocol defines ends the host's stream with one line naming the host,
+before anything is written.
 
 Also the line joiner that turns a file's bytes into whole lines in bounded memory: a
 rank printing a ``\\r`` progress bar for hours never sends a newline, and must not make
@@ -8,18 +9,13 @@ the controller hold the whole "line".
 """
 from __future__ import annotations
 
-import json
-import re
-import zlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import BadReply
+from ..remote import log_frames
 from ..untrusted import CUT_MARK, MAX_LINE, clean_text, is_log_name
 
-MAX_HEADER = 4096           # bytes of a header line; a real one is under 100
-MAX_FRAME = 16 << 20        # bytes of one frame's data; the helper sends at most 1 MiB
-_NUMBER = re.compile(r"\d{1,15}")
 
 
 @dataclass(frozen=True)
@@ -32,66 +28,20 @@ class Frame:
 
 
 def read_frame(stream, host: str) -> Optional[Frame]:
-    """The next frame, or None at the end of the stream; BadReply for anything malformed."""
-    header = stream.readline(MAX_HEADER)
-    if not header:
-        return None
-    if not header.endswith(b"\n"):
-        if len(header) >= MAX_HEADER:
-            raise _bad(host, "a frame header longer than %d bytes" % MAX_HEADER)
-        raise EOFError("log stream ended inside a frame header")
+    """The next frame (read by the one codec, remote/log_frames.py), or None at the end of
+    the stream; BadReply naming the host for anything malformed or a name the protocol
+    does not define."""
     try:
-        text = header[:-1].decode("utf-8")
-    except UnicodeDecodeError:
-        raise _bad(host, "a frame header that is not UTF-8 text") from None
-    kind, _, rest = text.partition(" ")
-    if kind in ("D", "Z"):
-        return _data(stream, host, kind, rest)
-    if kind in ("S", "E"):
-        try:
-            return Frame(kind, record=json.loads(rest))
-        except ValueError:
-            raise _bad(host, f"a {kind} frame whose record is not JSON: {rest!r}") from None
-    if kind == "H":
-        return Frame("H")
-    raise _bad(host, f"an unknown frame {text!r}")
-
-
-def _data(stream, host: str, kind: str, rest: str) -> Frame:
-    fields = rest.split(" ")
-    want = 3 if kind == "D" else 4
-    if len(fields) != want or not all(_NUMBER.fullmatch(f) for f in fields[1:]):
-        raise _bad(host, f"a malformed frame header {kind} {rest!r}")
-    name, numbers = fields[0], [int(f) for f in fields[1:]]
-    if not is_log_name(name):
-        raise _bad(host, f"a log frame for {name!r}, which is not a log file of a run "
-                         f"(only launcher.log and log/workerlog.N are)")
-    offset, length = numbers[0], numbers[1]
-    packed = numbers[2] if kind == "Z" else length
-    if length > MAX_FRAME or packed > MAX_FRAME:
-        raise _bad(host, f"a log frame of {max(length, packed)} bytes (at most {MAX_FRAME})")
-    data = read_exact(stream, packed)
-    if kind == "Z":
-        inflater = zlib.decompressobj()
-        try:
-            data = inflater.decompress(data, length + 1)  # bounded: no zip bomb
-        except zlib.error:
-            data = b""
-        if len(data) != length or not inflater.eof:
-            raise _bad(host, "a log frame that arrived damaged (it does not unpack to "
-                             "its stated size)")
-    return Frame("D", name=name, offset=offset, data=data)
-
-
-def read_exact(stream, length: int) -> bytes:
-    chunks, left = [], length
-    while left:
-        chunk = stream.read(left)
-        if not chunk:
-            raise EOFError("log stream ended inside a frame")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+        frame = log_frames.read_frame(stream, is_log_name)
+    except log_frames.BadFrame as err:
+        raise _bad(host, str(err)) from None
+    if frame is None:
+        return None
+    if frame.kind == log_frames.DATA:
+        return Frame("D", name=frame.name, offset=frame.offset, data=frame.data)
+    if frame.kind in (log_frames.STATE, log_frames.END):
+        return Frame(frame.kind, record=log_frames.state_of(frame))
+    return Frame(frame.kind)
 
 
 def _bad(host: str, what: str) -> BadReply:

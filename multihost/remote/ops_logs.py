@@ -1,13 +1,6 @@
 """Stream a run's log files from given byte offsets: the host side of `multihost logs`.
 
-Frames on stdout, each a header line and, for data, the raw bytes that follow it:
-  ``D <name> <offset> <length>``  then exactly <length> bytes of file <name> at <offset>
-  ``Z <name> <offset> <length> <packed>``  the same bytes, zlib-compressed to <packed>
-                                  (asked for with "compress": logs shrink 5-10x, and
-                                  the controller's SSH stack is slower per byte than zlib)
-  ``S <json>``                    node.json changed (the node's state)
-  ``H <time>``                    heartbeat, so the controller can tell a dead link
-  ``E <json>``                    everything is sent and the node has finished: the end
+Frames on stdout, in the format of log_frames.py (data, state, heartbeat, end).
 Data is cut at the last newline so that lines are never split between frames, except
 at the end of a finished node (a last line without newline) or a line longer than a chunk.
 The controller resumes from the sizes of its mirror files: nothing is lost or repeated.
@@ -16,8 +9,8 @@ import json
 import os
 import sys
 import time
-import zlib
 
+from . import log_frames
 from .proto import op
 from .run_states import FINAL_STATES
 
@@ -54,16 +47,8 @@ class Streamer(object):
         self.offsets = dict(offsets)
         self.compress = compress
 
-    def frame(self, header, payload=b""):
-        self.out.write(header.encode("utf-8") + b"\n" + payload)
-
     def data(self, name, offset, data):
-        if self.compress and len(data) >= 4096:
-            packed = zlib.compress(data, 1)
-            if len(packed) < len(data) * 0.8:
-                self.frame("Z %s %d %d %d" % (name, offset, len(data), len(packed)), packed)
-                return
-        self.frame("D %s %d %d" % (name, offset, len(data)), data)
+        self.out.write(log_frames.data_frame(name, offset, data, self.compress))
 
     def sweep(self, final):
         """Send what is new in every file; returns the number of bytes sent.
@@ -113,7 +98,7 @@ def tail(request):
     started = time.time()
     while not os.path.isdir(run_dir):
         if not follow or time.time() - started > wait_for_dir:
-            streamer.frame("E " + json.dumps({"error": "no run directory %s" % run_dir}))
+            out.write(log_frames.end_frame({"error": "no run directory %s" % run_dir}))
             out.flush()
             return 1
         time.sleep(interval)
@@ -127,21 +112,21 @@ def tail(request):
             # a live rank is still writing it, and a cut line would show as two.
             sent = streamer.sweep(final=finished)
             if state != last_state:
-                streamer.frame("S " + json.dumps(state))
+                out.write(log_frames.state_frame(state))
                 out.flush()
                 last_state = state
             if not follow:  # one pass over what is there now: a busy rank never ends it
-                streamer.frame("E " + json.dumps(state))
+                out.write(log_frames.end_frame(state))
                 out.flush()
                 return 0
             if not sent and finished:
                 streamer.sweep(final=True)
-                streamer.frame("E " + json.dumps(state))
+                out.write(log_frames.end_frame(state))
                 out.flush()
                 return 0
             now = time.time()
             if now - last_beat >= heartbeat:
-                streamer.frame("H %.3f" % now)
+                out.write(log_frames.heartbeat_frame(now))
                 out.flush()
                 last_beat = now
             if not sent:
