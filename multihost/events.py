@@ -1,17 +1,30 @@
-"""What a run tells its listeners: small frozen records, produced by the run monitor and
-the log follower, consumed by the views (dashboard, plain lines, JSON lines).
+"""Every event multihost emits, and the one type that takes them (Listener): small frozen
+records, produced by the engines (the run monitor, the log follower, sync, data sync,
+the check) and consumed by the views (dashboard, plain lines, JSON lines, progress).
 
 Data flows one way: hosts -> spec -> per-node records -> events -> views. A view never
 reaches back into the run; it only renders what it was told.
+
+They live in this one module rather than beside each engine so that a view, a test or
+an embedding program finds every event it may be handed in one place, and so that an
+engine and the views that render it never import each other. Events that carry a
+feature's result (SyncPlanned, SyncHostDone) name its type only for the type checker:
+this module imports no feature package.
 """
 from __future__ import annotations
 
 import enum
 import functools
 from dataclasses import dataclass, field
-from typing import List, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 from .remote.run_states import FINAL_STATES
+
+if TYPE_CHECKING:
+    from .sync.model import HostNeeds, HostSync
+
+# Whatever takes events: a view, a filter in front of one, a test's list.append.
+Listener = Callable[[object], None]
 
 
 class NodeState(str, enum.Enum):
@@ -175,5 +188,54 @@ class RunFinished:
     time: float = 0.0
 
 
-class Listener(Protocol):
-    def __call__(self, event: object) -> None: ...
+# --- sync and data sync ----------------------------------------------------------------
+@dataclass(frozen=True)
+class SyncScanned:
+    files: int
+    bytes: int
+    hashed_files: int
+    hashed_bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SyncPlanned:
+    host: str
+    needs: HostNeeds
+
+
+@dataclass(frozen=True)
+class SyncHostDone:
+    result: HostSync
+
+
+@dataclass(frozen=True)
+class SyncProgress:
+    """Files and bytes delivered to one host so far (relayed files count on arrival at
+    the first host of the relay, which forwards them as it writes them)."""
+
+    host: str
+    rank: int
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+
+
+@dataclass(frozen=True)
+class DataProgress:
+    host: str
+    rank: int
+    path: str
+    files: int
+    bytes: int
+
+
+# --- check -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheckStage:
+    """Where the check of one host is: "connecting", "checking", "done"."""
+
+    host: str                       # label
+    rank: int
+    stage: str

@@ -30,6 +30,7 @@ from .judge import HostProbe
 from .job_needs import choose_start_port, judge, make_cluster, ping_matrix
 from .report import CheckReport, CheckResult
 from ..errors import CommandTimeout, ConnectError, MultihostError, RemoteError
+from ..events import CheckStage, Listener
 from ..fanout import Cluster
 from ..hosts import Host
 from ..job import AUTO_PORT_RANGE, JobOptions, workdir_for
@@ -44,17 +45,21 @@ PING_TIMEOUT = 1.0
 DATA_TIMEOUT = 3 * 3600.0
 CONNECT_WINDOW = 3.0        # how long the other hosts retry the first host's listener
 
-Progress = Callable[[Host, str], None]
+Progress = Callable[[Host, str], None]   # inside the check: a host reached a stage
 
 
 def run_checks(cluster: Cluster, job: JobOptions, *, workdirs: Optional[dict] = None,
-               budget: float = DEFAULT_BUDGET, progress: Optional[Progress] = None) -> CheckReport:
+               budget: float = DEFAULT_BUDGET, progress: Optional[Listener] = None) -> CheckReport:
     """Check every host of ``cluster`` for ``job``; never raises for a host's problem
     (that is a failed check in the report). ``workdirs`` maps a Host, rank or label to
-    its remote workdir (default: ``workdir_for(host, job.code)``)."""
+    its remote workdir (default: ``workdir_for(host, job.code)``). ``progress`` gets a
+    CheckStage event as each host connects, is checked and is done."""
     started = time.monotonic()
     hosts = cluster.hosts
-    notify = progress or (lambda host, stage: None)
+
+    def notify(host: Host, stage: str) -> None:
+        if progress is not None:
+            progress(CheckStage(host.label, host.rank, stage))
     sessions = [_Session(host) for host in hosts]
     _resolve(cluster, sessions)
     master = sessions[0].address

@@ -11,16 +11,15 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Callable, Dict, List, Tuple
+from typing import Dict, List, Tuple
 
 from .. import helper
 from .verify import DataReport, HostDataSync, PathState
 from ..errors import MultihostError, SyncError
+from ..events import Listener, SyncProgress
 from ..fanout import Cluster
 from ..remote.sync_fs import FILE
-from ..sync.transfer import SyncProgress, call_streaming, hop_spec, relay_fanout
-
-Listener = Callable[[object], None]
+from ..sync.transfer import call_streaming, hop_spec, relay_fanout
 
 
 def _target_root(ref: PathState, state: PathState) -> str:

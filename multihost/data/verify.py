@@ -23,20 +23,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import MultihostError, SyncError
+from ..events import DataProgress, Listener
 from ..fanout import Cluster
 from ..sync.transfer import call_streaming, pipe_errors_raise
 
 SHOWN = 5
-Listener = Callable[[object], None]
-
-
-@dataclass(frozen=True)
-class DataProgress:
-    host: str
-    rank: int
-    path: str
-    files: int
-    bytes: int
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import helper
 from ..errors import BadReply, ConnectError, MultihostError
-from ..events import LogBlock, NodeChanged, NodeState, Notice
+from ..events import Listener, LogBlock, NodeChanged, NodeState, Notice
 from ..hosts import Host
 from ..remote.run_states import FINAL_STATES
 from .echo import LauncherEcho
@@ -74,7 +74,7 @@ class LogFollower:
     host that is lost or comes back, and a node whose state file says it finished)."""
 
     def __init__(self, cluster, run_id: str, nodes: Sequence[Tuple[Host, int]],
-                 mirror_dir: Path, listener: Callable[[object], None], *, follow: bool = True,
+                 mirror_dir: Path, listener: Listener, *, follow: bool = True,
                  report_states: bool = True):
         self.cluster = cluster
         self.run_id = run_id

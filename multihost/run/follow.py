@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from ..errors import ConfigError
-from ..events import Notice, RunStarted, RunState
+from ..events import Listener, Notice, RunStarted, RunState
 from .restarts import attempt_label
 from .monitor import LOST_AFTER, POLL_INTERVAL, Interrupts, Monitor, RunResult
 from .plan import RunPlan, launch_request
-from .start import Listener, RecordKeeper, Starter
+from .start import RecordKeeper, Starter
 from .records import RunRecord
 
 SETTLE_TIMEOUT = 30.0  # at most, to let the last log lines arrive (done once every host said so)

@@ -15,16 +15,16 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
-from ..events import LogBlock, LogLine, NodeChanged, NodeState
+from ..events import Listener, LogBlock, LogLine, NodeChanged, NodeState
 from .outcome import Failure
 
 SILENT_AFTER_MAX = 60.0
 
 
 class HangWatch:
-    def __init__(self, listener: Callable[[object], None], timeout: float, plan, record,
+    def __init__(self, listener: Listener, timeout: float, plan, record,
                  cluster, mirror: Optional[Path]):
         self.listener = listener
         self.timeout = timeout

@@ -27,10 +27,10 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .. import helper
 from ..errors import CommandTimeout, ConnectError, MultihostError, RemoteError
-from ..events import NodeChanged, NodeState, RunFinished, RunState, RunStopping
+from ..events import Listener, NodeChanged, NodeState, RunFinished, RunState, RunStopping
 from .outcome import Failure, NodeView, conclude, failures_of, parse_status, refine, root_cause
 from .plan import RunPlan
-from .start import Listener, RecordKeeper
+from .start import RecordKeeper
 
 POLL_INTERVAL = 0.2     # how often a host looks at its node's records
 HEARTBEAT = 1.0         # a status line at least this often, changed or not

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import helper
 from ..errors import ConnectError, LaunchError, MultihostError
-from ..events import NodeChanged, NodeState, RunState
+from ..events import Listener, NodeChanged, NodeState, RunState
 from ..fanout import HostResult
 from ..hosts import Host
 from .plan import Prepared, RunPlan, launch_request
@@ -30,8 +30,6 @@ from .records import RunRecord, save_run
 
 PREPARE_TIMEOUT = 30.0
 LAUNCH_TIMEOUT = 60.0
-
-Listener = Callable[[object], None]
 
 
 class RecordKeeper:

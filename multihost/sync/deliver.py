@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Sequence, Tuple
 
 from ..errors import ConnectError, MultihostError, SyncError
+from ..events import Listener
 from ..fanout import Cluster
 from .manifest import Entry, Manifest
 from .model import HostNeeds, HostSync, merge_result
@@ -18,8 +19,6 @@ from .bulk import openssh_argv, stream_openssh
 from .session import HostSession
 from .transfer import (ProgressBoard, RelayGroup, file_header, group_for_relay, hop_spec,
                             relay_fanout, stop_process, stream_to, write_entries)
-
-Listener = Callable[[object], None]
 
 
 def direct_fill(needs: HostNeeds, code_root: str, entries: Sequence[Entry],

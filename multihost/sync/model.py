@@ -14,15 +14,6 @@ SHOWN = 5  # paths named per host in a report; the rest are counted
 
 
 @dataclass(frozen=True)
-class SyncScanned:
-    files: int
-    bytes: int
-    hashed_files: int
-    hashed_bytes: int
-    seconds: float
-
-
-@dataclass(frozen=True)
 class HostNeeds:
     """What one host lacks, from its plan reply: computed once, rendered anywhere."""
 
@@ -52,12 +43,6 @@ class HostNeeds:
 
 
 @dataclass(frozen=True)
-class SyncPlanned:
-    host: str
-    needs: HostNeeds
-
-
-@dataclass(frozen=True)
 class HostSync:
     host: str
     rank: int
@@ -80,11 +65,6 @@ class HostSync:
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-@dataclass(frozen=True)
-class SyncHostDone:
-    result: HostSync
 
 
 @dataclass(frozen=True)

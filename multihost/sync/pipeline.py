@@ -23,18 +23,18 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from ..errors import MultihostError
+from ..events import Listener, SyncHostDone, SyncPlanned, SyncProgress, SyncScanned
 from ..fanout import Cluster, fan_out
 from .manifest import Manifest, build_manifest, code_revision, size_warnings
-from .model import (HostNeeds, HostSync, SyncHostDone, SyncPlanned, SyncReport, SyncScanned,
-                         dry_result, failed_result, merge_result, needs_from_plan, sync_error)
+from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result, needs_from_plan, sync_error)
 from .fastpath import (forget_record, host_digest, host_unchanged, load_record,
                             matches_manifest, plan_from_record, remember_check, save_record,
                             unchanged_keys)
 from .quick import quick_send
-from .transfer import RELAY_MIN_BYTES, SyncProgress, pipe_errors_raise, stream_to
+from .transfer import RELAY_MIN_BYTES, pipe_errors_raise, stream_to
 
 if TYPE_CHECKING:
     from .session import HostSession
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["sync_code", "code_revision", "SyncReport", "HostSync", "HostNeeds", "SyncPlanned",
            "SyncProgress", "SyncHostDone", "SyncScanned"]
 
-Listener = Callable[[object], None]
 QUICK_TIMEOUT = 5.0   # seconds for a `stat` through a reused connection (100k files: ~1 s)
 
 

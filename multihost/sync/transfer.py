@@ -19,6 +19,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .. import helper
 from ..errors import ConnectError, MultihostError, RemoteError
+from ..events import Listener, SyncProgress
 from ..hosts import Host
 from ..remote.sync_fs import FILE, LINK
 from ..remote.sync_wire import Writer
@@ -35,26 +36,13 @@ HOP_CIPHERS = ("aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@
 SEND_BUFFER = 256 * 1024
 
 
-@dataclass(frozen=True)
-class SyncProgress:
-    """Files and bytes delivered to one host so far (relayed files count on arrival at
-    the first host of the relay, which forwards them as it writes them)."""
-
-    host: str
-    rank: int
-    files_done: int
-    files_total: int
-    bytes_done: int
-    bytes_total: int
-
-
 class ProgressBoard:
     """Counters per host, updated from sending threads; emits throttled SyncProgress."""
 
     INTERVAL = 0.1
 
     def __init__(self, hosts: Dict[int, str], totals: Dict[int, Tuple[int, int]],
-                 emit: Callable[[object], None]):
+                 emit: Listener):
         self._labels = hosts
         self._totals = totals
         self._done = {rank: [0, 0] for rank in hosts}

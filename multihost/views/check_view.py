@@ -11,6 +11,7 @@ from typing import IO, Dict, List, Sequence, Tuple
 
 from ..check.parsers import fold_ranges
 from ..check.report import CHECKS, FAIL, PASS, SKIP, WARN, CheckReport, CheckResult, HostReport
+from ..events import CheckStage
 from ..nodeset import fold
 
 SYMBOL = {PASS: "✓", WARN: "!", FAIL: "✗", SKIP: "–"}
@@ -214,8 +215,10 @@ class Progress:
         self._status.__enter__()
         return self
 
-    def __call__(self, host, stage: str) -> None:
-        self.stage[host.label] = stage
+    def __call__(self, event: object) -> None:
+        if not isinstance(event, CheckStage):
+            return
+        self.stage[event.host] = event.stage
         if self._status is not None:
             self._status.update(self._text())
 

@@ -12,8 +12,8 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Dict, List, Optional
 
-from ..sync.model import HostSync, SyncHostDone, SyncPlanned, SyncReport, SyncScanned
-from ..sync.transfer import SyncProgress
+from ..events import DataProgress, SyncHostDone, SyncPlanned, SyncProgress, SyncScanned
+from ..sync.model import HostSync, SyncReport
 from ..sync.manifest import human_bytes
 from . import wants_plain
 
@@ -172,8 +172,6 @@ class SyncView:
                 self._data_progress(event)
 
     def _data_progress(self, event: object) -> None:
-        from ..data.verify import DataProgress
-
         if isinstance(event, DataProgress):
             if self.plain:
                 if self._due(f"data {event.host}"):

@@ -104,3 +104,20 @@ def test_the_same_failure_on_several_hosts_is_one_line():
     text = plain(report_of(probes))
     assert "FAIL 198.18.0.[13-14]: ssh: no answer from <host>:22 within 2s" in text
     assert text.count("ssh: no answer") == 1
+
+
+def test_the_progress_line_names_the_hosts_still_pending_from_the_checks_events():
+    from multihost.events import CheckStage
+    from multihost.hosts import Host
+    from multihost.views.check_view import Progress
+
+    hosts = [Host(a, rank=i) for i, a in enumerate(ADDRESSES)]
+    console = Console(width=100, color_system=None, force_terminal=True, record=True)
+    progress = Progress(console, hosts)
+    for i, host in enumerate(hosts[:-1]):
+        progress(CheckStage(host.label, i, "checking"))
+        progress(CheckStage(host.label, i, "done"))
+    progress(object())                      # not a check's event: ignored
+    assert progress._text() == f"checking {len(hosts)} hosts: waiting for {hosts[-1].label}"
+    progress(CheckStage(hosts[-1].label, len(hosts) - 1, "done"))
+    assert progress._text() == "checking: done"
