@@ -62,12 +62,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"multihost {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS if only is None else [only]:
-        try:
-            module = importlib.import_module(f"multihost.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"multihost.commands.{name}":
-                raise
-            continue  # a command not built yet
+        module = importlib.import_module(f"multihost.commands.{name}")
         command_parser = module.register(sub)
         # Not `command`: exec's and run's own positional words are stored under that name.
         command_parser.set_defaults(_module=module, _parser=command_parser, _name=name)

@@ -28,11 +28,9 @@ class DataVerification:
         self._outcome: object = None
         self._verify = None
         if self.paths:
-            try:
-                from ..data.verify import verify_data
-                self._verify = verify_data
-            except ImportError:
-                pass
+            from ..data.verify import verify_data
+
+            self._verify = verify_data
 
     def start(self) -> None:
         if self._verify is None or self._thread is not None:

@@ -61,10 +61,8 @@ def _open_mirror(record: RunRecord, starter: Starter) -> Optional[Path]:
     cannot be made must stop the run, not leave it running with nobody watching."""
     if not record.log_dir:  # no mirror asked for (an embedding caller): states only
         return None
-    try:
-        from ..logs.follow import ensure_private
-    except ImportError:  # logs.py not in this build: states and the root cause only
-        return None
+    from ..logs.follow import ensure_private
+
     try:
         return ensure_private(Path(record.log_dir))
     except OSError as exc:

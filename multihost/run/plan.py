@@ -96,13 +96,9 @@ def resolve_address(host: Host, ssh_config_file: str = "~/.ssh/config") -> str:
     (paddle matches its own address against --ips; a name could resolve to 127.0.1.1)."""
     if is_ip(host.name):
         return host.name
-    name = host.name
-    try:
-        from ..transport.ssh import load_ssh_config
+    from ..transport.ssh import load_ssh_config
 
-        name = load_ssh_config(ssh_config_file).lookup(host.name).get("hostname", host.name)
-    except ImportError:
-        pass
+    name = load_ssh_config(ssh_config_file).lookup(host.name).get("hostname", host.name)
     if is_ip(name):
         return name
     try:

@@ -32,12 +32,9 @@ def make_view(mode: str = "auto", out: Optional[IO[str]] = None, err: Optional[I
 
         return JsonView(out)
     if mode == "dashboard" or (mode == "auto" and can_redraw(out)):
-        try:
-            from .dashboard import Dashboard
-        except ImportError:
-            pass
-        else:
-            return Dashboard(out, **dashboard_options)
+        from .dashboard import Dashboard
+
+        return Dashboard(out, **dashboard_options)
     from .plain import PlainView
 
     return PlainView(out, err, colour=mode == "auto" and not wants_plain(out))
