@@ -15,7 +15,8 @@ from typing import Callable, Optional
 from .. import helper
 from ..errors import ConnectError, MultihostError, RemoteError
 from ..remote.sync_wire import Writer
-from .transfer import SendBuffer, close_process, end_input
+from ..transport.base import BrokenStream
+from .transfer import SendBuffer, close_process
 
 OP = "sync.session"
 
@@ -42,7 +43,7 @@ class HostSession:
             try:
                 process.stdin.write(struct.pack(">I", len(manifest)) + manifest)
                 process.stdin.flush()
-            except Exception:  # the helper exited before reading (missing): its status says why
+            except BrokenStream:  # the helper exited before reading (missing): its status says why
                 pass
             line = process.stdout.readline()
             if line:
@@ -78,10 +79,9 @@ class HostSession:
         except MultihostError:
             self.abort()
             raise
-        except Exception as exc:  # the transport's stream types differ (paramiko, pipes)
+        except BrokenStream as exc:
             self.abort()
-            raise ConnectError(f"the connection broke while sending files "
-                               f"({exc or type(exc).__name__})", host=label,
+            raise ConnectError(f"the connection broke while sending files ({exc})", host=label,
                                kind=ConnectError.LOST,
                                fix="check the host and the network, then sync again: it resumes"
                                ) from None
@@ -103,8 +103,8 @@ class HostSession:
     def _finish(self, timeout: Optional[float]):
         self.closed = True
         try:
-            end_input(self.process.stdin)
-        except Exception:  # the helper already ended; its reply says why
+            self.process.stdin.close()
+        except BrokenStream:  # the helper already ended; its reply says why
             pass
         out = self.process.stdout.read()
         err = self.process.read_stderr()

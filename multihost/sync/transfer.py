@@ -24,6 +24,7 @@ from ..hosts import Host
 from ..remote.sync_fs import FILE, LINK
 from ..remote.sync_wire import Writer
 from .manifest import Entry
+from ..transport.base import BrokenStream
 from ..transport.openssh import known_hosts_name, ssh_base
 
 # A group of files goes through a relay when at least two hosts need it and it weighs
@@ -94,18 +95,6 @@ class SendBuffer:
             self.stream.write(bytes(self.buffer))
             self.buffer = bytearray()
         self.stream.flush()
-
-
-def end_input(stream) -> None:
-    """Send EOF to a remote command's stdin, once. A paramiko channel file is not closed
-    but its channel's write side shut: paramiko closes the file again when it is
-    collected, and a second close raises (in __del__, where it can only be printed)."""
-    channel = getattr(stream, "channel", None)
-    if channel is not None and hasattr(channel, "shutdown_write"):
-        stream.flush()
-        channel.shutdown_write()
-    else:
-        stream.close()
 
 
 def close_process(process) -> None:
@@ -186,17 +175,17 @@ def stream_to(transport, request: dict, fill: Callable[[Writer], None], timeout:
         if register is not None:
             register(process)
         sink = SendBuffer(process.stdin)
-        broken: Optional[Exception] = None
+        broken: Optional[BrokenStream] = None
         try:
             writer = Writer(sink)
             fill(writer)
             writer.end()
             sink.flush()
-            end_input(process.stdin)
+            process.stdin.close()
         except MultihostError:
             close_process(process)
             raise
-        except Exception as exc:  # the transport's stream types differ (paramiko, pipes)
+        except BrokenStream as exc:
             broken = exc
         out = process.stdout.read() if broken is None else b""
         err = process.read_stderr()
@@ -209,8 +198,7 @@ def stream_to(transport, request: dict, fill: Callable[[Writer], None], timeout:
             helper.install(transport)
             continue
         if broken is not None:
-            raise ConnectError(f"the connection broke while sending files "
-                               f"({broken or type(broken).__name__})", host=label,
+            raise ConnectError(f"the connection broke while sending files ({broken})", host=label,
                                kind=ConnectError.LOST,
                                fix="check the host and the network, then sync again: it resumes")
         result = helper.parse_reply(transport, "sync.receive", code, out, err)
@@ -309,8 +297,8 @@ def call_streaming(transport, op: str, request: dict, payload: bytes,
     try:
         process.stdin.write(payload)
         process.stdin.flush()
-        end_input(process.stdin)
-    except Exception as exc:  # the transport's stream types differ (paramiko, pipes)
+        process.stdin.close()
+    except BrokenStream as exc:
         close_process(process)
         raise ConnectError(f"the connection broke while starting {op} ({exc})",
                            host=transport.host.label, kind=ConnectError.LOST,

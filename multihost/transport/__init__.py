@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..hosts import Host
-from .base import Command, CommandResult, Process, SshOptions, Transport, quote_path, to_shell
+from .base import (BrokenStream, Command, CommandResult, Process, SshOptions, Transport,
+                   quote_path, to_shell)
 from .local import LocalTransport, is_local_host
 
 
@@ -15,5 +16,5 @@ def open_transport(host: Host, options: SshOptions = SshOptions()) -> Transport:
     return SshTransport.connect(host, options)
 
 
-__all__ = ["Command", "CommandResult", "Process", "SshOptions", "Transport", "LocalTransport", "open_transport",
+__all__ = ["BrokenStream", "Command", "CommandResult", "Process", "SshOptions", "Transport", "LocalTransport", "open_transport",
            "is_local_host", "quote_path", "to_shell"]

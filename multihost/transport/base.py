@@ -4,13 +4,17 @@ Two implementations share it: SSH (``ssh.py``, the only module that imports para
 and local (``local.py``, for a host that is this machine). Commands are either an argv
 list, which is quoted with ``shlex`` so no element is ever re-parsed by a shell, or a
 string, which is a shell command line on purpose (``multihost exec -- 'cmd | grep x'``).
+
+A broken stream is one error type, whatever the transport underneath: what a started
+command's ``stdin`` raises is a ``BrokenStream`` (paramiko's and the pipes' own errors are
+translated here, at the edge), so nothing above the transport catches ``Exception``.
 """
 from __future__ import annotations
 
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import IO, Optional, Sequence, Union
+from typing import IO, Optional, Sequence, Tuple, Type, Union
 
 from ..hosts import Host
 
@@ -61,11 +65,59 @@ class CommandResult:
         return self.stdout.decode("utf-8", "replace")
 
 
+class BrokenStream(OSError):
+    """The other end of a started command's input is gone: the command exited without
+    reading it, the connection dropped, or the channel was closed. The one error a
+    ``Process.stdin`` raises, over every transport. An OSError, as a failed write always
+    was: code that treats a write failure as one keeps doing so."""
+
+
+class InputStream:
+    """A started command's stdin: ``write``, ``flush``, and ``close``, which sends
+    end-of-file once (a second close does nothing). Every failure of the stream
+    underneath (the transport's ``errors``) is raised as a ``BrokenStream`` naming it."""
+
+    errors: Tuple[Type[BaseException], ...] = (OSError, ValueError)
+
+    def __init__(self, raw: IO[bytes]):
+        self._raw = raw
+        self._ended = False
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._raw.write(data)
+        except self.errors as exc:
+            raise _broken(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._raw.flush()
+        except self.errors as exc:
+            raise _broken(exc) from None
+
+    def close(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            self._end()
+        except self.errors as exc:
+            raise _broken(exc) from None
+
+    def _end(self) -> None:
+        """Send end-of-file (a pipe: close it)."""
+        self._raw.close()
+
+
+def _broken(exc: BaseException) -> BrokenStream:
+    return BrokenStream(str(exc) or type(exc).__name__)
+
+
 class Process(ABC):
     """A command started on a host whose output is read as it comes."""
 
     stdout: IO[bytes]
-    stdin: IO[bytes]
+    stdin: InputStream
     read_timeout: Optional[float] = None  # what set_timeout last set
 
     @abstractmethod

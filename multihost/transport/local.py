@@ -12,7 +12,7 @@ from typing import Optional
 
 from ..errors import CommandTimeout
 from ..hosts import Host
-from .base import Command, CommandResult, Process, Transport, to_shell
+from .base import Command, CommandResult, InputStream, Process, Transport, to_shell
 
 LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
@@ -48,7 +48,7 @@ class LocalProcess(Process):
         self._label = label
         assert popen.stdout is not None and popen.stdin is not None
         self.stdout = popen.stdout
-        self.stdin = popen.stdin
+        self.stdin = InputStream(popen.stdin)  # a pipe's errors: OSError, ValueError
 
     def read_stderr(self) -> bytes:
         return self._popen.stderr.read() if self._popen.stderr else b""

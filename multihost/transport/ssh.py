@@ -29,7 +29,7 @@ import paramiko
 
 from ..errors import CommandTimeout, ConfigError, ConnectError
 from ..hosts import Host
-from .base import Command, CommandResult, Process, SshOptions, Transport, to_shell
+from .base import Command, CommandResult, InputStream, Process, SshOptions, Transport, to_shell
 from .hostcerts import CERT_SUFFIX
 from .hostkeys import (HostKeyPolicy, RevokedHostKey, UnknownHostKey, is_revoked,
                        known_hosts_files, load_known_hosts)
@@ -190,12 +190,30 @@ def login(client: CheckingClient, target: SshTarget, sock, label: str) -> None:
         raise
 
 
+class ChannelInput(InputStream):
+    """A channel's stdin. Besides socket errors, paramiko raises its own SSHException and
+    EOFError for a channel or connection that is gone: all of them are a BrokenStream."""
+
+    errors = (OSError, ValueError, EOFError, paramiko.SSHException)
+
+    def __init__(self, channel: paramiko.Channel):
+        super().__init__(channel.makefile_stdin("wb"))
+        self._channel = channel
+
+    def _end(self) -> None:
+        """EOF by shutting the channel's write side; the file itself is not closed:
+        paramiko closes it again when it is collected, and a second close raises (in
+        __del__, where it can only be printed)."""
+        self._raw.flush()
+        self._channel.shutdown_write()
+
+
 class SshProcess(Process):
     def __init__(self, channel: paramiko.Channel, label: str):
         self._channel = channel
         self._label = label
         self.stdout = channel.makefile("rb")
-        self.stdin = channel.makefile_stdin("wb")
+        self.stdin = ChannelInput(channel)
         self._stderr = channel.makefile_stderr("rb")
 
     def read_stderr(self) -> bytes:

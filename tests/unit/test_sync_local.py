@@ -7,8 +7,11 @@ import stat
 
 import pytest
 
-from multihost.errors import SyncError
+from multihost.errors import ConnectError, SyncError
+from multihost.hosts import Host
 from multihost.remote.sync_fs import CACHE_DIR, tree_key
+from multihost.sync.transfer import stream_to
+from multihost.transport import LocalTransport
 
 
 def tree(root):
@@ -199,3 +202,30 @@ def test_stale_temporary_files_of_a_killed_receiver_are_removed(env):
     (env.code / "pkg" / "model.py").write_text("LAYERS = 5\n")
     env.sync()
     assert not os.path.exists(stale)
+
+
+class _DeadOnArrival(LocalTransport):
+    """A host whose helper ends before it reads a byte of the stream."""
+
+    def start(self, command, *, cwd=None):
+        return super().start("exit 3")
+
+
+def _many_records(writer):
+    for number in range(4096):  # far more than a pipe holds
+        writer.record({"t": "x", "p": f"{number:0>400}"})
+
+
+def test_a_stream_that_breaks_while_sending_is_that_host_lost():
+    with pytest.raises(ConnectError) as info:
+        stream_to(_DeadOnArrival(Host(name="127.0.0.1")), {}, _many_records)
+    assert (info.value.host, info.value.kind) == ("127.0.0.1", ConnectError.LOST)
+    assert "broke while sending files" in str(info.value)
+
+
+def test_a_bug_while_sending_is_not_disguised_as_a_lost_connection():
+    def buggy(writer):
+        raise KeyError("a bug of ours")
+
+    with pytest.raises(KeyError):
+        stream_to(_DeadOnArrival(Host(name="127.0.0.1")), {}, buggy)

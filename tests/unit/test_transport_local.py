@@ -1,11 +1,13 @@
 """The local transport: the single-machine case needs no sshd, and quoting is exact."""
 import socket
 
+import paramiko
 import pytest
 
 from multihost.errors import CommandTimeout
 from multihost.hosts import Host
-from multihost.transport import LocalTransport, is_local_host, to_shell
+from multihost.transport import BrokenStream, LocalTransport, is_local_host, to_shell
+from multihost.transport.ssh import ChannelInput
 
 
 @pytest.mark.parametrize("name", ["127.0.0.1", "localhost", "127.0.0.2", socket.gethostname()])
@@ -53,3 +55,70 @@ def test_timeout_names_the_host():
     with pytest.raises(CommandTimeout) as info:
         LocalTransport(Host(name="127.0.0.1")).run("sleep 5", timeout=0.2)
     assert info.value.host == "127.0.0.1"
+
+
+def test_writing_to_a_command_that_exited_is_a_broken_stream():
+    # A pipe says BrokenPipeError; the transport says BrokenStream, as over ssh.
+    process = LocalTransport(Host(name="127.0.0.1")).start("exit 0")
+    process.wait(10)
+    with pytest.raises(BrokenStream):
+        for _ in range(64):  # past the pipe's buffer
+            process.stdin.write(b"x" * 65536)
+            process.stdin.flush()
+    process.close()
+
+
+def test_writing_after_end_of_input_is_a_broken_stream():
+    # A closed pipe file says ValueError; the transport says BrokenStream.
+    process = LocalTransport(Host(name="127.0.0.1")).start("cat")
+    process.stdin.close()
+    process.stdin.close()  # end of input is sent once; a second close is harmless
+    with pytest.raises(BrokenStream):
+        process.stdin.write(b"late")
+    assert process.wait(10) == 0
+    process.close()
+
+
+class _ChannelFile:
+    def __init__(self, error):
+        self.error = error
+        self.closed = False
+
+    def write(self, data):
+        raise self.error
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+class _Channel:
+    def __init__(self, error):
+        self.file = _ChannelFile(error)
+        self.shut = 0
+
+    def makefile_stdin(self, mode):
+        return self.file
+
+    def shutdown_write(self):
+        self.shut += 1
+
+
+@pytest.mark.parametrize("error", [paramiko.SSHException("SSH session not active"), EOFError(),
+                                   OSError("Socket is closed")])
+def test_paramikos_own_stream_errors_are_a_broken_stream(error):
+    stdin = ChannelInput(_Channel(error))
+    with pytest.raises(BrokenStream) as info:
+        stdin.write(b"data")
+    assert str(info.value)  # names the cause, even for a bare EOFError
+
+
+def test_end_of_input_on_a_channel_shuts_its_write_side_once_and_keeps_the_file():
+    # closing paramiko's file would make its __del__ close it again and print noise
+    channel = _Channel(OSError())
+    stdin = ChannelInput(channel)
+    stdin.close()
+    stdin.close()
+    assert channel.shut == 1 and not channel.file.closed
