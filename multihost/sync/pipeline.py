@@ -72,132 +72,182 @@ def sync_code(cluster: Cluster, code_dir: str, *, workdirs: Dict[int, str], dry_
 
 def _sync_code(cluster: Cluster, code_dir: str, workdirs: Dict[int, str], dry_run: bool,
                verify: bool, listener: Optional[Listener]) -> SyncReport:
-    emit = listener or (lambda event: None)
-    started = time.monotonic()
-    code_root = os.path.abspath(os.path.expanduser(code_dir))
-    ready = threading.Event()
-    built: Dict[str, Manifest] = {}
-    used: Dict[int, Transport] = {}     # the way each host was reached (for _record)
+    return _CodeSync(cluster, code_dir, workdirs, dry_run, verify, listener).run()
 
-    def start_session(host, transport) -> HostSession:
-        from .session import HostSession
 
-        return HostSession.start(transport, {"root": workdirs[host.rank], "verify": verify,
-                                             "dry_run": dry_run, "rank": host.rank,
-                                             "keys": not dry_run})
+class _CodeSync:
+    """One sync of the code directory. Its steps are the methods; what they share (the
+    manifest once built, the way each host was reached, the results so far) is kept on
+    the instance, filled in the order ``run`` calls them."""
 
-    def begin(host):
+    def __init__(self, cluster: Cluster, code_dir: str, workdirs: Dict[int, str],
+                 dry_run: bool, verify: bool, listener: Optional[Listener]):
+        self.cluster = cluster
+        self.code_dir = code_dir
+        self.workdirs = workdirs
+        self.dry_run = dry_run
+        self.verify = verify
+        self.emit: Listener = listener or _ignore
+        self.started = time.monotonic()
+        self.code_root = os.path.abspath(os.path.expanduser(code_dir))
+        self.ready = threading.Event()              # set once the manifest is built (or failed)
+        self.manifest: Optional[Manifest] = None
+        self.used: Dict[int, Transport] = {}        # the way each host was reached (for _record)
+        self.results: Dict[int, HostSync] = {}
+        self.sessions: Dict[int, HostSession] = {}
+        self.known: Dict[int, _Known] = {}
+        self.keys: Dict[int, Dict[str, list]] = {}
+        self.digests: Dict[int, str] = {}
+
+    def run(self) -> SyncReport:
+        # Connect and check or start every host while the code is hashed here.
+        starting: List = []
+        connecting = _in_background(lambda: starting.extend(
+            fan_out(self.cluster.hosts, self.begin, self.cluster.workers)))
+        revision: List[Tuple[Optional[str], bool]] = []
+        git = _in_background(lambda: revision.append(code_revision(self.code_dir)))
+        manifest = self.scan(connecting, starting)
+        connecting.join()
+        for result in starting:
+            self.sort_out(result)
+        pending = {rank: k.needs for rank, k in self.known.items()
+                   if k.needs is not None and k.nodes is None}
+        try:
+            self.keys.update(_compare_and_send(self.cluster, manifest, self.sessions, pending,
+                                               self.results, self.dry_run, self.emit))
+        finally:
+            for session in self.sessions.values():
+                session.abort()
+        self.add_unchanged_keys(manifest)
+        if not self.dry_run:
+            _record(self.cluster, manifest, self.workdirs, self.code_root, self.results,
+                    self.keys, self.digests, self.used)
+        git.join()
+        return self.report(manifest, revision[0] if revision else (None, False))
+
+    def begin(self, host):
         """A host exactly as the last sync left it needs no helper to be compared (one
         `stat`, see sync_fastpath), through the OpenSSH master an earlier command left
         when there is one (no handshake), and a small change goes to it at once; any
         other host gets its helper started right away, to compare by content."""
-        record = None if verify else load_record(host.label, workdirs[host.rank], code_root)
-        quick = None if record is None else cluster.reused(host)
+        record = None if self.verify else load_record(host.label, self.workdirs[host.rank],
+                                                      self.code_root)
+        quick = None if record is None else self.cluster.reused(host)
         # Through a master, a host that does not answer within seconds is left to the
         # paramiko path (its connect timeout, its error), not waited for.
         if quick is not None and host_unchanged(quick, record, QUICK_TIMEOUT):
-            used[host.rank] = quick
+            self.used[host.rank] = quick
             try:
-                return as_known(host, quick, record)
+                return self.as_known(host, quick, record)
             except MultihostError:
                 pass  # the master went away half-way: the full path below redoes it
-        transport = used[host.rank] = cluster.transport(host)
-        cluster.leave_connection(host)
+        transport = self.used[host.rank] = self.cluster.transport(host)
+        self.cluster.leave_connection(host)
         if record is None or quick is not None or not host_unchanged(transport, record):
-            return start_session(host, transport)
-        return as_known(host, transport, record)
+            return self.start_session(host, transport)
+        return self.as_known(host, transport, record)
 
-    def as_known(host, transport, record) -> _Known:
-        ready.wait()
-        manifest = built.get("manifest")
+    def start_session(self, host, transport) -> HostSession:
+        from .session import HostSession
+
+        return HostSession.start(transport, {"root": self.workdirs[host.rank],
+                                             "verify": self.verify, "dry_run": self.dry_run,
+                                             "rank": host.rank, "keys": not self.dry_run})
+
+    def as_known(self, host, transport, record) -> _Known:
+        """A host as the last sync left it: what changed since (from its record), sent
+        at once when it is small."""
+        self.ready.wait()
+        manifest = self.manifest
         if manifest is None or matches_manifest(record, manifest):
             return _Known(record)
         needs = needs_from_plan(manifest, host.rank, plan_from_record(record, manifest))
-        if dry_run or needs.bytes >= RELAY_MIN_BYTES:
+        if self.dry_run or needs.bytes >= RELAY_MIN_BYTES:
             return _Known(record, needs)  # heavy: sent with the others (relays may serve)
-        emit(SyncPlanned(host.label, needs))
+        self.emit(SyncPlanned(host.label, needs))
         began = time.monotonic()
-        try:
-            nodes = quick_send(transport, needs, record, manifest.root)
-        except MultihostError:
-            nodes = None  # the helper's stream below redoes it, whatever got written
-        if nodes is None:
-            from .deliver import direct_fill
-
-            nodes = stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
-                              direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
+        nodes = _send_small_change(transport, host, needs, record, manifest)
         return _Known(record, needs, nodes, time.monotonic() - began)
 
-    # Connect and check or start every host while the code is hashed here.
-    starting: List = []
-    connecting = threading.Thread(target=lambda: starting.extend(fan_out(cluster.hosts, begin,
-                                                                            cluster.workers)),
-                                  daemon=True)
-    connecting.start()
-    revision: List[Tuple[Optional[str], bool]] = []
-    git = threading.Thread(target=lambda: revision.append(code_revision(code_dir)), daemon=True)
-    git.start()
-    try:
-        manifest = build_manifest(code_dir, verify=verify)
-    except BaseException:
-        ready.set()
-        connecting.join()
-        for result in starting:
-            if result.ok and not isinstance(result.value, _Known):
-                result.value.abort()
-        raise
-    built["manifest"] = manifest
-    ready.set()
-    emit(SyncScanned(manifest.files, manifest.bytes, manifest.hashed_files, manifest.hashed_bytes,
-                     time.monotonic() - started))
-    connecting.join()
+    def scan(self, connecting: threading.Thread, starting: List) -> Manifest:
+        """The manifest of the code directory; if it cannot be built, the sessions
+        started meanwhile are ended before the error goes on."""
+        try:
+            manifest = build_manifest(self.code_dir, verify=self.verify)
+        except BaseException:
+            self.ready.set()
+            connecting.join()
+            for result in starting:
+                if result.ok and not isinstance(result.value, _Known):
+                    result.value.abort()
+            raise
+        self.manifest = manifest
+        self.ready.set()
+        self.emit(SyncScanned(manifest.files, manifest.bytes, manifest.hashed_files,
+                              manifest.hashed_bytes, time.monotonic() - self.started))
+        return manifest
 
-    results: Dict[int, HostSync] = {}
-    sessions: Dict[int, HostSession] = {}
-    known: Dict[int, _Known] = {}
-    keys: Dict[int, Dict[str, list]] = {}
-    digests: Dict[int, str] = {}
-    for result in starting:
+    def sort_out(self, result) -> None:
+        """One host's start: failed, a session waiting for the manifest, or known."""
         host = result.host
         if not result.ok:
-            results[host.rank] = failed_result(host.label, host.rank, result.error)
+            self.results[host.rank] = failed_result(host.label, host.rank, result.error)
         elif not isinstance(result.value, _Known):
-            sessions[host.rank] = result.value
+            self.sessions[host.rank] = result.value
         else:
-            known[host.rank] = item = result.value
+            self.known[host.rank] = item = result.value
             if item.needs is None:
-                results[host.rank] = HostSync(host.label, host.rank, item.record["root"])
-                remember_check(host.label, workdirs[host.rank], code_root, item.record)
+                self.results[host.rank] = HostSync(host.label, host.rank, item.record["root"])
+                remember_check(host.label, self.workdirs[host.rank], self.code_root, item.record)
             elif item.nodes is not None:
                 node = item.nodes.get(str(host.rank), {})
-                results[host.rank] = merge_result(host.label, item.needs, [node], None, (), item.seconds)
-                keys[host.rank] = dict(node.get("keys") or {})
+                self.results[host.rank] = merge_result(host.label, item.needs, [node], None, (),
+                                                       item.seconds)
+                self.keys[host.rank] = dict(node.get("keys") or {})
                 if node.get("stat"):
-                    digests[host.rank] = node["stat"]
-    pending = {rank: k.needs for rank, k in known.items() if k.needs is not None and k.nodes is None}
+                    self.digests[host.rank] = node["stat"]
+
+    def add_unchanged_keys(self, manifest: Manifest) -> None:
+        """What the stream left alone on a known host is as its record says."""
+        for rank, item in self.known.items():
+            if item.needs is not None and item.needs.empty and rank in self.results \
+                    and not self.dry_run:
+                self.keys.setdefault(rank, {})
+            if rank in self.keys and item.needs is not None:
+                plan = plan_from_record(item.record, manifest)
+                self.keys[rank] = {**unchanged_keys(item.record, manifest, plan), **self.keys[rank]}
+
+    def report(self, manifest: Manifest, revision: Tuple[Optional[str], bool]) -> SyncReport:
+        commit, dirty = revision
+        report = SyncReport(manifest.root, manifest.files, manifest.bytes,
+                            tuple(self.results[h.rank] for h in self.cluster.hosts), commit, dirty,
+                            self.dry_run, self.verify, size_warnings(manifest),
+                            time.monotonic() - self.started)
+        for host_result in report.hosts:
+            self.emit(SyncHostDone(host_result))
+        if not report.ok:
+            raise sync_error(report)
+        return report
+
+
+def _in_background(work: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+def _send_small_change(transport, host, needs: HostNeeds, record: dict, manifest: Manifest):
+    """Written by the host's shell when it can be (sync_quick), else by the helper's stream."""
     try:
-        keys.update(_compare_and_send(cluster, manifest, sessions, pending, results, dry_run, emit))
-    finally:
-        for session in sessions.values():
-            session.abort()
-    for rank, item in known.items():  # what the stream left alone is as recorded
-        if item.needs is not None and item.needs.empty and rank in results and not dry_run:
-            keys.setdefault(rank, {})
-        if rank in keys and item.needs is not None:
-            plan = plan_from_record(item.record, manifest)
-            keys[rank] = {**unchanged_keys(item.record, manifest, plan), **keys[rank]}
-    if not dry_run:
-        _record(cluster, manifest, workdirs, code_root, results, keys, digests, used)
-    git.join()
-    commit, dirty = revision[0] if revision else (None, False)
-    report = SyncReport(manifest.root, manifest.files, manifest.bytes,
-                        tuple(results[h.rank] for h in cluster.hosts), commit, dirty, dry_run,
-                        verify, size_warnings(manifest), time.monotonic() - started)
-    for host_result in report.hosts:
-        emit(SyncHostDone(host_result))
-    if not report.ok:
-        raise sync_error(report)
-    return report
+        nodes = quick_send(transport, needs, record, manifest.root)
+    except MultihostError:
+        nodes = None  # the helper's stream below redoes it, whatever got written
+    if nodes is None:
+        from .deliver import direct_fill
+
+        nodes = stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
+                          direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
+    return nodes
 
 
 def _ignore(*args) -> None:
