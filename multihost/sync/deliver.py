@@ -4,10 +4,11 @@ second, direct pass for whatever a relay did not deliver.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConnectError, MultihostError, SyncError
 from ..events import Listener
@@ -52,121 +53,165 @@ def deliver(cluster: Cluster, manifest: Manifest, needs: Dict[int, HostNeeds],
             ) -> Tuple[Dict[int, HostSync], Dict[int, Dict[str, list]]]:
     """Results per host, and each host's stat keys of what it now holds in sync (for
     sync_fastpath's record)."""
-    hosts = {h.rank: h for h in cluster.hosts}
-    labels = {rank: hosts[rank].label for rank in needs}
-    board = ProgressBoard(labels, {r: (n.files, n.bytes) for r, n in needs.items()}, emit)
-    relayable = [r for r in needs if not cluster.transport(hosts[r]).is_local]
-    relays, _ = group_for_relay({r: n.relayable for r, n in needs.items()}, relayable)
-    relayed = {(r, e.path) for g in relays for r in g.ranks for e in g.entries}
-    outcomes: Dict[int, List[dict]] = {rank: [] for rank in needs}
-    errors: Dict[int, MultihostError] = {}
-    lock = threading.Lock()
-    started = time.monotonic()
-    in_flight: List[object] = []  # every process started here, to end them all on Ctrl-C
-    cancelled = threading.Event()
+    return _Delivery(cluster, manifest, needs, sessions, emit).run()
 
-    def register(process) -> None:
-        with lock:
-            in_flight.append(process)
-        if cancelled.is_set():  # started just as everything was being stopped
-            stop_process(process)
 
-    def direct_stream(rank: int, entries: Sequence[Entry], first: bool) -> None:
-        host_needs = needs[rank]
-        fill = direct_fill(host_needs, manifest.root, entries, lambda n: board.add([rank], count=n),
-                           lambda: board.add([rank], files=1), first)
-        if first and rank in sessions:  # into the session that made the plan
-            nodes = sessions[rank].send(fill)
-        else:
-            nodes = stream_to(cluster.transport(hosts[rank]),
-                              {"root": host_needs.root, "rank": rank, "keys": True}, fill,
-                              register=register)
-        with lock:
-            outcomes[rank].append(nodes.get(str(rank), {}))
+class _Delivery:
+    """One delivery to every host at once. Its streams run in worker threads and share
+    what is kept here, under ``lock``: what each host answered, the first error of each,
+    and every process started (to end them all on Ctrl-C)."""
 
-    def relay_stream(group: RelayGroup) -> None:
-        head = hosts[group.ranks[0]]
-        hops = [hop_spec(hosts[r], cluster.transport(hosts[r]), needs[r].root) for r in group.ranks]
-        request = {"hops": hops, "index": 0, "fanout": relay_fanout(len(hops)), "keys": True}
-        transport = cluster.transport(head)
+    def __init__(self, cluster: Cluster, manifest: Manifest, needs: Dict[int, HostNeeds],
+                 sessions: Dict[int, HostSession], emit: Listener):
+        self.cluster = cluster
+        self.manifest = manifest
+        self.needs = needs
+        self.sessions = sessions
+        self.hosts = {h.rank: h for h in cluster.hosts}
+        self.labels = {rank: self.hosts[rank].label for rank in needs}
+        self.board = ProgressBoard(self.labels, {r: (n.files, n.bytes) for r, n in needs.items()},
+                                   emit)
+        relayable = [r for r in needs if not cluster.transport(self.hosts[r]).is_local]
+        self.relays, _ = group_for_relay({r: n.relayable for r, n in needs.items()}, relayable)
+        self.relayed = {(r, e.path) for g in self.relays for r in g.ranks for e in g.entries}
+        self.outcomes: Dict[int, List[dict]] = {rank: [] for rank in needs}
+        self.errors: Dict[int, MultihostError] = {}
+        self.lock = threading.Lock()
+        self.in_flight: List[object] = []
+        self.cancelled = threading.Event()
 
-        def fill(writer) -> None:
-            write_entries(writer, manifest.root, group.entries,
-                          lambda n: board.add(group.ranks, count=n),
-                          lambda: board.add(group.ranks, files=1))
-
-        nodes = None
-        argv = openssh_argv(transport, cluster.options.config_file)
-        if argv is not None:  # the heavy stream through OpenSSH's C crypto (sync_bulk)
-            try:
-                nodes = stream_openssh(transport, argv, request, fill, register=register)
-            except ConnectError:
-                nodes = None  # `ssh` would not: paramiko will
-        if nodes is None and not cancelled.is_set():
-            try:
-                nodes = stream_to(transport, request, fill, register=register)
-            except MultihostError as err:
-                nodes = {str(r): {"error": f"relay via {head.label} failed: {err.cause}"}
-                         for r in group.ranks}
-        if nodes is None:
-            return  # stopped
-        with lock:
-            for rank in group.ranks:
-                node = nodes.get(str(rank)) or {"error": "no answer from the relay"}
-                node = dict(node, relayed=True, group=group, head=rank == group.ranks[0])
-                outcomes[rank].append(node)
-
-    def guarded(rank: int, task: Callable[[], None]) -> None:
-        if cancelled.is_set():
-            return
+    def run(self) -> Tuple[Dict[int, HostSync], Dict[int, Dict[str, list]]]:
+        started = time.monotonic()
+        workers = max(1, min(self.cluster.workers, len(self.needs) + len(self.relays)))
+        pool = ThreadPoolExecutor(max_workers=workers)
         try:
-            task()
-        except MultihostError as err:
-            with lock:
-                errors.setdefault(rank, err)
+            self.first_pass(pool)
+            retry = self.second_pass(pool)
+        except BaseException:
+            # Ctrl-C (or a bug): end every stream now, so the workers return at once; the
+            # hosts drop the file they were writing (each file is old or new, never half).
+            self.cancel()
+            raise
+        finally:
+            pool.shutdown(wait=True)
+        return self.results(retry, time.monotonic() - started), self.keys()
 
-    pool = ThreadPoolExecutor(max_workers=max(1, min(cluster.workers, len(needs) + len(relays))))
-    try:
-        jobs = [pool.submit(guarded, rank, lambda r=rank: direct_stream(
-                    r, [e for e in needs[r].send if (r, e.path) not in relayed], True))
-                for rank in needs]
-        jobs += [pool.submit(guarded, group.ranks[0], lambda g=group: relay_stream(g))
-                 for group in relays]
+    def first_pass(self, pool: ThreadPoolExecutor) -> None:
+        """Each host's direct stream (without what a relay brings) and every relay."""
+        jobs = [pool.submit(self.guarded, rank, self.direct_stream, rank, self.direct_part(rank),
+                            True)
+                for rank in self.needs]
+        jobs += [pool.submit(self.guarded, group.ranks[0], self.relay_stream, group)
+                 for group in self.relays]
         for job in jobs:
             job.result()
-        # Second pass: what a relay did not deliver goes directly.
-        retry = undelivered(outcomes, errors)
+
+    def direct_part(self, rank: int) -> List[Entry]:
+        return [e for e in self.needs[rank].send if (rank, e.path) not in self.relayed]
+
+    def second_pass(self, pool: ThreadPoolExecutor) -> Dict[int, List[Entry]]:
+        """What a relay did not deliver goes directly; returns what was sent again."""
+        retry = undelivered(self.outcomes, self.errors)
         for rank, entries in retry.items():
-            board.extend(rank, len(entries), sum(e.size for e in entries))
-        jobs = [pool.submit(guarded, rank, lambda r=rank, e=entries: direct_stream(r, e, False))
+            self.board.extend(rank, len(entries), sum(e.size for e in entries))
+        jobs = [pool.submit(self.guarded, rank, self.direct_stream, rank, entries, False)
                 for rank, entries in retry.items()]
         for job in jobs:
             job.result()
-    except BaseException:
-        # Ctrl-C (or a bug): end every stream now, so the workers return at once; the
-        # hosts drop the file they were writing (each file is old or new, never half).
-        cancelled.set()
-        for session in sessions.values():
+        return retry
+
+    def guarded(self, rank: int, task: Callable[..., None], *args) -> None:
+        if self.cancelled.is_set():
+            return
+        try:
+            task(*args)
+        except MultihostError as err:
+            with self.lock:
+                self.errors.setdefault(rank, err)
+
+    def register(self, process) -> None:
+        with self.lock:
+            self.in_flight.append(process)
+        if self.cancelled.is_set():  # started just as everything was being stopped
+            stop_process(process)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        for session in self.sessions.values():
             session.abort()
-        with lock:
-            for process in in_flight:
+        with self.lock:
+            for process in self.in_flight:
                 stop_process(process)
-        raise
-    finally:
-        pool.shutdown(wait=True)
-    seconds = time.monotonic() - started
-    results = {}
-    for rank, host_needs in needs.items():
-        board.add([rank], force=True)
-        results[rank] = merge_result(labels[rank], host_needs, outcomes[rank], errors.get(rank),
-                                     retry.get(rank, ()), seconds)
-    keys: Dict[int, Dict[str, list]] = {}
-    for rank in needs:
-        merged: Dict[str, list] = {}
-        for node in outcomes[rank]:
-            merged.update(node.get("keys") or {})
-        keys[rank] = merged
-    return results, keys
+
+    def direct_stream(self, rank: int, entries: Sequence[Entry], first: bool) -> None:
+        host_needs = self.needs[rank]
+        fill = direct_fill(host_needs, self.manifest.root, entries,
+                           lambda n: self.board.add([rank], count=n),
+                           lambda: self.board.add([rank], files=1), first)
+        if first and rank in self.sessions:  # into the session that made the plan
+            nodes = self.sessions[rank].send(fill)
+        else:
+            nodes = stream_to(self.cluster.transport(self.hosts[rank]),
+                              {"root": host_needs.root, "rank": rank, "keys": True}, fill,
+                              register=self.register)
+        with self.lock:
+            self.outcomes[rank].append(nodes.get(str(rank), {}))
+
+    def relay_stream(self, group: RelayGroup) -> None:
+        head = self.hosts[group.ranks[0]]
+        nodes = self.relay_nodes(group, head)
+        if nodes is None:
+            return  # stopped
+        with self.lock:
+            for rank in group.ranks:
+                node = nodes.get(str(rank)) or {"error": "no answer from the relay"}
+                node = dict(node, relayed=True, group=group, head=rank == group.ranks[0])
+                self.outcomes[rank].append(node)
+
+    def relay_nodes(self, group: RelayGroup, head) -> Optional[dict]:
+        """The relay's answer for each of its hosts: through OpenSSH's C crypto when it
+        can (sync_bulk), else paramiko; None when the delivery was stopped."""
+        hops = [hop_spec(self.hosts[r], self.cluster.transport(self.hosts[r]), self.needs[r].root)
+                for r in group.ranks]
+        request = {"hops": hops, "index": 0, "fanout": relay_fanout(len(hops)), "keys": True}
+        transport = self.cluster.transport(head)
+        fill = functools.partial(self.write_group, group)
+        nodes = None
+        argv = openssh_argv(transport, self.cluster.options.config_file)
+        if argv is not None:
+            try:
+                nodes = stream_openssh(transport, argv, request, fill, register=self.register)
+            except ConnectError:
+                nodes = None  # `ssh` would not: paramiko will
+        if nodes is None and not self.cancelled.is_set():
+            try:
+                nodes = stream_to(transport, request, fill, register=self.register)
+            except MultihostError as err:
+                nodes = {str(r): {"error": f"relay via {head.label} failed: {err.cause}"}
+                         for r in group.ranks}
+        return nodes
+
+    def write_group(self, group: RelayGroup, writer: Writer) -> None:
+        write_entries(writer, self.manifest.root, group.entries,
+                      lambda n: self.board.add(group.ranks, count=n),
+                      lambda: self.board.add(group.ranks, files=1))
+
+    def results(self, retry: Dict[int, List[Entry]], seconds: float) -> Dict[int, HostSync]:
+        results = {}
+        for rank, host_needs in self.needs.items():
+            self.board.add([rank], force=True)
+            results[rank] = merge_result(self.labels[rank], host_needs, self.outcomes[rank],
+                                         self.errors.get(rank), retry.get(rank, ()), seconds)
+        return results
+
+    def keys(self) -> Dict[int, Dict[str, list]]:
+        keys: Dict[int, Dict[str, list]] = {}
+        for rank in self.needs:
+            merged: Dict[str, list] = {}
+            for node in self.outcomes[rank]:
+                merged.update(node.get("keys") or {})
+            keys[rank] = merged
+        return keys
 
 
 def undelivered(outcomes: Dict[int, List[dict]], errors: Dict[int, MultihostError]) -> Dict[int, List[Entry]]:
