@@ -28,7 +28,7 @@ class DataVerification:
         self._outcome: object = None
         self._verify = None
         if self.paths:
-            from ..data.verify import verify_data
+            from ..data import verify_data
 
             self._verify = verify_data
 
@@ -67,7 +67,7 @@ def data_results(outcome: object, hosts: Sequence[Host],
         named = [h for h in hosts if outcome.host in (h.label, h.name)]
         return {h.rank: CheckResult("data", FAIL, outcome.cause, outcome.fix, "failed")
                 for h in (named or hosts)}
-    from ..data.verify import describe
+    from ..data import describe
 
     repair = ("copy it from the first host, host to host: multihost sync "
               + " ".join(f"--data {p}" for p in paths) + " --sync-data")

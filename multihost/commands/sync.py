@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
                     raise
                 view.show_sync(report)
             if paths:
-                from ..data.verify import data_error, sync_data, verify_data
+                from ..data import data_error, sync_data, verify_data
 
                 data = verify_data(cluster, paths, workdirs=workdirs, verify=args.verify,
                                    listener=view)

@@ -1,8 +1,8 @@
 """The copy behind --sync-data: from the first host to the others, host to host.
 
 For each dataset path that differs: every host that differs first moves the files to be
-replaced or removed into its trash (``data.trash``, in parallel), then the first host
-pushes the missing and differing files to them (``sync.push``), one relay per set of
+replaced or removed into its trash (``data_trash``, in parallel), then the first host
+pushes the missing and differing files to them (``sync_push``), one relay per set of
 hosts that need the same files, so a dataset missing on seven hosts leaves the first
 host once. The controller sends lists and reads replies; no dataset byte passes it.
 """
@@ -11,15 +11,18 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Dict, List, Tuple
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import helper
-from .verify import DataReport, HostDataSync, PathState
+from .model import DataReport, DataSyncReport, HostDataSync, PathState
+from .verify import _scan, verify_data
 from ..errors import MultihostError, SyncError
-from ..events import Listener, SyncProgress
 from ..fanout import Cluster
 from ..remote.sync_fs import FILE
-from ..sync.transfer import call_streaming, hop_spec, relay_fanout
+from ..events import Listener, SyncProgress
+from ..sync import call_streaming, hop_spec, pipe_errors_raise, relay_fanout
+
 
 
 def _target_root(ref: PathState, state: PathState) -> str:
@@ -52,6 +55,17 @@ class _Tally:
         return {rank: HostDataSync(self.labels[rank], rank, v["files"], v["bytes"], v["moved_aside"],
                                    tuple(v["trash"]), v["error"], v["fix"])
                 for rank, v in self.values.items()}
+
+
+def sync_data(cluster: Cluster, paths: Sequence[str], *, workdirs: Optional[Dict[int, str]] = None,
+              listener: Optional[Listener] = None, report: Optional[DataReport] = None) -> DataSyncReport:
+    """Copy what differs from the first host to the others, host to host."""
+    started = time.monotonic()
+    report = report or verify_data(cluster, paths, workdirs=workdirs, listener=listener)
+    with pipe_errors_raise():
+        results = copy_from_first(cluster, report, listener or (lambda event: None))
+    return DataSyncReport(tuple(results[h.rank] for h in cluster.hosts if h.rank in results),
+                          time.monotonic() - started)
 
 
 def copy_from_first(cluster: Cluster, report: DataReport, emit: Listener) -> Dict[int, HostDataSync]:
@@ -98,8 +112,6 @@ def copy_from_first(cluster: Cluster, report: DataReport, emit: Listener) -> Dic
 
 
 def _listing(cluster: Cluster, host, path: str) -> list:
-    from .verify import _scan
-
     return _scan(cluster.transport(host), (path,), None, False, True, lambda p: None)[0].get("entries", [])
 
 

@@ -18,7 +18,7 @@ from ..sync.manifest import human_bytes
 from . import wants_plain
 
 if TYPE_CHECKING:  # the data side is imported only when data is checked
-    from ..data.verify import DataReport, DataSyncReport
+    from ..data import DataReport, DataSyncReport
 
 PLAIN_EVERY = 2.0   # seconds between progress lines per host when not on a terminal
 
@@ -92,7 +92,7 @@ def sync_lines(report: SyncReport) -> List[str]:
 
 
 def data_lines(report: DataReport) -> List[str]:
-    from ..data.verify import describe
+    from ..data import describe
 
     lines = []
     for index, path in enumerate(report.paths):
