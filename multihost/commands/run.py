@@ -4,9 +4,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import socket
 import sys
-import time
 
 from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options
 from .jobargs import keep_words
@@ -141,99 +139,9 @@ def note_secrets_in_argv(args) -> None:
                        "environment instead")
 
 
-def check_log_dir(text: str) -> None:
-    """--log_dir must be a directory this controller can create and write, known before
-    anything starts: found after the launch, it left the job running unwatched."""
-    import errno
-
-    from ..errors import ConfigError
-
-    path = os.path.abspath(os.path.expanduser(text))
-    existing = path
-    while not os.path.lexists(existing):
-        existing = os.path.dirname(existing)
-    fix = "give a directory you can write, e.g. --log_dir ./log"
-    if not os.path.isdir(existing):
-        where = "is" if existing == path else f"is inside {existing}, which is"
-        raise ConfigError(f"--log_dir {text} {where} not a directory", fix=fix)
-    problem = None
-    if not os.access(existing, os.W_OK | os.X_OK):
-        problem = os.strerror(errno.EACCES)
-    elif os.statvfs(existing).f_flag & os.ST_RDONLY:
-        problem = os.strerror(errno.EROFS)
-    if problem:
-        place = "" if existing == path else f" (in {existing})"
-        raise ConfigError(f"--log_dir {text} cannot be written{place}: {problem}", fix=fix)
-
-
 def _say(args, text: str) -> None:
     if not args.json:
         print(f"multihost: {text}", file=sys.stderr, flush=True)
-
-
-def preflight(cluster, job, args):
-    """The checks of `multihost check`; a failure stops here, before anything starts."""
-    from ..check.preflight import run_checks
-    from ..check.report import FAIL
-    from ..errors import CheckError
-
-    _say(args, f"checking {len(cluster.hosts)} host(s)...")
-    report = run_checks(cluster, job)
-    failures = [(h, r) for h, r in report.failures(FAIL)
-                if not (args.allow_concurrent and r.name == "leftovers")]
-    for host, result in failures[1:]:
-        fix = f" (fix: {result.fix})" if result.fix else ""
-        print(f"multihost: {host.host.label}: {result.name}: {result.detail}{fix}",
-              file=sys.stderr)
-    if failures:
-        host, result = failures[0]
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise CheckError(f"{result.name}: {result.detail}{more}", host=host.host.label,
-                         fix=result.fix)
-    if report.start_port is None:
-        raise report.error()
-    return report
-
-
-def sync(cluster, job, args, data_checked: bool):
-    from ..views.sync_view import SyncView
-
-    paths = tuple(dict.fromkeys(tuple(job.data) + tuple(p for h in cluster.hosts for p in h.data)))
-    if args.no_sync and (data_checked or not paths):
-        return  # nothing to do: do not even import the sync engine
-    from ..sync import pipeline as sync_module
-
-    workdirs = {host.rank: _workdir(host, job) for host in cluster.hosts}
-    if not args.no_sync:
-        _say(args, f"syncing {os.path.abspath(job.code)} to {len(cluster.hosts)} host(s)...")
-        view = None if args.json else SyncView(sys.stderr)
-        report = sync_module.sync_code(cluster, job.code, workdirs=workdirs, listener=view)
-        if view is not None:
-            view.show_sync(report)
-    if paths and not data_checked:  # the preflight verifies the data itself
-        _say(args, f"verifying {len(paths)} dataset(s) on {len(cluster.hosts)} host(s)...")
-        from ..data.verify import data_error, verify_data
-
-        report = verify_data(cluster, paths, workdirs=workdirs)
-        if not report.ok:
-            raise data_error(report)
-
-
-def setup(cluster, job, args):
-    """The setup step on every host (skipped where unchanged); the code tree's content
-    hash, which keys it and is recorded for `rerun --same-code`."""
-    from ..run import setup_step
-
-    digest = setup_step.code_digest(job.code)
-    if not args.setup:
-        return digest
-    _say(args, f"setup on {len(cluster.hosts)} host(s): {args.setup}")
-    write = (lambda line: None) if args.json else \
-        (lambda line: print(f"multihost: {line}", file=sys.stderr, flush=True))
-    workdirs = {host.rank: _workdir(host, job) for host in cluster.hosts}
-    setup_step.run_setup(cluster, args.setup, digest, workdirs, always=args.setup_always,
-                         on_result=lambda result: setup_step.show(result, write))
-    return digest
 
 
 def save_job(args, record, command) -> None:
@@ -245,134 +153,45 @@ def save_job(args, record, command) -> None:
     save_job_file(record.run_id, jobfile.dump(jobfile.resolved(args, defaults(args), command)))
 
 
-def _workdir(host, job):
-    from ..job import workdir_for
+def request_from_args(args: argparse.Namespace, command, job, env):
+    from ..run.pipeline import RunRequest
 
-    return workdir_for(host, job.code)
-
-
-def in_background(function, *args):
-    """Start ``function(*args)`` in a thread; call the result to wait for its value. The
-    git revision is worth recording, not worth waiting for while hosts are contacted."""
-    import threading
-
-    box = {}
-    thread = threading.Thread(target=lambda: box.setdefault("value", function(*args)),
-                              daemon=True)
-    thread.start()
-    return lambda: (thread.join(), box.get("value"))[1]
-
-
-def code_revision(code_dir):
-    try:
-        from ..sync.manifest import code_revision as revision
-    except ImportError:
-        return None, None
-    try:
-        return revision(code_dir)
-    except Exception:  # a revision is nice to record, never a reason to fail
-        return None, None
-
-
-
-def initial_record(plan, args, cluster, git):
-    from ..run.env import mask_argv
-    from ..run.records import NodeRecord, RunRecord, host_to_dict
-
-    nodes = tuple(NodeRecord(n.node_rank, host_to_dict(n.host), n.host.label, n.address,
-                             n.nproc, n.rank_offset, n.workdir) for n in plan.nodes)
-    options = cluster.options
-    return RunRecord(
-        run_id=plan.run_id, created=time.time(), nodes=nodes,
-        command=tuple(mask_argv(plan.command, plan.user_env)),
-        launcher=plan.template.name, node0_argv="", start_port=plan.start_port,
-        world_size=plan.world_size, git_commit=git[0], git_dirty=git[1],
-        log_dir=os.path.join(os.path.abspath(args.log_dir), plan.run_id),
-        kill_wait=plan.kill_wait, allow_concurrent=plan.allow_concurrent,
-        ssh={"connect_timeout": options.connect_timeout,
-             "accept_new_host_keys": options.accept_new_host_keys,
-             "config_file": options.config_file},
-        controller={"hostname": socket.gethostname(), "pid": os.getpid(), "cwd": os.getcwd()})
-
-
-def ps_layout(args, addresses, start_port):
-    """A parameter-server job's layout (`multihost fleetrun` only), for these addresses
-    and this start port; None for any other job."""
-    spec = getattr(args, "ps", None)
-    if spec is None:
-        return None
-    from ..run.fleetrun import build_layout
-
-    return build_layout(spec, addresses, start_port)
-
-
-def launcher_for(args, hosts, command, code_dir):
-    """--launcher, else the hostfile's, else the framework the script imports."""
-    from ..run.launcher_choice import choose_launcher
-
-    return choose_launcher(command, code_dir, no_python=args.no_python, given=args.launcher,
-                           hostfile=hosts[0].launcher if hosts else None)
+    return RunRequest(
+        command=tuple(command), job=job, launcher=args.launcher, no_python=args.no_python,
+        env=env, check=not args.no_check, sync=not args.no_sync,
+        allow_concurrent=args.allow_concurrent, log_dir=args.log_dir, kill_wait=args.kill_wait,
+        wait=args.wait, detach=args.detach, setup=args.setup, setup_always=args.setup_always,
+        max_restarts=args.max_restarts, hang_timeout=args.hang_timeout,
+        ps=getattr(args, "ps", None))
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..run import launchers as launch
-    from ..run import plan as run_plan
-    from ..errors import ConfigError
     from ..job import job_options_from_args
-    from ..run.records import new_run_id
+    from ..run import pipeline
+    from ..views.sync_view import SyncView
     from .common import cluster_from_args, hosts_from_args
-
     from .jobargs import with_job_file
 
     args = with_job_file(args)
     command = script_words(args.command)
     hosts = getattr(args, "_hosts", None) or hosts_from_args(args)  # rerun: the run's own
     job = job_options_from_args(args, hosts)
-    choice = launcher_for(args, hosts, command, job.code)
-    template = launch.load_template(choice.name)
-    # The preflight checks that every host has what the launcher imports (torchrun: torch).
-    job = dataclasses.replace(job, frameworks=template.frameworks)
-    ps = ps_layout(args, [h.name for h in hosts], job.start_port or 17000)
-    if ps is not None:  # the check then checks every role's port on every machine
-        job = dataclasses.replace(job, nproc_per_node=ps.ports_per_machine())
     env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
-    check_log_dir(args.log_dir)
-    if args.kill_wait < 0 or (args.wait is not None and args.wait < 0):
-        raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
-    check_restart_options(args)
-    # Every mistake in the input is found now, not after a long check and sync.
-    run_plan.build_plan("", hosts, job, template, command, start_port=job.start_port or 0,
-                        addresses=[h.name for h in hosts], no_python=args.no_python, ps=ps)
-    if not args.no_sync:
-        run_plan.check_script(command, job.code, no_python=args.no_python)
+    request = request_from_args(args, command, job, env)
+    validated = pipeline.validate(hosts, request)  # every mistake, before any host is asked
     note_secrets_in_argv(args)
     if not args.launcher:  # the input is good: say the choice before anything starts
-        _say(args, choice.line())
-    revision = in_background(code_revision, job.code)
+        _say(args, validated.choice.line())
     with cluster_from_args(args, hosts) as cluster:
-        report = None if args.no_check else preflight(cluster, job, args)
-        start_port = report.start_port if report else job.start_port
-        if start_port is None:
-            raise ConfigError("--start-port auto needs the preflight to find a free port",
-                              fix="drop --no-check, or give a port: --start-port 17000")
-        sync(cluster, job, args, data_checked=report is not None)
-        digest = setup(cluster, job, args)
-        addresses = [(report.host_report(h).address if report and report.host_report(h) else None)
-                     or run_plan.resolve_address(h, cluster.options.config_file) for h in hosts]
-        ifaces = [report.iface_for(h) if report else None for h in hosts]
-        plan = run_plan.build_plan(
-            new_run_id(), hosts, job, template, command, start_port=start_port,
-            addresses=addresses, ifaces=ifaces, no_python=args.no_python, environ=os.environ,
-            user_env=env, kill_wait=args.kill_wait, allow_concurrent=args.allow_concurrent,
-            ps=ps_layout(args, addresses, start_port))
-        record = initial_record(plan, args, cluster, revision() or (None, None))
-        record = dataclasses.replace(record, code_digest=digest)
+        plan, record = pipeline.prepare(
+            cluster, request, validated=validated, notify=lambda text: _say(args, text),
+            sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
         save_job(args, record, command)
         if not args.max_restarts:
             return follow_run(cluster, plan, record, args)
         from .run_again import run_attempts
 
-        return run_attempts(cluster, job, plan, record, args)
+        return run_attempts(cluster, validated.job, plan, record, args)
 
 
 def follow_run(cluster, plan, record, args) -> int:
@@ -399,9 +218,7 @@ def follow_once(cluster, plan, record, args):
 
 def end_of_run(outcome, plan, args) -> int:
     """The exit status of the run, or the one-line error that names its root cause."""
-    from ..errors import RunFailed
-    from ..run.follow import STOP_FROM_DASHBOARD
-    from ..run.outcome import describe
+    from ..run.pipeline import failure_of
 
     if outcome.detached:
         if args.json:
@@ -411,53 +228,7 @@ def end_of_run(outcome, plan, args) -> int:
               f"  multihost logs {plan.run_id} --follow\n"
               f"  multihost stop {plan.run_id}")
         return 0
-    result = outcome.result
-    if result.exit_code == 0:
-        return 0
-    lost = "".join(f"; {plan.nodes[r].host.label} was lost: its processes may still run "
-                   f"(`multihost stop {plan.run_id}` when it is back)" for r in result.lost)
-    if result.root_cause is not None:
-        cause = result.root_cause
-        raise RunFailed(f"run {plan.run_id} failed: {describe(cause)}{lost}", host=cause.host,
-                        fix=fix_for(cause, plan), exit_code=result.exit_code)
-    if result.interrupted:
-        raise RunFailed(f"run {plan.run_id} stopped on every host (interrupted){lost}",
-                        exit_code=result.exit_code)
-    if outcome.stop_reason == STOP_FROM_DASHBOARD:
-        raise RunFailed(f"run {plan.run_id} stopped on every host (from the dashboard){lost}",
-                        exit_code=result.exit_code)
-    raise RunFailed(f"run {plan.run_id} was stopped{lost}", exit_code=result.exit_code,
-                    fix=f"see `multihost status {plan.run_id}`")
-
-
-def check_restart_options(args) -> None:
-    from ..errors import ConfigError
-
-    if args.hang_timeout is not None and args.hang_timeout <= 0:
-        raise ConfigError("--hang-timeout takes seconds, more than 0", fix="e.g. --hang-timeout 600")
-    if args.max_restarts < 0:
-        raise ConfigError("--max-restarts takes a count, 0 or more", fix="e.g. --max-restarts 3")
-    if args.max_restarts and args.detach:
-        raise ConfigError("--max-restarts needs this controller to follow the run, and "
-                          "--detach leaves it", fix="drop --detach (or --max-restarts)")
-
-
-def fix_for(cause, plan) -> str:
-    """What to look at next, for the root cause's kind of failure."""
-    import signal
-
-    node = plan.nodes[cause.node_rank]
-    if cause.kind == "lost":
-        return (f"check that {node.host.label} is up and reachable; then "
-                f"`multihost stop {plan.run_id}` to clean up what may still run there")
-    if cause.kind == "hang":
-        return "every rank's stack was taken when it hung (the path above); look for the rank apart"
-    if cause.kind == "wait":
-        return "the other ranks did not finish in time: look for a hang in their logs"
-    if cause.signal == signal.SIGKILL or cause.exit_code == 137:
-        return (f"look for the OOM killer in `dmesg` on {node.host.label}; lower the batch "
-                "size or the number of data-loader workers")
-    if cause.local_rank is not None:
-        return (f"read its log: multihost logs {plan.run_id} --rank {cause.rank} "
-                f"(on the host: ~/.multihost/runs/{plan.run_id}/log/workerlog.{cause.local_rank})")
-    return f"read the launcher's output: multihost logs {plan.run_id} --host {node.host.label}"
+    error = failure_of(outcome, plan)
+    if error is not None:
+        raise error
+    return 0

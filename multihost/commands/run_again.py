@@ -22,7 +22,8 @@ def run_attempts(cluster, job, plan, record, args) -> int:
     from ..run.restarts import attempt_label, attempt_log_dir, next_attempt, restartable
     from ..run.outcome import describe
     from ..run.records import load_run
-    from .run import end_of_run, follow_once, preflight
+    from ..run.pipeline import preflight
+    from .run import end_of_run, follow_once
 
     limit = args.max_restarts
     run_log_dir = record.log_dir
@@ -40,7 +41,9 @@ def run_attempts(cluster, job, plan, record, args) -> int:
                    f"{describe(result.root_cause)}{lost}; restarting as "
                    f"{attempt_label(plan.attempt + 1, limit)}")
         try:
-            report = None if args.no_check else preflight(cluster, job, args)
+            report = None if args.no_check else preflight(
+                cluster, job, allow_concurrent=args.allow_concurrent,
+                notify=lambda text: _say(args, text))
         except MultihostError as err:
             # The next attempt cannot start (a lost host is still gone): the run ends with
             # the status of the attempt that failed, and names what stops the next one.

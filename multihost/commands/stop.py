@@ -41,7 +41,8 @@ def main(args: argparse.Namespace) -> int:
     from ..errors import EXIT_CONNECT, ConfigError
     from ..run.control import stop
     from ..run.records import load_run
-    from .status import cluster_for, print_plain
+    from ..views.status_view import render_plain
+    from .status import cluster_for
 
     record = load_run(args.run)
     grace = record.kill_wait if args.kill_wait is None else args.kill_wait
@@ -53,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status.to_json(), indent=1, default=str))
     else:
-        print_plain(status, sys.stdout)
+        render_plain(status, sys.stdout)
     for node in status.nodes:
         if node.error is not None:
             print(f"multihost: {node.error} (run `multihost stop {record.run_id}` again "

@@ -133,3 +133,17 @@ def stop(cluster, record: RunRecord, grace: float, reason: str) -> RunStatus:
     if updated != record:
         save_run(updated)
     return RunStatus(updated, nodes)
+
+
+def cluster_of(record: RunRecord, *, ssh_config: Optional[str] = None,
+               connect_timeout: Optional[float] = None):
+    """The hosts of a run, reached as the run was started unless told otherwise."""
+    from ..fanout import Cluster
+    from ..transport import SshOptions
+
+    ssh = record.ssh or {}
+    options = SshOptions(
+        connect_timeout=connect_timeout or ssh.get("connect_timeout", 10.0),
+        accept_new_host_keys=bool(ssh.get("accept_new_host_keys", False)),
+        config_file=ssh_config or ssh.get("config_file", "~/.ssh/config"))
+    return Cluster(record.hosts, options)

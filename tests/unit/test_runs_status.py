@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from multihost.run import records as runs
-from multihost.commands.status import print_plain
+from multihost.views.status_view import render_plain as print_plain
 from multihost.hosts import Host
 from multihost.run.control import NodeStatus, RunStatus, reconcile
 from multihost.run.outcome import parse_status

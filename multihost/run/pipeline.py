@@ -1,0 +1,316 @@
+"""The pipeline of a run, as ``multihost run`` and the Python API drive it: check every
+host, sync the code (and verify data), plan, record, launch in ip order, follow.
+
+Nothing here parses arguments or draws anything: the caller gives a ``RunRequest``, a
+listener for run events (a view, or the API's event queue) and a ``notify`` callable
+for the one-line progress notes ("checking 4 host(s)..."). A failure is raised as the
+error tree's own error (CheckError, SyncError, RunFailed), caught once at the CLI.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+from ..errors import CheckError, ConfigError, RunFailed
+from ..hosts import Host
+from ..job import JobOptions, workdir_for
+from . import launchers, plan as run_plan
+from .records import NodeRecord, RunRecord, host_to_dict, new_run_id
+
+Notify = Callable[[str], None]
+
+
+def _quiet(text: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything ``multihost run`` is asked to do, apart from where (the hosts)."""
+
+    command: Tuple[str, ...]                 # after --, verbatim
+    job: JobOptions
+    launcher: Optional[str] = None           # a template name or file; None: chosen from
+                                             # the hostfile, else the script's imports
+    no_python: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)   # the user's --env / --env-file
+    check: bool = True
+    sync: bool = True
+    allow_concurrent: bool = False
+    log_dir: Optional[str] = "log"           # the mirror's parent; None: no mirror
+    kill_wait: float = 10.0
+    wait: Optional[float] = None             # end the run S seconds after a rank exits
+    detach: bool = False
+    setup: Optional[str] = None              # a shell command on every host before launch
+    setup_always: bool = False               # even where it succeeded on the same code
+    max_restarts: int = 0
+    hang_timeout: Optional[float] = None
+    ps: Optional[Any] = None                 # fleetrun's parameter-server spec
+
+
+@dataclass(frozen=True)
+class Validated:
+    """What the input makes of the job before any host is contacted."""
+
+    choice: Any                              # launcher_choice.Choice: the template and why
+    template: launchers.Template
+    job: JobOptions                          # with what the launcher imports, PS ports
+
+
+def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
+    """Every mistake in the input, found before a host is contacted."""
+    from .launcher_choice import choose_launcher
+
+    if request.kill_wait < 0 or (request.wait is not None and request.wait < 0):
+        raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
+    if request.hang_timeout is not None and request.hang_timeout <= 0:
+        raise ConfigError("--hang-timeout takes seconds, more than 0", fix="e.g. --hang-timeout 600")
+    if request.max_restarts < 0:
+        raise ConfigError("--max-restarts takes a count, 0 or more", fix="e.g. --max-restarts 3")
+    if request.max_restarts and request.detach:
+        raise ConfigError("--max-restarts needs this controller to follow the run, and "
+                          "--detach leaves it", fix="drop --detach (or --max-restarts)")
+    if request.log_dir:
+        check_log_dir(request.log_dir)
+    command = list(request.command)
+    choice = choose_launcher(command, request.job.code, no_python=request.no_python,
+                             given=request.launcher,
+                             hostfile=hosts[0].launcher if hosts else None)
+    template = launchers.load_template(choice.name)
+    # The preflight checks that every host has what the launcher imports (torchrun: torch).
+    job = dataclasses.replace(request.job, frameworks=template.frameworks)
+    ps = ps_layout(request, [h.name for h in hosts], job.start_port or 17000)
+    if ps is not None:  # the check then checks every role's port on every machine
+        job = dataclasses.replace(job, nproc_per_node=ps.ports_per_machine())
+    run_plan.build_plan("", hosts, job, template, command, start_port=job.start_port or 0,
+                        addresses=[h.name for h in hosts], no_python=request.no_python, ps=ps)
+    if request.sync:
+        run_plan.check_script(command, job.code, no_python=request.no_python)
+    return Validated(choice, template, job)
+
+
+def ps_layout(request: RunRequest, addresses, start_port):
+    """A parameter-server job's layout for these addresses and start port; None for any
+    other job."""
+    if request.ps is None:
+        return None
+    from .fleetrun import build_layout
+
+    return build_layout(request.ps, addresses, start_port)
+
+
+def check_log_dir(text: str) -> None:
+    """The log mirror's directory must be one this controller can create and write, known
+    before anything starts: found after the launch, it left the job running unwatched."""
+    import errno
+
+    path = os.path.abspath(os.path.expanduser(text))
+    existing = path
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    fix = "give a directory you can write, e.g. --log_dir ./log"
+    if not os.path.isdir(existing):
+        where = "is" if existing == path else f"is inside {existing}, which is"
+        raise ConfigError(f"--log_dir {text} {where} not a directory", fix=fix)
+    problem = None
+    if not os.access(existing, os.W_OK | os.X_OK):
+        problem = os.strerror(errno.EACCES)
+    elif os.statvfs(existing).f_flag & os.ST_RDONLY:
+        problem = os.strerror(errno.EROFS)
+    if problem:
+        place = "" if existing == path else f" (in {existing})"
+        raise ConfigError(f"--log_dir {text} cannot be written{place}: {problem}", fix=fix)
+
+
+def preflight(cluster, job: JobOptions, *, allow_concurrent: bool = False,
+              notify: Notify = _quiet):
+    """The checks of `multihost check`; a failure stops here, before anything starts.
+    Every failure but the first is told through ``notify``; the first is raised."""
+    from ..check.preflight import run_checks
+    from ..check.report import FAIL
+
+    notify(f"checking {len(cluster.hosts)} host(s)...")
+    report = run_checks(cluster, job)
+    failures = [(h, r) for h, r in report.failures(FAIL)
+                if not (allow_concurrent and r.name == "leftovers")]
+    for host, result in failures[1:]:
+        fix = f" (fix: {result.fix})" if result.fix else ""
+        notify(f"{host.host.label}: {result.name}: {result.detail}{fix}")
+    if failures:
+        host, result = failures[0]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise CheckError(f"{result.name}: {result.detail}{more}", host=host.host.label,
+                         fix=result.fix)
+    if report.start_port is None:
+        raise report.error()
+    return report
+
+
+def sync_for_run(cluster, job: JobOptions, *, code: bool, data_checked: bool,
+                 notify: Notify = _quiet, view=None) -> None:
+    """The code synced to every host's workdir (unless ``code`` is false), and the
+    datasets verified when the preflight did not already. ``view``, when given, is a
+    sync view: it listens to the sync's progress and is shown its report."""
+    paths = tuple(dict.fromkeys(tuple(job.data) + tuple(p for h in cluster.hosts for p in h.data)))
+    if not code and (data_checked or not paths):
+        return  # nothing to do: do not even import the sync engine
+    from ..sync.pipeline import sync_code
+
+    workdirs = {host.rank: workdir_for(host, job.code) for host in cluster.hosts}
+    if code:
+        notify(f"syncing {os.path.abspath(job.code)} to {len(cluster.hosts)} host(s)...")
+        report = sync_code(cluster, job.code, workdirs=workdirs, listener=view)
+        if view is not None:
+            view.show_sync(report)
+    if paths and not data_checked:  # the preflight verifies the data itself
+        notify(f"verifying {len(paths)} dataset(s) on {len(cluster.hosts)} host(s)...")
+        from ..data.verify import data_error, verify_data
+
+        report = verify_data(cluster, paths, workdirs=workdirs)
+        if not report.ok:
+            raise data_error(report)
+
+
+def setup(cluster, job: JobOptions, command: Optional[str], *, always: bool = False,
+          notify: Notify = _quiet) -> str:
+    """The setup step on every host (skipped where unchanged); the code tree's content
+    hash, which keys it and is recorded for `rerun --same-code`."""
+    from . import setup_step
+
+    digest = setup_step.code_digest(job.code)
+    if not command:
+        return digest
+    notify(f"setup on {len(cluster.hosts)} host(s): {command}")
+    workdirs = {host.rank: workdir_for(host, job.code) for host in cluster.hosts}
+    setup_step.run_setup(cluster, command, digest, workdirs, always=always,
+                         on_result=lambda result: setup_step.show(result, notify))
+    return digest
+
+
+def in_background(function, *args):
+    """Start ``function(*args)`` in a thread; call the result to wait for its value. The
+    git revision is worth recording, not worth waiting for while hosts are contacted."""
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("value", function(*args)),
+                              daemon=True)
+    thread.start()
+    return lambda: (thread.join(), box.get("value"))[1]
+
+
+def code_revision(code_dir):
+    from ..sync.manifest import code_revision as revision
+
+    try:
+        return revision(code_dir)
+    except Exception:  # a revision is nice to record, never a reason to fail
+        return None, None
+
+
+def initial_record(plan, request: RunRequest, cluster, git) -> RunRecord:
+    from .env import mask_argv
+
+    nodes = tuple(NodeRecord(n.node_rank, host_to_dict(n.host), n.host.label, n.address,
+                             n.nproc, n.rank_offset, n.workdir) for n in plan.nodes)
+    options = cluster.options
+    log_dir = (os.path.join(os.path.abspath(request.log_dir), plan.run_id)
+               if request.log_dir else "")
+    return RunRecord(
+        run_id=plan.run_id, created=time.time(), nodes=nodes,
+        command=tuple(mask_argv(plan.command, plan.user_env)),
+        launcher=plan.template.name, node0_argv="", start_port=plan.start_port,
+        world_size=plan.world_size, git_commit=git[0], git_dirty=git[1],
+        log_dir=log_dir, kill_wait=plan.kill_wait, allow_concurrent=plan.allow_concurrent,
+        ssh={"connect_timeout": options.connect_timeout,
+             "accept_new_host_keys": options.accept_new_host_keys,
+             "config_file": options.config_file},
+        controller={"hostname": socket.gethostname(), "pid": os.getpid(), "cwd": os.getcwd()})
+
+
+def prepare(cluster, request: RunRequest, *, validated: Optional[Validated] = None,
+            notify: Notify = _quiet, sync_view=None):
+    """Check, sync, set up and plan: the run's blueprint and its first record, nothing
+    started yet."""
+    hosts = cluster.hosts
+    validated = validated or validate(hosts, request)
+    job = validated.job
+    revision = in_background(code_revision, job.code)
+    report = preflight(cluster, job, allow_concurrent=request.allow_concurrent,
+                       notify=notify) if request.check else None
+    start_port = report.start_port if report else job.start_port
+    if start_port is None:
+        raise ConfigError("--start-port auto needs the preflight to find a free port",
+                          fix="drop --no-check, or give a port: --start-port 17000")
+    sync_for_run(cluster, job, code=request.sync, data_checked=report is not None,
+                 notify=notify, view=sync_view)
+    digest = setup(cluster, job, request.setup, always=request.setup_always, notify=notify)
+    addresses = [(report.host_report(h).address if report and report.host_report(h) else None)
+                 or run_plan.resolve_address(h, cluster.options.config_file) for h in hosts]
+    ifaces = [report.iface_for(h) if report else None for h in hosts]
+    plan = run_plan.build_plan(
+        new_run_id(), hosts, job, validated.template, list(request.command),
+        start_port=start_port, addresses=addresses, ifaces=ifaces, no_python=request.no_python,
+        environ=os.environ, user_env=dict(request.env), kill_wait=request.kill_wait,
+        allow_concurrent=request.allow_concurrent,
+        ps=ps_layout(request, addresses, start_port))
+    record = initial_record(plan, request, cluster, revision() or (None, None))
+    return plan, dataclasses.replace(record, code_digest=digest)
+
+
+def start(cluster, plan, record, listener, request: RunRequest,
+          holder: Optional[Dict[str, object]] = None):
+    """Launch in ip order and follow (or return once every node runs, with detach)."""
+    from .follow import RunOptions, start_and_follow
+
+    options = RunOptions(detach=request.detach, wait_after_exit=request.wait,
+                         hang_timeout=request.hang_timeout)
+    return start_and_follow(cluster, plan, record, listener, options, holder)
+
+
+def failure_of(outcome, plan) -> Optional[RunFailed]:
+    """The error ``multihost run`` ends with, or None when the run succeeded."""
+    from .follow import STOP_FROM_DASHBOARD
+    from .outcome import describe
+
+    result = outcome.result
+    if result.exit_code == 0:
+        return None
+    lost = "".join(f"; {plan.nodes[r].host.label} was lost: its processes may still run "
+                   f"(`multihost stop {plan.run_id}` when it is back)" for r in result.lost)
+    if result.root_cause is not None:
+        cause = result.root_cause
+        return RunFailed(f"run {plan.run_id} failed: {describe(cause)}{lost}", host=cause.host,
+                         fix=fix_for(cause, plan), exit_code=result.exit_code)
+    if result.interrupted:
+        return RunFailed(f"run {plan.run_id} stopped on every host (interrupted){lost}",
+                         exit_code=result.exit_code)
+    if outcome.stop_reason == STOP_FROM_DASHBOARD:
+        return RunFailed(f"run {plan.run_id} stopped on every host (from the dashboard){lost}",
+                         exit_code=result.exit_code)
+    return RunFailed(f"run {plan.run_id} was stopped{lost}", exit_code=result.exit_code,
+                     fix=f"see `multihost status {plan.run_id}`")
+
+
+def fix_for(cause, plan) -> str:
+    """What to look at next, for the root cause's kind of failure."""
+    import signal
+
+    node = plan.nodes[cause.node_rank]
+    if cause.kind == "lost":
+        return (f"check that {node.host.label} is up and reachable; then "
+                f"`multihost stop {plan.run_id}` to clean up what may still run there")
+    if cause.kind == "hang":
+        return "every rank's stack was taken when it hung (the path above); look for the rank apart"
+    if cause.kind == "wait":
+        return "the other ranks did not finish in time: look for a hang in their logs"
+    if cause.signal == signal.SIGKILL or cause.exit_code == 137:
+        return (f"look for the OOM killer in `dmesg` on {node.host.label}; lower the batch "
+                "size or the number of data-loader workers")
+    if cause.local_rank is not None:
+        return (f"read its log: multihost logs {plan.run_id} --rank {cause.rank} "
+                f"(on the host: ~/.multihost/runs/{plan.run_id}/log/workerlog.{cause.local_rank})")
+    return f"read the launcher's output: multihost logs {plan.run_id} --host {node.host.label}"

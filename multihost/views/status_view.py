@@ -1,0 +1,107 @@
+"""How a run's status looks: a table per node (rich on a terminal, aligned plain text in
+a pipe), the run's header lines and the list of recent runs. Rendering only: the status
+itself is computed in ``multihost.run.control``."""
+from __future__ import annotations
+
+import time
+from typing import IO
+
+
+def _ago(when, now) -> str:
+    if not when:
+        return "-"
+    seconds = int(now - when)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def rows(status, now):
+    """The table's cells, one row per node (the presentation of RunStatus)."""
+    from ..run.outcome import decode_exit
+
+    out = []
+    for node in status.nodes:
+        view = node.view
+        if view is None:
+            out.append((str(node.node_rank), node.host, "unreachable", f"{node.rank_offset}-"
+                        f"{node.rank_offset + node.nproc - 1}", "-", "-", "-",
+                        node.error.cause if node.error else ""))
+            continue
+        exit_text = "-"
+        stopped = view.state == "stopped"
+        if view.finished:
+            exit_text = decode_exit(view.exit_code, view.signal, stopped) \
+                if view.state != "succeeded" else "0"
+        failed = [r for r in view.ranks if r.failed]
+        detail = view.detail
+        if failed:
+            first = min(failed, key=lambda r: r.ended or now)
+            detail = (f"rank {first.rank}: {decode_exit(first.exit_code, first.signal, stopped)}"
+                      + (f"; {detail}" if detail else ""))
+        out.append((str(node.node_rank), node.host, view.state,
+                    f"{node.rank_offset}-{node.rank_offset + node.nproc - 1}", str(view.procs),
+                    _ago(view.started, view.ended or now), exit_text, detail))
+    return out
+
+
+HEADERS = ("node", "host", "state", "ranks", "procs", "uptime", "exit", "detail")
+
+
+def header_lines(status):
+    record = status.record
+    cause = record.root_cause
+    lines = [f"run {record.run_id}: {record.state}"
+             + (f" (exit {record.exit_code})" if record.exit_code not in (None, 0) else ""),
+             f"  {' '.join(record.command)}   [{record.launcher}, FLAGS_START_PORT="
+             f"{record.start_port}, {record.world_size} ranks]"]
+    if cause:
+        where = f"rank {cause.rank}" if cause.rank is not None else f"node {cause.node_rank}"
+        lines.append(f"  root cause: {cause.host} {where}: {cause.reason}")
+    if record.max_restarts:
+        from ..run.restarts import attempt_label, attempt_line
+
+        lines[0] += f", {attempt_label(record.attempt, record.max_restarts)}"
+        lines += [f"  earlier {attempt_line(entry, record.max_restarts)}"
+                  for entry in record.attempts]
+    return lines
+
+
+def render_plain(status, out: IO[str]) -> None:
+    table = [HEADERS] + rows(status, time.time())
+    widths = [max(len(row[i]) for row in table) for i in range(len(HEADERS) - 1)]
+    for line in header_lines(status):
+        out.write(line + "\n")
+    for row in table:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths)] + [row[-1]]
+        out.write("  ".join(cells).rstrip() + "\n")
+
+
+def render_rich(status, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    styles = {"running": "green", "succeeded": "bold green", "failed": "bold red",
+              "stopped": "yellow", "unreachable": "bold magenta", "lost": "bold magenta"}
+    console = console or Console()
+    for line in header_lines(status):
+        console.print(line, highlight=False)
+    table = Table(*HEADERS)
+    for row in rows(status, time.time()):
+        table.add_row(*row[:2], f"[{styles.get(row[2], '')}]{row[2]}", *row[3:])
+    console.print(table)
+
+
+def render_list(records, out: IO[str]) -> None:
+    """One line per recent run, newest first."""
+    for r in records:
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created))
+        out.write(f"{r.run_id}  {stamp}  {r.state:<10} {len(r.nodes)} host(s)  {' '.join(r.command)}\n")
+
+
+def list_json(records) -> list:
+    return [{"run_id": r.run_id, "state": r.state, "exit_code": r.exit_code,
+             "hosts": [n.label for n in r.nodes], "command": list(r.command),
+             "created": r.created} for r in records]

@@ -1,0 +1,81 @@
+"""The Python API (docs/api.md) against the lab: every example of the page runs as
+written, and the API's results and errors are the CLI's."""
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent.parent
+DOC = REPO / "docs" / "api.md"
+
+
+def examples():
+    """The ```python blocks of docs/api.md, each with the heading it stands under."""
+    text = DOC.read_text()
+    found = []
+    for match in re.finditer(r"```python\n(.*?)```", text, re.S):
+        heading = re.findall(r"^## (.+)$", text[:match.start()], re.M)
+        found.append(pytest.param(match.group(1), id=(heading[-1] if heading else "top")
+                                  .lower().replace(" ", "-").strip("?,")))
+    return found
+
+
+@pytest.fixture
+def job_dir(lab, tmp_path):
+    """A directory as a user would have it: the hostfile and a training script."""
+    shutil.copy(lab.hostfile, tmp_path / "hosts.ini")
+    shutil.copy(REPO / "examples" / "train_ddp.py", tmp_path / "train.py")
+    return tmp_path
+
+
+def test_the_page_has_examples():
+    assert len(examples()) >= 6
+
+
+@pytest.mark.parametrize("code", examples())
+def test_every_example_of_the_api_page_runs(lab, job_dir, code):
+    done = lab.run([sys.executable, "-c", code], cwd=str(job_dir), timeout=240)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "Traceback" not in done.stderr
+
+
+def test_an_attached_run_yields_states_lines_and_the_end_in_order(lab, job_dir):
+    code = """
+import multihost
+cluster = multihost.Cluster.from_hostfile("hosts.ini")
+run = cluster.run(["-c", "import os; print('hello from', os.environ['RANK'], flush=True)"],
+                  launcher="python", nproc_per_node=2, sync=False)
+kinds, lines = [], set()
+for event in run.events():
+    kinds.append(type(event).__name__)
+    if isinstance(event, multihost.LogBlock):
+        lines.update(event.lines)
+print(kinds[0], kinds[-1], sorted(lines))
+"""
+    done = lab.run([sys.executable, "-c", code], cwd=str(job_dir), timeout=240)
+    assert done.returncode == 0, done.stderr
+    first, last, rest = done.stdout.split(" ", 2)
+    assert (first, last) == ("RunStarted", "RunFinished")
+    for rank in range(2 * lab.n):
+        assert f"hello from {rank}" in rest
+
+
+def test_a_failed_preflight_raises_the_clis_error_before_anything_starts(lab, job_dir):
+    code = """
+import multihost
+cluster = multihost.Cluster.from_hostfile("hosts.ini", python="/nonexistent/python")
+try:
+    cluster.run(["train.py"])
+except multihost.CheckError as err:
+    print("refused:", err)
+"""
+    before = lab.multihost("status", "--list").stdout
+    done = lab.run([sys.executable, "-c", code], cwd=str(job_dir), timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: ") and "/nonexistent/python" in done.stdout
+    assert "198.18.0.1" in done.stdout                       # the host is named
+    assert lab.multihost("status", "--list").stdout == before  # nothing started or recorded
