@@ -189,8 +189,6 @@ def main(args: argparse.Namespace) -> int:
         save_job(args, record, command)
         if not args.max_restarts:
             return follow_run(cluster, plan, record, args)
-        from .run_again import run_attempts
-
         return run_attempts(cluster, validated.job, plan, record, args)
 
 
@@ -232,3 +230,45 @@ def end_of_run(outcome, plan, args) -> int:
     if error is not None:
         raise error
     return 0
+
+
+# `--max-restarts N`: each attempt is a whole run as follow_run follows it (every host
+# stopped at the first failure, the root cause named); in between, the attempt is kept in
+# the record, the preflight runs again (a host that died is found there), and the run is
+# launched again under the same run id. The policy itself is multihost/run/restarts.py.
+def run_attempts(cluster, job, plan, record, args) -> int:
+    from ..errors import MultihostError, RunFailed
+    from ..run.restarts import attempt_label, attempt_log_dir, next_attempt, restartable
+    from ..run.outcome import describe
+    from ..run.records import load_run
+    from ..run.pipeline import preflight
+
+    limit = args.max_restarts
+    run_log_dir = record.log_dir
+    record = dataclasses.replace(record, max_restarts=limit,
+                                 log_dir=attempt_log_dir(run_log_dir, 0, limit))
+    while True:
+        outcome = follow_once(cluster, plan, record, args)
+        result = outcome.result
+        if plan.attempt >= limit or not restartable(result):
+            return end_of_run(outcome, plan, args)
+        done = load_run(plan.run_id)
+        label = attempt_label(plan.attempt, limit)
+        lost = "".join(f"; {plan.nodes[r].host.label} was lost" for r in result.lost)
+        _say(args, f"run {plan.run_id} {label} failed: {result.root_cause.host} "
+                   f"{describe(result.root_cause)}{lost}; restarting as "
+                   f"{attempt_label(plan.attempt + 1, limit)}")
+        try:
+            report = None if args.no_check else preflight(
+                cluster, job, allow_concurrent=args.allow_concurrent,
+                notify=lambda text: _say(args, text))
+        except MultihostError as err:
+            # The next attempt cannot start (a lost host is still gone): the run ends with
+            # the status of the attempt that failed, and names what stops the next one.
+            raise RunFailed(f"run {plan.run_id} failed ({label}: {describe(result.root_cause)}"
+                            f"{lost}); it cannot restart: {err.cause}", host=err.host,
+                            fix=err.fix, exit_code=result.exit_code) from None
+        start_port = report.start_port if report and report.start_port else plan.start_port
+        plan = dataclasses.replace(plan, attempt=plan.attempt + 1, start_port=start_port)
+        record = next_attempt(done, attempt_log_dir(run_log_dir, plan.attempt, limit),
+                              start_port)

@@ -1,24 +1,10 @@
 """Presentation: listeners of run events. Only this package (and commands/) import rich."""
 from __future__ import annotations
 
-import os
 import sys
 from typing import IO, Optional
 
-
-def no_color() -> bool:
-    """NO_COLOR (no-color.org: set and not empty) means no colour, not no dashboard."""
-    return bool(os.environ.get("NO_COLOR"))
-
-
-def can_redraw(stream: IO[str]) -> bool:
-    """A terminal a live view can redraw: the dashboard's rule (NO_COLOR keeps it, uncoloured)."""
-    return bool(getattr(stream, "isatty", lambda: False)()) and os.environ.get("TERM") != "dumb"
-
-
-def wants_plain(stream: IO[str]) -> bool:
-    """Plain text for the tables (check, status, sync): not a terminal, NO_COLOR or dumb."""
-    return not can_redraw(stream) or "NO_COLOR" in os.environ
+from .terminal import can_redraw, no_color, wants_plain  # noqa: F401 (the package's face)
 
 
 def make_view(mode: str = "auto", out: Optional[IO[str]] = None, err: Optional[IO[str]] = None,

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..events import NodeState, Notice, RunFinished
-from . import no_color
+from .terminal import no_color
 from .board import BoardModel, BoardSnapshot, FoldedRow, fold_rows, summary
 from .plain import PlainView, describe_root_cause, describe_stopping
 

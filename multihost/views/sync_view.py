@@ -15,7 +15,7 @@ from typing import IO, TYPE_CHECKING, Dict, List, Optional
 from ..events import DataProgress, SyncHostDone, SyncPlanned, SyncProgress, SyncScanned
 from ..sync.model import HostSync, SyncReport
 from ..sync.manifest import human_bytes
-from . import wants_plain
+from .terminal import wants_plain
 
 if TYPE_CHECKING:  # the data side is imported only when data is checked
     from ..data import DataReport, DataSyncReport
