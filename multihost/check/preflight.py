@@ -81,7 +81,10 @@ def run_checks(cluster: Cluster, job: JobOptions, *, workdirs: Optional[dict] = 
             second = [{"probes": ["ports"], "ports": list(job.ports(start_port, s.host)),
                        "budget": budget} for s in sessions]
             _round(cluster, sessions, second, start_port, budget, notify, None, merge=True)
-    reach.join(max(0.0, cluster.options.connect_timeout + 3 - (time.monotonic() - started)))
+    # The controller's ping waits PING_RETRY more for a silent host (a slow first ARP
+    # resolution), then knocks on its ssh port: the join allows for both.
+    reach.join(max(0.0, cluster.options.connect_timeout + 3 + net.PING_RETRY
+                   - (time.monotonic() - started)))
     # Hashing a big dataset the first time takes what it takes (its cache makes the next
     # time fast); the hours-long bound only guards against a hang.
     verified = data.results(timeout=DATA_TIMEOUT)
