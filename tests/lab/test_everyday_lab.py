@@ -1,0 +1,72 @@
+"""Everyday use across real hosts: the setup step on every host (once, then skipped while
+nothing changed; a failure on one host stops everything before launch), `rerun` on the
+hosts the run recorded, and `multihost ssh` into a rank's host and workdir."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+
+def job_dir(tmp_path, lab):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import os, socket\n"
+                                      "print('rank', os.environ['RANK'], socket.gethostname())\n")
+    shutil.copy(lab.hostfile, project / "hosts.ini")
+    return project
+
+
+def setup_counts(lab):
+    counts = []
+    for i in range(1, lab.n + 1):
+        done = lab.host_run(i, ["sh", "-c", "cat /root/setup-count 2>/dev/null || true"])
+        counts.append(done.stdout.count("installing"))
+    return counts
+
+
+def test_setup_runs_once_on_every_host_then_is_skipped_and_rerun_repeats_the_job(lab, tmp_path):
+    project = job_dir(tmp_path, lab)
+    (project / "job.toml").write_text(
+        'hostfile = "hosts.ini"\nlauncher = "python"\nnproc_per_node = 1\n'
+        'setup = "echo installing >> /root/setup-count"\ncommand = ["train.py"]\n')
+    for i in range(1, lab.n + 1):
+        lab.host_run(i, ["rm", "-f", "/root/setup-count"])
+    first = lab.multihost("run", "-f", "job.toml", "--plain", cwd=str(project))
+    assert first.returncode == 0, first.stderr
+    assert setup_counts(lab) == [1] * lab.n
+    for rank in range(lab.n):
+        assert f"rank {rank} h{rank + 1}" in first.stdout
+    again = lab.multihost("rerun", "--plain", cwd=str(project))
+    assert again.returncode == 0, again.stderr
+    assert "setup unchanged" in again.stderr and setup_counts(lab) == [1] * lab.n
+    assert all(f"rank {rank} h{rank + 1}" in again.stdout for rank in range(lab.n))
+
+
+def test_a_setup_that_fails_on_one_host_launches_nothing_anywhere(lab, tmp_path):
+    project = job_dir(tmp_path, lab)
+    (project / "train.py").write_text("open('/root/launched', 'w')\n")
+    for i in range(1, lab.n + 1):
+        lab.host_run(i, ["rm", "-f", "/root/launched"])
+    setup = "[ \"$(hostname)\" != h3 ] || { echo 'No matching distribution' >&2; exit 3; }"
+    done = lab.multihost("run", "--hostfile", "hosts.ini", "--launcher", "python", "--plain",
+                         "--setup", setup, "--", "train.py", cwd=str(project))
+    assert done.returncode == 5, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"multihost: {lab.address(3)}: setup") and "exited 3" in last
+    assert "No matching distribution" in last and "Traceback" not in done.stderr
+    for i in range(1, lab.n + 1):
+        assert lab.host_run(i, ["test", "-e", "/root/launched"]).returncode == 1
+
+
+def test_ssh_opens_a_shell_on_the_host_of_a_rank_in_the_runs_workdir(lab, tmp_path):
+    project = job_dir(tmp_path, lab)
+    done = lab.multihost("run", "--hostfile", "hosts.ini", "--launcher", "python", "--plain",
+                         "--", "train.py", cwd=str(project))
+    assert done.returncode == 0, done.stderr
+    argv = lab.lab.exec_argv([sys.executable, "-m", "multihost", "ssh", "2"])
+    shell = subprocess.run(argv, input="hostname; pwd; exit\n", capture_output=True, text=True,
+                           timeout=60, env=lab.env, cwd=str(project))
+    assert shell.returncode == 0, shell.stderr
+    lines = shell.stdout.split()
+    assert "h3" in lines and "/root/work" in lines
