@@ -19,8 +19,8 @@ REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::(\w+)(?:\[([^\]`]+)\])?`")
 # Files whose every test is a fault or a security case and must have a row.
 EVERY_TEST_LISTED = ["tests/lab/test_faults.py", "tests/lab/test_security.py",
                      "tests/lab/test_hostile.py", "tests/lab/test_hostile_ssh.py",
-                     "tests/unit/test_hostile_input.py", "tests/unit/test_bad_input.py",
-                     "tests/unit/test_cli_messy.py"]
+                     "tests/unit/test_hostile_input.py", "tests/unit/cli/test_bad_input.py",
+                     "tests/unit/cli/test_cli_messy.py"]
 
 
 def table_rows(text: str) -> List[List[str]]:
@@ -99,7 +99,7 @@ def test_every_fault_security_and_bad_input_test_has_a_row():
                 continue  # the table's own bookkeeping, and the parametrized one below
             if (path, name) not in named_tests:
                 absent.append(f"{path}::{name}")
-    bad_input = "tests/unit/test_bad_input.py"
+    bad_input = "tests/unit/cli/test_bad_input.py"
     for case in bad_input_case_ids(REPO / bad_input):
         if (bad_input, "test_refused_in_one_line", case) not in named:
             absent.append(f"{bad_input}::test_refused_in_one_line[{case}]")

@@ -12,7 +12,7 @@ from multihost.run.records import NodeRecord, RunRecord, host_to_dict, save_run
 from multihost.commands.ssh import find_node, shell_argv
 from multihost.transport import SshOptions
 
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = Path(__file__).resolve().parents[3]
 HOSTS = (Host("198.18.0.11", 0, user="alice", port=2222, identity_file="~/.ssh/lab"),
          Host("198.18.0.12", 1))
 

@@ -12,7 +12,7 @@ from multihost.check.report import CheckReport
 from multihost.hosts import Host
 from multihost.job import JobOptions
 
-DATA = Path(__file__).parent / "data" / "check"
+DATA = Path(__file__).resolve().parents[1] / "data" / "check"
 ADDRESSES = [f"198.18.0.{11 + i}" for i in range(4)]
 PYTHON = "/opt/venv/bin/python"
 

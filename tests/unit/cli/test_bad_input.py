@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 TRAIN = "print('training')\n"
 

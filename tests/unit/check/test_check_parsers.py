@@ -17,7 +17,7 @@ from multihost.remote.ops_check_proc import parse_proc_net_tcp
 from multihost.remote.ops_check_net import (iface_by_route, interface_of, parse_ip_addr,
                                             parse_proc_net_route)
 
-DATA = Path(__file__).parent / "data" / "check"
+DATA = Path(__file__).resolve().parents[1] / "data" / "check"
 
 
 def read(name: str) -> str:

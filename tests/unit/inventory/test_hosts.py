@@ -122,7 +122,7 @@ def test_missing_hostfile_and_both_sources(tmp_path):
 def test_example_hostfile_parses():
     from pathlib import Path
 
-    example = Path(__file__).resolve().parents[2] / "hosts.example.ini"
+    example = Path(__file__).resolve().parents[3] / "hosts.example.ini"
     hosts = load_hosts(None, str(example))
     assert len(hosts) >= 2 and hosts[0].rank == 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-REMOTE = Path(__file__).resolve().parents[2] / "multihost" / "remote"
+REMOTE = Path(__file__).resolve().parents[3] / "multihost" / "remote"
 
 # Methods of built-in types newer than 3.6. vermin knows them only where it can tell the
 # type of the object (a literal); `name.isascii()` on a variable slips through it.

@@ -14,7 +14,7 @@ from multihost.cli import build_parser
 from multihost.commands.jobargs import defaults, with_job_file
 from multihost.errors import ConfigError
 
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 def run_args(*words):
