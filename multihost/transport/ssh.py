@@ -110,6 +110,9 @@ def _socket_error(exc: OSError, label: str, target: SshTarget) -> ConnectError:
                         kind=ConnectError.UNREACHABLE, fix="check the address and the network")
 
 
+DEAD_LINK = 20.0   # seconds of unacknowledged data before a connection counts as dead
+
+
 def open_socket(target: SshTarget, label: str) -> socket.socket:
     try:
         sock = socket.create_connection((target.hostname, target.port), target.connect_timeout)
@@ -117,6 +120,12 @@ def open_socket(target: SshTarget, label: str) -> socket.socket:
         raise _socket_error(exc, label, target) from None
     # Without TCP_NODELAY every round trip loses ~40 ms to Nagle plus delayed ACKs.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # Every read from a host ends: on a dead link the keepalives (set_keepalive) go
+    # unacknowledged, and after DEAD_LINK seconds the kernel drops the connection, which
+    # ends any read blocked on it (instead of TCP's own ~15 minutes of retries). A live
+    # host acknowledges at the TCP level however slow its programs are.
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(DEAD_LINK * 1000))
     return sock
 
 
@@ -334,6 +343,13 @@ def _drain(channel: paramiko.Channel, deadline: Optional[float]):
         if channel.exit_status_ready() and not channel.recv_ready() \
                 and not channel.recv_stderr_ready() and channel.eof_received:
             break
+        transport = channel.get_transport()
+        if channel.closed or transport is None or not transport.is_active():
+            if channel.exit_status_ready():
+                break  # closed right after its exit status: nothing more will come
+            # the connection died (a dead link dropped after DEAD_LINK): no exit status
+            # will ever come, so do not wait for one
+            raise EOFError("the connection closed before the command's exit status came")
         wait = 1.0 if deadline is None else deadline - time.monotonic()
         if wait <= 0:
             return None, None
