@@ -138,7 +138,7 @@ def parse_status(reply: Any) -> NodeView:
         detail=clean_text(reply.get("detail") or ""), procs=max(procs or 0, 0),
         supervisor_alive=reply.get("supervisor_alive") is True, ranks=ranks, tails=tails,
         launcher_tail=clean_lines(reply.get("launcher_tail")),
-        serving=node.get("serving") is True)
+        serving=as_time(node.get("serving")) is not None)   # when every trainer here ended 0
 
 
 def _rank_view(record: dict) -> RankView:

@@ -173,3 +173,11 @@ def test_the_exit_status_from_node_records_alone():
     assert status_of_node_records([{"state": "succeeded"}, {"state": "failed", "exit_code": 7}]) == 7
     assert status_of_node_records([{"state": "failed", "exit_code": 300}]) == 1
     assert status_of_node_records([None]) == 1
+
+
+def test_a_parameter_server_node_that_says_when_its_trainers_ended_is_serving():
+    from multihost.run.outcome import parse_status
+
+    assert parse_status({"node": {"state": "running", "serving": 1795384767.2}}).serving
+    assert not parse_status({"node": {"state": "running"}}).serving
+    assert not parse_status({"node": {"state": "running", "serving": "yes"}}).serving
