@@ -335,7 +335,7 @@ class Run:
                 yield events.get_nowait()
             final = query(cluster, record).record
         yield RunFinished(record.run_id, final.exit_code if final.exit_code is not None else 1,
-                          _cause_of(final.root_cause))
+                          final.root_cause)
 
     # -- asking and ending ------------------------------------------------------------
     def status(self):
@@ -363,10 +363,3 @@ class Run:
         with cluster_of(record) as cluster:
             return stop(cluster, record, record.kill_wait if grace is None else grace, reason)
 
-
-def _cause_of(data) -> Optional[RootCause]:
-    if not data:
-        return None
-    return RootCause(host=data.get("host", "?"), node_rank=data.get("node_rank", -1),
-                     rank=data.get("rank"), exit_code=data.get("exit_code"),
-                     reason=data.get("reason", ""), tail=tuple(data.get("tail") or ()))
