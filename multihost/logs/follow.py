@@ -26,7 +26,7 @@ from ..remote.run_states import FINAL_STATES
 from .echo import LauncherEcho
 from .frames import LineJoiner, read_frame
 from ..sync.ignore import MIRROR_MARKER
-from ..untrusted import as_int, clean_block, clean_line, clean_text  # noqa: F401 (re-exported)
+from ..untrusted import as_int, clean_block, clean_text
 
 REMOTE_RUNS = "~/.multihost/runs"
 LOST_AFTER = 15.0       # seconds without a frame (heartbeats come every 2 s)

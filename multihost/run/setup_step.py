@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Tuple
 
 from ..errors import LaunchError
 from ..fanout import Cluster
@@ -72,7 +72,7 @@ def run_setup(cluster: Cluster, command: str, code_digest: str, workdirs: Dict[i
               ) -> Tuple[SetupResult, ...]:
     """The setup on every host at once; every host finishes (a failure elsewhere does not
     cut one short). Raises LaunchError naming the first failed host (in rank order)."""
-    from ..logs.follow import clean_line
+    from ..untrusted import clean_line
 
     def one(host: Host, transport) -> SetupResult:
         name = marker_name(workdirs[host.rank])

@@ -102,7 +102,7 @@ def rank_list(ranks: Sequence[int]) -> str:
 
 
 def render(groups: Sequence[StackGroup]) -> str:
-    from ..logs.follow import clean_line
+    from ..untrusted import clean_line
 
     out = []
     for group in groups:

@@ -9,7 +9,8 @@ import pytest
 from multihost.events import LogBlock, NodeChanged, NodeState
 from multihost.fanout import Cluster
 from multihost.hosts import Host
-from multihost.logs.follow import LogFollower, clean_block, clean_line
+from multihost.logs.follow import LogFollower
+from multihost.untrusted import clean_block, clean_line
 
 RUN = "20260101-000000-abcd"
 
