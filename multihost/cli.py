@@ -24,8 +24,8 @@ PIPE_COMMANDS = ("logs", "exec", "status")
 EXIT_CLOSED_PIPE = 128 + 13  # what a shell reports for a reader gone (`yes | head -1`)
 
 # The order is the order of `multihost --help`.
-COMMANDS = ["check", "sync", "run", "fleetrun", "rerun", "logs", "status", "stop", "stacks",
-            "exec", "ssh", "lab", "completion"]
+COMMANDS = ["check", "sync", "run", "fleetrun", "rerun", "scale", "logs", "status", "stop",
+            "stacks", "exec", "ssh", "lab", "completion"]
 
 DESCRIPTION = """\
 Run one distributed training job across several machines from one controller, over SSH.

@@ -49,8 +49,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return parser
 
 
-def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True) -> None:
-    """How a job is started, followed and ended: shared with `multihost fleetrun`."""
+def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True,
+                    with_follow: bool = True) -> None:
+    """How a job is started, followed and ended: shared with `multihost fleetrun`, and
+    (without ``with_follow``: it follows and ends each run itself) with `multihost scale`."""
     group = parser.add_argument_group("launch")
     group.add_argument("--setup", metavar="CMD",
                        help="a shell command run on every host after sync, before launch, "
@@ -80,6 +82,8 @@ def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True) -> N
     group.add_argument("--log_dir", "--log-dir", dest="log_dir", default="log", metavar="DIR",
                        help="where the controller mirrors every rank's log: DIR/RUN/HOST/ "
                             "(default ./log)")
+    if not with_follow:
+        return
     follow = parser.add_argument_group("follow and end")
     follow.add_argument("--detach", action="store_true",
                         help="return as soon as every node runs (the run goes on)")

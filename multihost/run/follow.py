@@ -47,9 +47,10 @@ class Controls:
     def __init__(self, interrupts: Interrupts):
         self.interrupts = interrupts
 
-    def stop(self) -> None:
+    def stop(self, reason: str = STOP_FROM_DASHBOARD) -> None:
+        """Stop on every host, recorded as ``reason`` (a stop on purpose, not a Ctrl-C)."""
         if self.interrupts.count == 0:
-            self.interrupts.reason = STOP_FROM_DASHBOARD
+            self.interrupts.reason = reason
         self.interrupts.count += 1
 
     def detach(self) -> None:
