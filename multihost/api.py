@@ -171,6 +171,41 @@ class Cluster:
         return run
 
 
+    def scale(self, command: Sequence[str], *, counts: Union[None, str, Sequence[int]] = None,
+              seconds: Optional[float] = None, steps: Optional[int] = None,
+              metric: Optional[str] = None, metric_is: str = "auto",
+              launcher: Optional[str] = None, gpus: Gpus = None, nproc_per_node=None,
+              start_port=None, env: Optional[Mapping[str, str]] = None, code: str = ".",
+              data: Sequence[str] = (), no_python: bool = False, check: bool = True,
+              sync: bool = True, log_dir: Optional[str] = "log", kill_wait: float = 10.0,
+              setup: Optional[str] = None):
+        """``multihost scale``: the job on 1, 2, 4, ... hosts and all (or ``counts``), each
+        point an ordinary run; a ScaleTable (``.rows()``, ``.to_json()``) (docs/scale.md)."""
+        from .run import pipeline
+        from .run.env import check_user_env
+        from .scale.measure import MetricReader, parse_metric_is
+        from .scale.plan import plan_counts
+        from .scale.runner import ScaleOptions, scale_points
+        from .scale.table import ScaleTable
+
+        if isinstance(command, str):
+            raise ConfigError("command must be a list of words, e.g. ['train.py', '-c', 'cfg.yml']",
+                              fix="split it: shlex.split(command)")
+        job = _job(gpus, nproc_per_node, start_port, data, code)
+        gpus_given = any(job.gpus_for(h) for h in self.hosts)
+        request = pipeline.RunRequest(
+            command=tuple(command), job=job, launcher=launcher, no_python=no_python,
+            env=check_user_env((env or {}).items(), "env", gpus_given), check=check,
+            sync=sync, log_dir=log_dir, kill_wait=kill_wait, setup=setup)
+        options = ScaleOptions(plan_counts(len(self.hosts), counts), seconds, steps, metric,
+                               parse_metric_is(metric_is))
+        pipeline.validate(self.hosts, request)
+        points = scale_points(self.hosts, lambda hosts: _Fanout(hosts, self.ssh,
+                                                                workers=self.fanout),
+                              request, options)
+        return ScaleTable(" ".join(command), MetricReader(metric).label, tuple(points))
+
+
 @dataclass(frozen=True)
 class RunResult:
     """How a run ended: ``exit_code`` as ``multihost run`` would exit, the root cause."""

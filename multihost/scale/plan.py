@@ -2,7 +2,7 @@
 host itself (``--counts`` names them instead). Pure: tested without a host."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 from ..errors import ConfigError
 
@@ -21,13 +21,15 @@ def parse_counts(text: str, hosts: int) -> Tuple[int, ...]:
     return tuple(counts)
 
 
-def plan_counts(hosts: int, counts: Optional[str] = None) -> Tuple[int, ...]:
-    """The host counts to measure: ``--counts`` when given, else the powers of two below
-    ``hosts`` and ``hosts`` itself (1, 2, 4, 8, 12 for twelve hosts)."""
+def plan_counts(hosts: int, counts: Union[None, str, Sequence[int]] = None) -> Tuple[int, ...]:
+    """The host counts to measure: ``--counts`` ("1,3", or a list from the Python API)
+    when given, else the powers of two below ``hosts`` and ``hosts`` itself (1, 2, 4, 8,
+    12 for twelve hosts)."""
     if hosts < 1:
         raise ConfigError("scaling needs at least one host", fix="give --ips or --hostfile")
     if counts is not None:
-        return parse_counts(counts, hosts)
+        text = counts if isinstance(counts, str) else ",".join(str(c) for c in counts)
+        return parse_counts(text, hosts)
     planned = []
     count = 1
     while count < hosts:

@@ -70,9 +70,9 @@ class ScaleTable:
                 "machines": row.point.machines,
                 "nproc_per_node": row.point.nproc_per_node,
                 "processes": row.point.processes,
-                "throughput": row.point.throughput,
-                "speedup": row.speedup,
-                "efficiency": row.efficiency,
+                "throughput": round(row.point.throughput, 3),
+                "speedup": _round(row.speedup),
+                "efficiency": _round(row.efficiency),
                 "run_id": row.point.run_id,
                 "rule": row.point.rule,
                 "ranks": row.point.ranks,
@@ -80,3 +80,7 @@ class ScaleTable:
                 "seconds": round(row.point.seconds, 3),
             } for row in self.rows()],
         }
+
+
+def _round(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value, 4)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-PACKAGES = ["check", "sync", "data", "run", "logs"]
+PACKAGES = ["check", "sync", "data", "run", "logs", "scale"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

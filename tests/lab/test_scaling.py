@@ -1,0 +1,44 @@
+"""`multihost scale` end to end (issue 15): the example trainer measured on 1, 2 and 3 lab
+hosts, each point an ordinary run that is stopped once measured; the table as JSON, the
+PNG chart, and the point runs in `status --list`."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from test_run import hostfile, leftovers
+
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+
+
+def test_scale_measures_one_two_and_three_hosts_and_writes_the_table_and_chart(lab, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    shutil.copy(EXAMPLES / "train_ddp.py", code / "train_ddp.py")
+    png = tmp_path / "scaling.png"
+    done = lab.multihost("scale", "--hostfile", str(hostfile(lab, tmp_path, 3)),
+                         "--code", str(code), "--nproc_per_node", "2", "--seconds", "2",
+                         "--kill-wait", "2", "--log_dir", str(tmp_path / "log"),
+                         "--png", str(png), "--json", "--", "train_ddp.py",
+                         "--epochs", "100000", "--log-every", "10", timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = json.loads(done.stdout)
+    points = table["points"]
+    assert [p["machines"] for p in points] == [1, 2, 3]          # 1, 2, 4, ... and all: 3
+    assert all(p["nproc_per_node"] == 2 and p["throughput"] > 0 for p in points)
+    assert [p["processes"] for p in points] == [2, 4, 6]
+    assert points[0]["speedup"] == 1.0 and points[0]["efficiency"] == 1.0
+    for p in points:   # the example prints the job's speed on every rank: taken once
+        assert p["rule"] == "global" and p["ranks"] == 2 * p["machines"]
+        assert abs(p["efficiency"] - p["speedup"] / p["machines"]) < 1e-3
+    assert table["png"] == str(png)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+    # Each point is an ordinary run, stopped once measured, with nothing left behind.
+    listed = lab.multihost("status", "--list", timeout=60).stdout
+    for p in points:
+        line = next(line for line in listed.splitlines() if line.startswith(p["run_id"]))
+        assert f"{p['machines']} host(s)" in line and "stopped" in line
+        assert leftovers(lab, p["machines"], p["run_id"]) == {}
+    assert "chart written to" in done.stderr
