@@ -42,3 +42,28 @@ def test_scale_measures_one_two_and_three_hosts_and_writes_the_table_and_chart(l
         assert f"{p['machines']} host(s)" in line and "stopped" in line
         assert leftovers(lab, p["machines"], p["run_id"]) == {}
     assert "chart written to" in done.stderr
+
+
+# Prints the job's speed a few times, then fails on the 2-host point only.
+FAILS_ON_TWO = """\
+import os, sys
+for step in range(1, 6):
+    print("step: %d, speed: %d" % (step, 100 * int(os.environ["MULTIHOST_NUM_NODES"])), flush=True)
+sys.exit(3 if os.environ["MULTIHOST_NUM_NODES"] == "2" else 0)
+"""
+
+
+def test_a_failing_point_ends_scaling_with_its_error_after_the_points_before_it(lab, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "job.py").write_text(FAILS_ON_TWO)
+    done = lab.multihost("scale", "--hostfile", str(hostfile(lab, tmp_path, 3)),
+                         "--code", str(code), "--launcher", "python", "--no-png",
+                         "--log_dir", str(tmp_path / "log"), "--markdown", "--", "job.py",
+                         timeout=600)
+    assert done.returncode == 3, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 1 |")]
+    assert len(rows) == 1 and "| 100.0 | 1.00 | 100% |" in rows[0]   # the 1-host point kept
+    assert "| 2 |" not in done.stdout
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("multihost: ") and "failed" in error and "Traceback" not in done.stderr
