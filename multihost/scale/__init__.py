@@ -10,7 +10,7 @@ from ..lazy import lazy_names
 
 _LAZY = {
     "plan_counts": "plan", "parse_counts": "plan",
-    "MetricReader": "measure", "Samples": "measure", "measure": "measure",
+    "MetricReader": "measure", "Samples": "measure", "Throughput": "measure",
     "parse_metric_is": "measure",
     "ScalePoint": "table", "ScaleRow": "table", "ScaleTable": "table",
     "ScaleOptions": "runner", "scale_points": "runner",
