@@ -18,6 +18,7 @@ compiled steps) stops counting once it is WINDOW seconds old:
 """
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -114,10 +115,15 @@ class Pace:
 
     def note(self, rank: int, node_rank: int, host: str, when: float,
              step: Optional[int] = None, speed: Optional[float] = None) -> None:
+        if speed is not None and not (math.isfinite(speed) and speed >= 0):
+            speed = None   # "speed: 1e999" from a host is no pace: it would skew the median
         if step is None and speed is None:
             return
         self.where[rank] = (node_rank, host)
-        self.samples.setdefault(rank, deque(maxlen=MAX_SAMPLES)).append(Sample(when, step, speed))
+        samples = self.samples.setdefault(rank, deque(maxlen=MAX_SAMPLES))
+        samples.append(Sample(when, step, speed))
+        while samples[0].time < when - self.window:   # judged over the window only
+            samples.popleft()
         if step is not None and self._last_step.get(rank) != step:
             self._last_step[rank] = step
             self.last_advance[rank] = when

@@ -85,6 +85,15 @@ def test_every_rank_printing_the_jobs_speed_makes_no_straggler():
     assert pace.judge(recorded(pace, [480.0, 480.0, 480.0, 480.0], speed=True, nproc=2)) == ()
 
 
+def test_a_speed_that_is_no_number_from_a_host_skews_nothing():
+    pace = Pace()
+    now = recorded(pace, [100.0, 100.0, 60.0, 100.0], speed=True, nproc=2)
+    for t in range(10):   # two ranks claim infinite (and negative) speeds on top
+        pace.note(0, 0, HOSTS[0], now - t, speed=float("1e999"))
+        pace.note(1, 0, HOSTS[0], now - t, speed=-5.0)
+    assert [(s.rank, s.slower) for s in pace.judge(now)] == [(2, -40)]
+
+
 def test_a_host_whose_every_rank_is_slow_is_a_slow_host():
     pace = Pace()
     now = recorded(pace, [100.0, 100.0, 60.0, 60.0, 100.0, 100.0], speed=True, nproc=2)
