@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 from .remote.run_states import FINAL_STATES
 
 if TYPE_CHECKING:
+    from .run.stragglers import Straggler
     from .sync.model import HostNeeds, HostSync
 
 # Whatever takes events: a view, a filter in front of one, a test's list.append.
@@ -185,6 +186,16 @@ class RunFinished:
     run_id: str
     exit_code: int
     root_cause: Optional[RootCause] = None
+    time: float = 0.0
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """The ranks now more than 20% slower than the median rank (run/stragglers.py),
+    said when the list changes; empty: none any more."""
+
+    stragglers: Tuple["Straggler", ...]
+    text: str                       # as the views say it: "h3 rank 5 at 0.62x the median speed"
     time: float = 0.0
 
 

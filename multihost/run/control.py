@@ -74,7 +74,7 @@ class RunStatus:
                 "root_cause": cause_to_json(record.root_cause), "log_dir": record.log_dir,
                 "git_commit": record.git_commit, "git_dirty": record.git_dirty,
                 "attempt": record.attempt, "max_restarts": record.max_restarts,
-                "attempts": list(record.attempts),
+                "attempts": list(record.attempts), "stragglers": list(record.stragglers),
                 "nodes": [node.to_json() for node in self.nodes]}
 
 

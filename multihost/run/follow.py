@@ -104,12 +104,16 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         if options.detach:
             keeper.update(state=RunState.RUNNING)
             return Outcome(True)
+        from .progress import ProgressWatch
+
+        progress = listener = ProgressWatch(
+            listener, save=lambda items: keeper.update(stragglers=tuple(items)))
         hang = None
         if options.hang_timeout:
             from .hangs import HangWatch
 
             hang = listener = HangWatch(listener, options.hang_timeout, plan, record,
-                                        cluster, mirror)
+                                        cluster, mirror, steps=progress.last_advance)
         follower = _log_follower(cluster, plan, mirror, listener)
 
         def settle(lost: bool) -> None:
@@ -126,6 +130,7 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         monitor = Monitor(cluster, plan, listener, keeper, interrupts,
                           poll_interval=options.poll_interval, lost_after=options.lost_after,
                           wait_after_exit=options.wait_after_exit, settle=settle,
+                          tick=progress.tick,
                           **({"hung": hang.check} if hang is not None else {}))
         result = monitor.follow()
         if result.detached and follower is not None:

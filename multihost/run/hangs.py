@@ -1,21 +1,28 @@
-"""Hangs and silent ranks, seen from the lines the ranks write (``--hang-timeout S``).
+"""Hangs and stalled ranks, seen from the lines the ranks write (``--hang-timeout S``).
 
-A listener in front of the view notes when each rank last wrote a line. The monitor asks
+A listener in front of the view notes when each rank last wrote a line; where a rank's
+lines carry a step (the parser the dashboard uses, read by progress.py), what counts is
+when its step last moved, not when it last wrote: a rank printing a heartbeat or a
+warning in a loop without stepping is as stuck as a silent one. The monitor asks
 ``check(now)`` on every turn of its loop:
 
-- a rank silent for SILENT_AFTER while another rank wrote in that time is flagged once
-  (a NodeChanged detail the views show), long before the run counts as hung;
-- when no rank has written for S seconds, the run is hung: every rank's stacks are
+- a rank inactive (silent, or not stepping) for SILENT_AFTER while another rank went on
+  in that time is flagged once (a NodeChanged detail the views show), long before the
+  run counts as hung;
+- when no rank has been active for S seconds, the run is hung: every rank's stacks are
   captured (stacks.py) into ``stacks-<attempt>.txt`` / ``.json`` in the run's mirror, and
   a Failure of kind "hang" is returned: the monitor stops the run (and --max-restarts
   may restart it).
+
+Once some rank prints steps, the lines of a launcher or a parameter server (rank -1)
+no longer count as activity: they do not train.
 """
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from ..events import Listener, LogBlock, LogLine, NodeChanged, NodeState
 from .outcome import Failure
@@ -25,7 +32,8 @@ SILENT_AFTER_MAX = 60.0
 
 class HangWatch:
     def __init__(self, listener: Listener, timeout: float, plan, record,
-                 cluster, mirror: Optional[Path]):
+                 cluster, mirror: Optional[Path],
+                 steps: Callable[[int], Optional[float]] = lambda rank: None):
         self.listener = listener
         self.timeout = timeout
         self.silent_after = min(SILENT_AFTER_MAX, timeout / 2)
@@ -33,34 +41,52 @@ class HangWatch:
         self.record = record
         self.cluster = cluster
         self.mirror = mirror
+        self.steps = steps        # rank -> when its step last moved (None: it prints none)
         self.started = time.time()
         self.last_line: Dict[int, float] = {}
         self.where: Dict[int, tuple] = {}
-        self.flagged: set = set()
+        self.flagged: Dict[int, float] = {}   # rank: the activity it was flagged at
         self.stacks_file: Optional[Path] = None
 
     def __call__(self, event: object) -> None:
         if isinstance(event, (LogLine, LogBlock)):
-            self.last_line[event.rank] = time.time()
+            self.last_line[event.rank] = event.time or time.time()
             self.where[event.rank] = (event.node_rank, event.host)
-            self.flagged.discard(event.rank)
         self.listener(event)
 
+    def activity(self) -> Dict[int, Tuple[float, bool]]:
+        """rank: (when it was last active, whether by a step rather than a line)."""
+        stepped = {rank: self.steps(rank) for rank in self.last_line}
+        any_steps = any(at is not None for rank, at in stepped.items() if rank >= 0)
+        active = {}
+        for rank, line_at in self.last_line.items():
+            if stepped[rank] is not None:
+                active[rank] = (stepped[rank], True)
+            elif not (any_steps and rank < 0):
+                active[rank] = (line_at, False)
+        return active
+
     def check(self, now: float) -> Optional[Failure]:
-        newest = max(self.last_line.values(), default=self.started)
-        for rank, when in self.last_line.items():
-            if rank in self.flagged or now - when < self.silent_after \
+        active = self.activity()
+        newest = max((when for when, _ in active.values()), default=self.started)
+        for rank, (when, by_step) in active.items():
+            if self.flagged.get(rank) == when or now - when < self.silent_after \
                     or now - newest >= self.silent_after:
                 continue
-            self.flagged.add(rank)
+            self.flagged[rank] = when
             node_rank, host = self.where[rank]
-            self.listener(NodeChanged(node_rank, host, NodeState.RUNNING,
-                                      detail=f"rank {rank} silent for {now - when:.0f}s while "
-                                             "other ranks write", time=now))
+            what = (f"rank {rank} made no step for {now - when:.0f}s while other ranks go on"
+                    if by_step else
+                    f"rank {rank} silent for {now - when:.0f}s while other ranks write")
+            self.listener(NodeChanged(node_rank, host, NodeState.RUNNING, detail=what, time=now))
         if now - newest < self.timeout:
             return None
+        kinds = {by_step for _, by_step in active.values()}
+        what = {frozenset({True}): "made a step",
+                frozenset({True, False}): "made a step (or, printing no steps, wrote a line)"
+                }.get(frozenset(kinds), "wrote a line")
         return Failure(now, 0, self.plan.nodes[0].host.label, "hang",
-                       detail=f"hung: no rank wrote a line for {self.timeout:g}s"
+                       detail=f"hung: no rank {what} for {self.timeout:g}s"
                               + self._capture_stacks())
 
     def _capture_stacks(self) -> str:

@@ -87,7 +87,8 @@ class Monitor:
                  interrupts: Interrupts, *, poll_interval: float = POLL_INTERVAL,
                  lost_after: float = LOST_AFTER, wait_after_exit: Optional[float] = None,
                  settle: Callable[[bool], None] = lambda lost: None,
-                 hung: Callable[[float], Optional[Failure]] = lambda now: None):
+                 hung: Callable[[float], Optional[Failure]] = lambda now: None,
+                 tick: Callable[[float], None] = lambda now: None):
         self.cluster = cluster
         self.plan = plan
         self.listener = listener
@@ -98,6 +99,7 @@ class Monitor:
         self.wait_after_exit = wait_after_exit
         self.settle = settle
         self.hung = hung      # --hang-timeout (hangs.py): a Failure when the run is hung
+        self.tick = tick      # every turn of the loop: stragglers are judged (progress.py)
         self.hosts = [node.host for node in plan.nodes]
         self.queue: "queue.Queue[tuple]" = queue.Queue()
         self.stop_polling = threading.Event()
@@ -262,6 +264,7 @@ class Monitor:
         self._stop_all(grace, reason, interrupted)
 
     def _decide(self, now: float) -> None:
+        self.tick(now)
         if self.interrupts.count > self.handled_interrupts:
             if self.handled_interrupts == 0 and self.teardown_at is None:
                 self._teardown(self.plan.kill_wait,

@@ -92,6 +92,7 @@ class RunRecord:
     attempt: int = 0                # this attempt: 0, then 1, 2, ... (--max-restarts)
     max_restarts: int = 0
     attempts: Tuple[Dict[str, Any], ...] = ()   # the earlier attempts (restarts.summary)
+    stragglers: Tuple[Dict[str, Any], ...] = ()  # ranks slower than the median (stragglers.to_json)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunState(self.state))  # typed, whoever made it
@@ -209,6 +210,7 @@ def record_from_dict(data: Dict[str, Any]) -> RunRecord:
     fields["nodes"] = nodes
     fields["command"] = tuple(fields.get("command") or ())
     fields["attempts"] = tuple(fields.get("attempts") or ())
+    fields["stragglers"] = tuple(s for s in fields.get("stragglers") or () if isinstance(s, dict))
     fields["root_cause"] = cause_from_json(fields.get("root_cause"))
     return RunRecord(**fields)
 

@@ -45,6 +45,7 @@ def summary(record: RunRecord) -> Dict[str, Any]:
     return {"attempt": record.attempt, "state": str(getattr(record.state, "value", record.state)),
             "exit_code": record.exit_code, "started": record.started, "ended": record.ended,
             "root_cause": cause_to_json(record.root_cause),
+            "stragglers": list(record.stragglers),
             "log_dir": record.log_dir, "start_port": record.start_port,
             "hosts": [node.label for node in record.nodes],
             "host_fields": [dict(node.host) for node in record.nodes],
@@ -62,7 +63,7 @@ def next_attempt(record: RunRecord, log_dir: str, start_port: int,
     return dataclasses.replace(
         record, attempts=tuple(record.attempts) + (summary(record),), attempt=record.attempt + 1,
         nodes=fresh, state="launching", exit_code=None, started=None, ended=None,
-        root_cause=None, log_dir=log_dir, start_port=start_port, node0_argv="", env={})
+        root_cause=None, stragglers=(), log_dir=log_dir, start_port=start_port, node0_argv="", env={})
 
 
 def attempt_line(entry: Dict[str, Any], max_restarts: int) -> str:

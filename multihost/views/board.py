@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..events import (LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause, RunFinished,
-                      RunStarted, RunStopping)
+                      RunStarted, RunStopping, Stragglers)
 from ..logs.metrics import Metrics, parse_metrics
 from ..nodeset import fold
 
@@ -37,6 +37,7 @@ class RowView:
     metrics: Metrics
     lines: int
     note: str = ""           # what multihost says of the node ("contact lost ...")
+    slow: str = ""           # a straggler: "slow -35%" (or "rank 5 slow -35%" on a host row)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class BoardSnapshot:
     selected_lines: Tuple[str, ...] = field(default_factory=tuple)
     stopping: Optional[RunStopping] = None    # multihost asked the hosts to stop
     speed_is_global: bool = False      # every rank prints the job's speed: shown once, not summed
+    stragglers: str = ""               # "h3 rank 5 at 0.62x the median speed", while some are
 
 
 @dataclass
@@ -96,6 +98,7 @@ class BoardModel:
         # said the same speed at the same step): then summing would count it N times.
         self.speed_is_global = False
         self._speeds_seen: Dict[Tuple[int, float], int] = {}
+        self._slow: Optional[Stragglers] = None
 
     def _row(self, host: str, node_rank: int, rank: Optional[int]) -> _Row:
         key = f"rank {rank}" if self.by_rank and rank is not None and rank >= 0 else host
@@ -134,6 +137,8 @@ class BoardModel:
                         self._row(host, rank, None)
             elif isinstance(event, RunStopping):
                 self.stopping = event
+            elif isinstance(event, Stragglers):
+                self._slow = event
             elif isinstance(event, RunFinished):
                 self.exit_code = event.exit_code
                 self.root_cause = event.root_cause
@@ -221,7 +226,8 @@ class BoardModel:
             rows = sorted(self._rows.values(), key=self._order)
             glob = self.speed_is_global
             views = tuple(RowView(r.key, r.host, r.node_rank, r.rank, r.state, r.since, r.until,
-                                  r.exit_code, r.last_line, _summed(r, glob), r.lines, r.note)
+                                  r.exit_code, r.last_line, _summed(r, glob), r.lines, r.note,
+                                  slow=self._slow_mark(r))
                           for r in rows)
             running = [pair for r in rows if r.state == NodeState.RUNNING
                        for pair in r.speeds.values()]
@@ -230,7 +236,20 @@ class BoardModel:
                 self.run_id, self.command, views, fold_recent(list(self._recent), self._recent_size),
                 combined_speed(running, glob), self.root_cause, self.exit_code,
                 selected.key if selected else None,
-                tuple(selected.tail) if selected else (), self.stopping, glob)
+                tuple(selected.tail) if selected else (), self.stopping, glob,
+                stragglers=self._slow.text if self._slow else "")
+
+    def _slow_mark(self, row: _Row) -> str:
+        """``slow -35%`` on a straggler's row; on a host row, the host's when every rank
+        of it is slow, else each slow rank's: ``rank 5 slow -35%``."""
+        if self._slow is None:
+            return ""
+        if row.rank is not None:
+            return next((f"slow {s.slower}%" for s in self._slow.stragglers if s.rank == row.rank), "")
+        mine = [s for s in self._slow.stragglers if s.node_rank == row.node_rank]
+        if mine and all(s.whole_host for s in mine):
+            return f"slow {round(sum(s.slower for s in mine) / len(mine))}%"
+        return ", ".join(f"rank {s.rank} slow {s.slower}%" for s in mine)
 
 
 def combined_speed(pairs: List[Tuple[int, float]], is_global: bool) -> Optional[float]:
@@ -277,7 +296,7 @@ class FoldedRow:
 
 
 def _fold_key(row: RowView) -> tuple:
-    return (row.state, row.exit_code, row.note)
+    return (row.state, row.exit_code, row.note, row.slow)
 
 
 def fold_rows(rows: Sequence[RowView], selected: Optional[str] = None,
@@ -285,7 +304,8 @@ def fold_rows(rows: Sequence[RowView], selected: Optional[str] = None,
     """Rows in the same state (state, exit code, note) folded into one, at the place of
     the first of them; the selected row always stands alone. With ``above`` rows or fewer
     every row is its own, as before. Failed and lost hosts differ in their exit code or
-    note from the running ones, so they never hide in a folded row."""
+    note from the running ones, and stragglers in their mark, so they never hide in a
+    folded row."""
     if len(rows) <= above:
         return [FoldedRow((r,), r.key, _number(r)) for r in rows]
     groups: Dict[tuple, List[RowView]] = {}

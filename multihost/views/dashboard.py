@@ -65,6 +65,9 @@ def _span(values) -> str:
 def _add_row(table: Table, group: FoldedRow, now: float) -> None:
     row, count = group.rows[0], len(group.rows)
     state = row.state.value + (f" ({row.exit_code})" if row.exit_code not in (None, 0) else "")
+    state_text = Text(state, style=STATE_STYLE.get(row.state, ""))
+    if row.slow:  # a straggler's mark, beside its state (folding keeps it apart)
+        state_text.append(f" {row.slow}", style="bold yellow")
     style = "red" if row.state in (NodeState.FAILED, NodeState.LOST) else None
     speeds = [r.metrics.speed for r in group.rows if r.metrics.speed is not None]
     if row.note:
@@ -74,7 +77,7 @@ def _add_row(table: Table, group: FoldedRow, now: float) -> None:
                              row.last_line)
     else:
         last = Text(row.last_line)
-    table.add_row(group.numbers, group.who, Text(state, style=STATE_STYLE.get(row.state, "")),
+    table.add_row(group.numbers, group.who, state_text,
                   _uptime(row.since, row.until, now),
                   _span(r.metrics.epoch for r in group.rows), _span(r.metrics.step for r in group.rows),
                   _span(r.metrics.loss for r in group.rows),
@@ -100,6 +103,8 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
                 else "summed speed")
         table.add_row("", "all", "", "", "", "", "", _num(snapshot.total_speed), what)
     parts = [table, Text(summary(snapshot.rows), style="bold")]
+    if snapshot.stragglers:
+        parts.append(Text(f"stragglers: {snapshot.stragglers}", style="bold yellow"))
     if snapshot.stopping is not None and snapshot.exit_code is None:
         # Right under the rows, not at the bottom: a short terminal crops the bottom.
         parts.append(Text("multihost: " + describe_stopping(snapshot.stopping), style="bold yellow"))

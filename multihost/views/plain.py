@@ -7,10 +7,10 @@ a pipe into grep sees only the job's lines. Called from several threads: one loc
 from __future__ import annotations
 
 import threading
-from typing import IO, Dict
+from typing import IO, Dict, List
 
 from ..events import (LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause, RunFinished,
-                      RunStarted, RunStopping)
+                      RunStarted, RunStopping, Stragglers)
 
 _COLOURS = ["36", "33", "35", "32", "34", "91", "96", "93"]
 
@@ -37,6 +37,8 @@ class PlainView:
         self._lock = threading.Lock()
         self._hosts: Dict[str, str] = {}
         self._prefixes: Dict[tuple, str] = {}
+        self._stragglers = ""     # the last said, repeated in the summary at the end
+        self._straggling_ranks: List[int] = []
 
     def _prefix(self, event) -> str:
         host = event.host
@@ -80,8 +82,23 @@ class PlainView:
             self.say(f"{event.host} (node {event.node_rank}): {event.text}")
         elif isinstance(event, RunStopping):
             self.say(describe_stopping(event))
+        elif isinstance(event, Stragglers):
+            self._straggling(event)
         elif isinstance(event, RunFinished):
             self._finished(event)
+            if self._stragglers:
+                self.say(f"stragglers: {self._stragglers}")
+
+    def _straggling(self, event: Stragglers) -> None:
+        """Said when who is slow changes (not when a percentage moves a little)."""
+        before, self._stragglers = self._stragglers, event.text
+        if [s.rank for s in event.stragglers] == self._straggling_ranks:
+            return
+        self._straggling_ranks = [s.rank for s in event.stragglers]
+        if event.text:
+            self.say(f"stragglers: {event.text}")
+        elif before:
+            self.say("no stragglers any more: every rank within 20% of the median")
 
     def _finished(self, event: RunFinished) -> None:
         if event.exit_code == 0:

@@ -60,6 +60,10 @@ def header_lines(status):
     if cause:
         where = f"rank {cause.rank}" if cause.rank is not None else f"node {cause.node_rank}"
         lines.append(f"  root cause: {cause.host} {where}: {cause.reason}")
+    if record.stragglers:
+        from ..run.stragglers import describe, from_json
+
+        lines.append(f"  stragglers: {describe(from_json(record.stragglers))}")
     if record.max_restarts:
         from ..run.restarts import attempt_label, attempt_line
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -51,7 +52,8 @@ def test_a_rank_that_fails_once_is_restarted_and_resumes_from_its_checkpoint(lab
 
 
 # Rank 1 stops writing early (stuck in a collective that never returns); the others go on
-# for a while, then wait for it: the picture of a real NCCL hang.
+# for a while, then wait for it: the picture of a real NCCL hang. Its lines carry no step,
+# so the line rule judges it.
 HANGER = textwrap.dedent("""\
     import os, sys, time
     rank = int(os.environ["RANK"])
@@ -63,7 +65,7 @@ HANGER = textwrap.dedent("""\
         time.sleep(600)
 
     for step in range(3 if rank == 1 else 40):
-        print("rank %d step %d" % (rank, step), flush=True)
+        print("rank %d tick %d" % (rank, step), flush=True)
         time.sleep(0.3)
     stuck_in_collective() if rank == 1 else wait_for_peers()
 """)
@@ -105,3 +107,100 @@ def test_a_silent_rank_is_flagged_and_a_hang_is_stopped_with_every_stack(lab, tm
     assert stacks.index("wait_for_peers") < stacks.index("stuck_in_collective")
     assert "ranks 1 (1 rank(s) on 198.18.0.12):" in stacks
     assert leftovers(lab, 3, run_id) == {}
+
+
+# The same hang, but no rank falls silent: rank 1 stops stepping and loops on a warning,
+# the others step on for a while, then wait for it printing a heartbeat. Every rank says
+# when it made its last step and when the stop reached it.
+STALLER = textwrap.dedent("""\
+    import os, signal, sys, time
+    rank = int(os.environ["RANK"])
+
+    def stopped(signum, frame):
+        print("rank %d stopped at %.3f" % (rank, time.time()), flush=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stopped)
+
+    def stuck_in_collective():
+        while True:
+            print("rank %d: NCCL watchdog: collective still pending" % rank, flush=True)
+            time.sleep(0.5)
+
+    def wait_for_peers():
+        while True:
+            print("rank %d: waiting for peers" % rank, flush=True)
+            time.sleep(0.5)
+
+    for step in range(4 if rank == 1 else 30):
+        print("rank %d step %d" % (rank, step), flush=True)
+        time.sleep(0.3)
+    print("rank %d last stepped at %.3f" % (rank, time.time()), flush=True)
+    stuck_in_collective() if rank == 1 else wait_for_peers()
+""")
+
+
+def times_said(text: str, what: str) -> list:
+    return [float(m) for m in re.findall(r"rank \d+ " + what + r" at (\d+\.\d+)", text)]
+
+
+def test_a_rank_that_stops_stepping_while_it_prints_is_flagged_and_the_run_stopped_as_hung(
+        lab, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "staller.py").write_text(STALLER)
+    hosts = hostfile(lab, tmp_path, 3)
+    log_dir = tmp_path / "log"
+    timeout = 10
+    result = lab.multihost("run", "--hostfile", str(hosts), "--launcher", "python",
+                           "--code", str(code), "--no-check", "--kill-wait", "2",
+                           "--hang-timeout", str(timeout), "--plain", "--log_dir", str(log_dir),
+                           "--", "staller.py", timeout=300)
+    out, err = result.stdout, result.stderr
+    assert result.returncode == 1, err[-3000:]
+    run_id = run_id_in(err)
+    # Lines kept coming to the end; the step rule called it hung all the same.
+    assert "rank 1 made no step for" in err and "while other ranks go on" in err, err[-3000:]
+    assert "rank 0: waiting for peers" in out and "collective still pending" in out
+    last = err.strip().splitlines()[-1]
+    assert f"hung: no rank made a step for {timeout}s" in last, last
+    # Stopped within S + 5 s of the last step any rank made (clocks: one machine).
+    last_step, stops = max(times_said(out, "last stepped")), times_said(out, "stopped")
+    assert stops and min(stops) - last_step <= timeout + 5, (last_step, stops)
+    stacks = (log_dir / run_id / "stacks-0.txt").read_text()
+    assert "ranks 0,2 (2 rank(s) on 198.18.0.11, 198.18.0.13):" in stacks, stacks
+    assert "ranks 1 (1 rank(s) on 198.18.0.12):" in stacks
+    assert stacks.index("wait_for_peers") < stacks.index("stuck_in_collective")
+    assert leftovers(lab, 3, run_id) == {}
+
+
+# Every rank steps for the same 16 s; rank 2 sleeps twice as long per step.
+SLOWPOKE = textwrap.dedent("""\
+    import os, time
+    rank = int(os.environ["RANK"])
+    pause = 0.4 if rank == 2 else 0.2
+    began, step = time.time(), 0
+    while time.time() - began < 16:
+        step += 1
+        print("rank %d step %d" % (rank, step), flush=True)
+        time.sleep(pause)
+""")
+
+
+def test_the_summary_names_the_slow_rank_as_a_straggler_and_no_other(lab, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "slowpoke.py").write_text(SLOWPOKE)
+    hosts = hostfile(lab, tmp_path, 3)
+    result = lab.multihost("run", "--hostfile", str(hosts), "--launcher", "python",
+                           "--code", str(code), "--no-check", "--plain",
+                           "--log_dir", str(tmp_path / "log"), "--", "slowpoke.py", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_id = run_id_in(result.stderr)
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"multihost: stragglers: 198\.18\.0\.13 rank 2 at 0\.[3-6]\dx "
+                        r"the median step rate", last), last
+    status = status_json(lab, run_id)
+    assert [s["rank"] for s in status["stragglers"]] == [2], status["stragglers"]
+    shown = lab.multihost("status", run_id, "--plain", timeout=60).stdout
+    assert "stragglers: 198.18.0.13 rank 2 at" in shown

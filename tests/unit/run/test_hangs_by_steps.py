@@ -1,0 +1,64 @@
+"""--hang-timeout where ranks print steps: a rank (or a run) whose steps stopped is stuck
+even while its lines go on; ranks printing no steps keep the line rule."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from multihost.events import LogLine, NodeChanged
+from multihost.run.hangs import HangWatch
+from multihost.run.progress import ProgressWatch
+
+T0 = 1_000_000.0
+HOSTS = ("198.18.0.11", "198.18.0.12", "198.18.0.13")
+
+
+def watch(timeout=20.0):
+    said = []
+    progress = ProgressWatch(said.append)
+    plan = SimpleNamespace(nodes=[SimpleNamespace(host=SimpleNamespace(label=HOSTS[0]))], attempt=0)
+    hang = HangWatch(progress, timeout, plan, record=None, cluster=None, mirror=None,
+                     steps=progress.last_advance)
+    return hang, said
+
+
+def write(hang, rank, text, t):
+    hang(LogLine(rank, HOSTS[rank], 0, rank, text, T0 + t))
+
+
+def flags(said):
+    return [e.detail for e in said if isinstance(e, NodeChanged)]
+
+
+def test_a_rank_looping_on_a_warning_without_stepping_is_flagged_then_the_run_is_hung():
+    hang, said = watch(timeout=20)
+    for t in range(0, 60):
+        for rank in range(3):
+            stepping = t < 5 if rank == 1 else t < 25   # rank 1 stops first, then the others
+            write(hang, rank, f"step: {t}" if stepping else "waiting for peers: NCCL timeout soon", t)
+        failure = hang.check(T0 + t)
+        if failure is not None:
+            break
+    assert flags(said) == ["rank 1 made no step for 10s while other ranks go on"]
+    # Lines never stopped; 20 s after the last step the run is hung, not before.
+    assert t == 24 + 20
+    assert failure.kind == "hang" and failure.detail.startswith("hung: no rank made a step for 20s")
+
+
+def test_ranks_without_steps_keep_the_line_rule():
+    hang, said = watch(timeout=20)
+    for t in range(0, 60):
+        for rank in range(3):
+            write(hang, rank, f"loading shard {t}", t)      # no step, ever: writing is living
+        assert hang.check(T0 + t) is None
+    assert flags(said) == []
+    assert hang.check(T0 + 59 + 20).detail.startswith("hung: no rank wrote a line for 20s")
+
+
+def test_a_rank_that_steps_again_is_flagged_again_only_after_a_new_stall():
+    hang, said = watch(timeout=40)      # flagged after 20 s
+    for t in range(0, 80):
+        for rank in range(3):
+            stalled = rank == 2 and (5 <= t < 30 or 50 <= t)
+            write(hang, rank, "heartbeat" if stalled else f"step: {t}", t)
+        hang.check(T0 + t)
+    assert flags(said) == ["rank 2 made no step for 20s while other ranks go on"] * 2
