@@ -12,6 +12,7 @@ examples:
   multihost check --hostfile hosts.ini --gpus 0,1,2,3 --start-port 17000
   multihost check --hostfile hosts.ini --start-port auto --json | jq .start_port
   multihost check --ips=10.0.0.1,10.0.0.2 --nproc_per_node 2 --python /opt/venv/bin/python
+  multihost check --hostfile hosts.ini --collective           links and all_reduce busbw
 
 Checks, on every host at once: reach (ping from here), ssh (password-free login),
 software (python, torch/paddle, CUDA, NCCL: the same everywhere), gpus (the requested
