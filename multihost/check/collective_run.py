@@ -80,6 +80,15 @@ def link_test(cluster: Cluster, hosts: Sequence[Host], addresses: Sequence[str],
                                         timeout=budget + 15))
 
     replies = _each(hosts, work)
+    return parse_links(hosts, replies, lambda h: h.iface or checked.iface_for(h))
+
+
+def parse_links(hosts: Sequence[Host], replies: Dict[int, object],
+                job_iface) -> Tuple[LinkMatrix, List[HostFacts]]:
+    """The matrix and each host's facts from the hosts' replies, every figure checked:
+    a peer out of range, a rate that is not a finite positive number, a name with
+    escapes, a reply that is not a dict, each costs only its own cell."""
+    n = len(hosts)
     rates: List[List[Optional[float]]] = [[None] * n for _ in range(n)]
     ifaces: List[List[Optional[str]]] = [[None] * n for _ in range(n)]
     errors, facts = [], []
@@ -88,12 +97,14 @@ def link_test(cluster: Cluster, hosts: Sequence[Host], addresses: Sequence[str],
         reply = replies.get(k)
         if not isinstance(reply, dict):
             errors.append(f"{host.label}: {reply.cause if isinstance(reply, MultihostError) else 'no reply'}")
-            facts.append(HostFacts(iface_job=checked.iface_for(host)))
+            facts.append(HostFacts(iface_job=job_iface(host)))
             continue
         used = set()
-        for entry in reply.get("pairs") or []:
+        pairs = reply.get("pairs") if isinstance(reply.get("pairs"), list) else []
+        for entry in pairs[:4096]:
             peer = entry.get("peer") if isinstance(entry, dict) else None
-            if not isinstance(peer, int) or not 0 <= peer < n or peer == k:
+            if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < n \
+                    or peer == k:
                 continue
             iface = entry.get("iface")
             if isinstance(iface, str):
@@ -112,7 +123,7 @@ def link_test(cluster: Cluster, hosts: Sequence[Host], addresses: Sequence[str],
         first = sorted(used)[0] if used else None
         speed = speeds.get(first) if first else None
         facts.append(HostFacts(
-            iface_used=first, iface_job=host.iface or checked.iface_for(host),
+            iface_used=first, iface_job=job_iface(host),
             speed_mbit=int(speed) if finite(speed) else None,
             load=finite(reply.get("load")),
             cpus=int(reply["cpus"]) if finite(reply.get("cpus")) else None))

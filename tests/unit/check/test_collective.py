@@ -11,7 +11,7 @@ import pytest
 from multihost.check.collective import (CollectiveReport, CollectiveRun, HostFacts,
                                         LinkMatrix, SizeRow, collective_to_json, judge,
                                         parse_sizes, round_robin)
-from multihost.check.collective_run import parse_run
+from multihost.check.collective_run import parse_links, parse_run
 from multihost.errors import ConfigError, RemoteError
 from multihost.hosts import Host
 from multihost.views.collective_view import render_plain, render_rich
@@ -120,6 +120,23 @@ def test_figures_from_the_host_are_checked():
     assert [(r.op, r.bytes) for r in run.rows] == [("all_reduce", 1024)]
     assert "\x1b" not in run.torch and run.error is None
     assert dict(run.timings) == {"import": 1.5}
+
+
+def test_link_replies_are_checked_cell_by_cell():
+    good = {"bytes": 25_000_000, "seconds": 1.0}          # 200 Mbit/s
+    replies = {
+        0: {"pairs": [{"peer": 1, "iface": "eth0\x1b]52;c;evil\x07", "sent": good,
+                       "received": {"bytes": float("inf"), "seconds": 1.0}},
+                      {"peer": 7, "sent": good}, {"peer": True, "sent": good}, "junk"],
+            "speeds": {"eth0": "fast"}, "load": -3, "cpus": float("nan")},
+        1: {"pairs": 42},
+    }
+    links, facts = parse_links(HOSTS, replies, lambda host: "eth0")
+    assert links.rates == ((None, 200e6), (None, None))   # only the one good figure
+    assert "\x1b" not in links.ifaces[0][1] and "\x07" not in links.ifaces[0][1]
+    assert facts[0].speed_mbit is None and facts[0].load is None and facts[0].cpus is None
+    links, _ = parse_links(HOSTS, {0: RemoteError("lost", host="10.0.0.1")}, lambda h: None)
+    assert links.errors == ("10.0.0.1: lost", "10.0.0.2: no reply")
 
 
 def test_a_failed_rank_is_the_error_named_by_host():
