@@ -64,10 +64,10 @@ def run(request):
             f.write(script)
         argv = [sys.executable, path] + [str(a) for a in request["args"]]
         for local_rank in range(int(request["nproc"])):
-            procs.append(subprocess.Popen(
-                argv, cwd=place, env=_env(request, local_rank), stdin=subprocess.DEVNULL,
-                stdout=open(os.path.join(place, "out.%d" % local_rank), "wb"),
-                stderr=subprocess.STDOUT, start_new_session=True))
+            with open(os.path.join(place, "out.%d" % local_rank), "wb") as out:
+                procs.append(subprocess.Popen(
+                    argv, cwd=place, env=_env(request, local_rank), stdin=subprocess.DEVNULL,
+                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
         timed_out = False
         while any(p.poll() is None for p in procs):
             if time.monotonic() >= deadline:
