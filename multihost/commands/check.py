@@ -12,6 +12,7 @@ examples:
   multihost check --hostfile hosts.ini --gpus 0,1,2,3 --start-port 17000
   multihost check --hostfile hosts.ini --start-port auto --json | jq .start_port
   multihost check --ips=10.0.0.1,10.0.0.2 --nproc_per_node 2 --python /opt/venv/bin/python
+  multihost check --hostfile hosts.ini --collective           links and all_reduce busbw
 
 Checks, on every host at once: reach (ping from here), ssh (password-free login),
 software (python, torch/paddle, CUDA, NCCL: the same everywhere), gpus (the requested
@@ -46,6 +47,14 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="also print every check's detail, one line each")
     group.add_argument("--timeout", type=float, default=8.0, metavar="S",
                        help="seconds each host may spend on its checks (default 8)")
+    bench = parser.add_argument_group("collective (docs/collective.md)")
+    bench.add_argument("--collective", action="store_true",
+                       help="after the checks: host-to-host throughput in rounds of disjoint "
+                            "pairs, and all_reduce/all_gather bus bandwidth with the job's "
+                            "python (gloo on CPU, NCCL with --gpus); names a slow host or link")
+    bench.add_argument("--collective-sizes", default=None, metavar="SIZES",
+                       help="message sizes: a range growing 4x (default 1K-256M) or a list "
+                            "(1K,1M,64M)")
     return parser
 
 
@@ -58,6 +67,12 @@ def main(args: argparse.Namespace) -> int:
 
     hosts = hosts_from_args(args)
     job = job_options_from_args(args, hosts)
+    sizes = None
+    if args.collective or args.collective_sizes:
+        from ..check.collective import DEFAULT_SIZES, parse_sizes
+
+        sizes = parse_sizes(args.collective_sizes or DEFAULT_SIZES)
+    collective = None
     # The one rule of every view: a terminal gets the table, unless NO_COLOR or TERM=dumb.
     fancy = not args.json and not args.plain and not wants_plain(sys.stdout)
     with cluster_from_args(args, hosts) as cluster:
@@ -70,12 +85,29 @@ def main(args: argparse.Namespace) -> int:
             with Progress(console, hosts) as progress:
                 report = run_checks(cluster, job, budget=args.timeout, progress=progress)
             render_rich(report, console, verbose=args.verbose)
+            if sizes:
+                from ..check.collective_run import run_collective
+                from ..views.collective_view import render_rich as render_collective
+
+                with console.status("measuring links and collectives..."):
+                    collective = run_collective(cluster, job, report, sizes)
+                render_collective(collective, console)
         else:
             report = run_checks(cluster, job, budget=args.timeout)
+            if sizes:
+                from ..check.collective_run import run_collective
+
+                collective = run_collective(cluster, job, report, sizes)
             from ..views.check_view import render_json, render_plain
 
             if args.json:
-                render_json(report, sys.stdout)
+                render_json(report, sys.stdout, collective)
             else:
                 render_plain(report, sys.stdout, verbose=args.verbose)
-    return EXIT_OK if report.ok else EXIT_CHECK
+                if collective is not None:
+                    from ..views.collective_view import render_plain as render_collective
+
+                    render_collective(collective, sys.stdout)
+    if not report.ok or (collective is not None and not collective.ok):
+        return EXIT_CHECK
+    return EXIT_OK

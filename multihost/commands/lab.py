@@ -15,6 +15,8 @@ examples:
   multihost lab exec -- ssh 198.18.0.11 hostname
   multihost lab exec -- multihost exec --hostfile /tmp/multihost-lab/mhlab/hosts.ini -- hostname
   multihost lab cut 2                      unplug host 2's cable (heal 2 plugs it back)
+  multihost lab shape 3 --rate 200mbit     host 3's link alone slower, both ways
+                                           (--clear lifts it)
   multihost lab sshd-stop 3                kill host 3's sshd; its jobs keep running
   multihost lab host 3 -- ps -ef           a command inside host 3 (no ssh)
   multihost lab down                       remove every namespace, process and file
@@ -60,6 +62,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                          ("sshd-stop", "stop host I's sshd only; the host and its jobs live on"),
                          ("sshd-start", "start host I's sshd again")]:
         _host(sub.add_parser(action, help=text))
+    shape = sub.add_parser("shape", help="shape host I's link alone, both directions (tbf)")
+    _host(shape)
+    shape.add_argument("--rate", help="e.g. 200mbit")
+    shape.add_argument("--clear", action="store_true", help="lift host I's shaping")
     host = sub.add_parser("host", help="run a command inside host I (-- CMD...), without ssh")
     _host(host)
     host.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD")
@@ -127,6 +133,12 @@ def main(args) -> int:
         lab.cut(args.index)
     elif action == "heal":
         lab.heal(args.index)
+    elif action == "shape":
+        if bool(args.rate) == bool(args.clear):
+            from ..errors import ConfigError
+            raise ConfigError("give either --rate R or --clear",
+                              fix=f"multihost lab shape {args.index} --rate 200mbit")
+        lab.shape(args.index, None if args.clear else args.rate)
     elif action == "sshd-stop":
         lab.sshd_stop(args.index)
     elif action == "sshd-start":

@@ -268,6 +268,14 @@ class Lab:
         self._init(i)
         netns.set_link(self.name, self.n, i, up=True)
 
+    def shape(self, i: int, rate: Optional[str]) -> None:
+        """Host i's link alone at ``rate`` in both directions (its eth0 and its bridge
+        port), or back to the lab's own rate (``None``)."""
+        self._init(i)
+        own = self.state().rate
+        netns.shape(self.name, i, *(parse_rate(rate) if rate else
+                                    parse_rate(own) if own else (None, 0)))
+
     def sshd_stop(self, i: int) -> None:
         hosts.sshd_stop(self.paths, self._init(i), i)
 

@@ -114,6 +114,20 @@ def set_link(name: str, n: int, i: int, up: bool) -> None:
     run_batches(ends, f"setting host {i}'s link {state}")
 
 
+def shape(name: str, i: int, rate: Optional[str], burst: int) -> None:
+    """Shape host i's link at both ends (its egress on eth0, its ingress on the bridge
+    port), or lift the shaping (``rate`` None)."""
+    verb = f"replace dev {{dev}} root tbf rate {rate} burst {burst} latency 50ms" if rate \
+        else "del dev {dev} root"
+    ends = [(["tc", "-n", ctl_netns(name), "qdisc", *verb.format(dev=bridge_port(i)).split()], None),
+            (["tc", "-n", host_netns(name, i), "qdisc", *verb.format(dev=HOST_IFACE).split()], None)]
+    if rate:
+        run_batches(ends, f"shaping host {i}'s link")
+        return
+    for argv, _ in ends:  # an end never shaped has nothing to lift: not an error
+        _run(argv).communicate(timeout=60)
+
+
 def link_states(name: str, n: int) -> Dict[int, bool]:
     """For each host: is its cable up at both ends (admin state)?"""
     procs = {0: _run(["ip", "-j", "-n", ctl_netns(name), "link", "show"])}

@@ -146,8 +146,15 @@ def render_plain(report: CheckReport, out: IO[str], verbose: bool = False) -> No
     out.flush()
 
 
-def render_json(report: CheckReport, out: IO[str]) -> None:
-    out.write(json.dumps(report.to_json(), indent=2) + "\n")
+def render_json(report: CheckReport, out: IO[str], collective=None) -> None:
+    """The check's JSON document; with ``--collective``, its figures under "collective"
+    (see check/collective.collective_to_json)."""
+    doc = report.to_json()
+    if collective is not None:
+        from ..check.collective import collective_to_json
+
+        doc["collective"] = collective_to_json(collective)
+    out.write(json.dumps(doc, indent=2) + "\n")
     out.flush()
 
 
