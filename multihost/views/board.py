@@ -12,8 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
-from ..events import (LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause, RunFinished,
-                      RunStarted, RunStopping)
+from ..events import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause,
+                      RunFinished, RunStarted, RunStopping)
 from ..logs.metrics import Metrics, parse_metrics
 from ..nodeset import fold
 
@@ -37,6 +37,7 @@ class RowView:
     metrics: Metrics
     lines: int
     note: str = ""           # what multihost says of the node ("contact lost ...")
+    gpu: Optional[GpuSample] = None   # the host's latest GPU sample
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class BoardModel:
         # said the same speed at the same step): then summing would count it N times.
         self.speed_is_global = False
         self._speeds_seen: Dict[Tuple[int, float], int] = {}
+        self._gpus: Dict[int, GpuSample] = {}   # node rank: its latest GPU sample
 
     def _row(self, host: str, node_rank: int, rank: Optional[int]) -> _Row:
         key = f"rank {rank}" if self.by_rank and rank is not None and rank >= 0 else host
@@ -132,6 +134,8 @@ class BoardModel:
                 for rank, host in enumerate(event.hosts):
                     if not self.by_rank:
                         self._row(host, rank, None)
+            elif isinstance(event, GpuSample):
+                self._gpus[event.node_rank] = event
             elif isinstance(event, RunStopping):
                 self.stopping = event
             elif isinstance(event, RunFinished):
@@ -221,7 +225,8 @@ class BoardModel:
             rows = sorted(self._rows.values(), key=self._order)
             glob = self.speed_is_global
             views = tuple(RowView(r.key, r.host, r.node_rank, r.rank, r.state, r.since, r.until,
-                                  r.exit_code, r.last_line, _summed(r, glob), r.lines, r.note)
+                                  r.exit_code, r.last_line, _summed(r, glob), r.lines, r.note,
+                                  self._gpus.get(r.node_rank))
                           for r in rows)
             running = [pair for r in rows if r.state == NodeState.RUNNING
                        for pair in r.speeds.values()]

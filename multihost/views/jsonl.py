@@ -7,10 +7,11 @@ import json
 import threading
 from typing import IO
 
-from ..events import LogBlock, LogLine, NodeChanged, Notice, RunFinished, RunStarted, RunStopping
+from ..events import (GpuSample, LogBlock, LogLine, NodeChanged, Notice, RunFinished, RunStarted,
+                      RunStopping)
 
 KINDS = {RunStarted: "started", LogLine: "line", NodeChanged: "node", Notice: "notice",
-         RunStopping: "stopping",
+         RunStopping: "stopping", GpuSample: "gpu",
          RunFinished: "finished"}
 
 
