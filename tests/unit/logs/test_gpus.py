@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from multihost.check.parsers import parse_gpu_use
+from multihost.check.parsers import parse_gpus, parse_gpu_use
 from multihost.events import GpuSample, NodeChanged, NodeState, RunStarted
 from multihost.logs.gpus import GpuFeed, latest_sample, parse_gpu_log
 from multihost.untrusted import is_log_name
@@ -60,6 +60,8 @@ def test_bad_sample_rows_from_a_host_are_dropped_without_harm():
     ])
     gpus = parse_gpu_use(text)
     assert [g.index for g in gpus] == [0, 5]
+    # check's own parser refuses that digit too (it raised ValueError before).
+    assert parse_gpus("², NVIDIA A100-SXM4-80GB, 81920, 4, 535.104.05, GPU-2b4bd3d5") == ()
     # Out of range is unknown, never a huge number in a view.
     assert (gpus[1].util, gpus[1].used_mib, gpus[1].temp_c, gpus[1].power_w) == (None, None, None, None)
     # In a gpu.log, a bad time or a repeated index is dropped too; one sample keeps its GPUs.
