@@ -18,7 +18,9 @@ from ..events import GpuSample
 IDLE_UTIL = 5           # % of utilization.gpu at or under which a GPU does nothing useful
 IDLE_SAMPLES = 2        # samples in a row: one low sample is a pause (a checkpoint, eval)
 MAX_GPUS = 64
-TAIL_BYTES = 64 * 1024  # of a mirrored gpu.log read for its latest sample (`status`)
+# Of a block of gpu.log, only its end is read: it holds IDLE_SAMPLES samples of MAX_GPUS
+# GPUs several times over, and nothing older changes the newest sample or the idle rule.
+TAIL_BYTES = 64 * 1024
 _TIME = re.compile(r"[0-9]{1,11}(\.[0-9]{1,6})?")
 
 Sample = Tuple[float, Tuple[GpuUse, ...]]
@@ -64,16 +66,25 @@ class IdleWatch:
         return tuple(idle)
 
 
+def _tail(data: bytes) -> bytes:
+    """The last TAIL_BYTES of whole lines (a week of samples streamed to a new
+    controller costs the parse of 64 KiB, not of 80 MB)."""
+    if len(data) <= TAIL_BYTES:
+        return data
+    data = data[-TAIL_BYTES:]
+    return data[data.find(b"\n") + 1:]
+
+
 class GpuFeed:
     """What the log follower does with the bytes of a host's gpu.log (whole lines): one
-    ``GpuSample`` for the newest sample they hold, the idle rule fed with every one (a
-    reattach reads an hour of samples: the views need only the last)."""
+    ``GpuSample`` for the newest sample they hold, the idle rule fed with those of the
+    block's end (the views need only the last)."""
 
     def __init__(self) -> None:
         self.watch = IdleWatch()
 
     def events(self, node_rank: int, host: str, data: bytes) -> List[GpuSample]:
-        samples = parse_gpu_log(data.decode("utf-8", "replace"))
+        samples = parse_gpu_log(_tail(data).decode("utf-8", "replace"))
         idle: Tuple[int, ...] = ()
         for _, gpus in samples:
             idle = self.watch.feed(node_rank, gpus)
@@ -88,11 +99,9 @@ def latest_sample(path: Path, node_rank: int, host: str) -> Optional[GpuSample]:
     try:
         with open(path, "rb") as handle:
             size = handle.seek(0, 2)
-            handle.seek(max(0, size - TAIL_BYTES))
-            data = handle.read(TAIL_BYTES)
+            handle.seek(max(0, size - TAIL_BYTES - 1))  # one more: _tail cuts it at a line
+            data = handle.read()
     except OSError:
         return None
-    if size > TAIL_BYTES:
-        data = data[data.find(b"\n") + 1:]  # the first line read may be cut
     events = GpuFeed().events(node_rank, host, data)
     return events[-1] if events else None

@@ -86,6 +86,9 @@ def test_a_gpu_idle_for_two_samples_is_flagged_not_after_one():
 def test_a_block_of_many_samples_gives_the_newest_only():
     events = GpuFeed().events(1, HOSTS[1], gpu_log(SAMPLES))
     assert len(events) == 1 and events[0].time == T0 + 15 and events[0].idle == (3,)
+    # A new controller streams a week of them at once: the newest, read from the end.
+    week = GpuFeed().events(1, HOSTS[1], gpu_log(SAMPLES * 1000))
+    assert week[0].time == T0 + 5 * 3999 and len(week[0].gpus) == 8 and week[0].idle == (3,)
 
 
 def test_gpu_log_is_a_name_a_log_frame_may_carry_and_nothing_near_it_is():
