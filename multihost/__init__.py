@@ -22,6 +22,7 @@ _PUBLIC = {
     "RunFailed": "errors", "RemoteError": "errors", "CommandTimeout": "errors",
     "NodeState": "events", "RunStarted": "events", "NodeChanged": "events",
     "LogLine": "events", "LogBlock": "events", "RunFinished": "events", "RootCause": "events",
+    "GpuSample": "events",
 }
 __all__ = sorted(_PUBLIC)
 

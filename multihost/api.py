@@ -134,7 +134,7 @@ class Cluster:
             no_python: bool = False, check: bool = True, sync: bool = True,
             allow_concurrent: bool = False, log_dir: Optional[str] = "log",
             kill_wait: float = 10.0, wait: Optional[float] = None, setup: Optional[str] = None,
-            hang_timeout: Optional[float] = None,
+            hang_timeout: Optional[float] = None, gpu_interval: float = 5.0,
             detach: bool = False) -> "Run":
         """Check, sync and launch in ip order, as ``multihost run`` does; returns once every
         node has been launched (the preflight's or sync's failure is raised here). The run
@@ -153,7 +153,7 @@ class Cluster:
             command=tuple(command), job=job, launcher=launcher, no_python=no_python,
             env=user_env, check=check, sync=sync, allow_concurrent=allow_concurrent,
             log_dir=log_dir, kill_wait=kill_wait, wait=wait, detach=detach, setup=setup,
-            hang_timeout=hang_timeout)
+            hang_timeout=hang_timeout, gpu_interval=gpu_interval)
         cluster = self._connect()
         try:
             plan, record = pipeline.prepare(cluster, request)

@@ -22,6 +22,7 @@ from .remote.run_states import FINAL_STATES
 
 if TYPE_CHECKING:
     from .run.stragglers import Straggler
+    from .check.parsers import GpuUse
     from .sync.model import HostNeeds, HostSync
 
 # Whatever takes events: a view, a filter in front of one, a test's list.append.
@@ -153,6 +154,18 @@ class Notice:
     host: str
     text: str
     time: float = 0.0
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One sample of a host's GPUs during a run (its gpu.log): the run's GPUs on that
+    host, and those idle (at most IDLE_UTIL % busy) for two samples or more in a row."""
+
+    node_rank: int
+    host: str
+    time: float                     # when the host took it
+    gpus: Tuple[GpuUse, ...]
+    idle: Tuple[int, ...] = ()      # GPU indices
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,13 @@ _ESCAPE = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
 # C0 controls but tab and newline, DEL, and the C1 controls (a terminal may obey 0x9b as CSI).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
 _CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f\x80-\x9f]")
-_LOG_NAME = re.compile(r"launcher\.log|log/(worker|server)log\.\d{1,6}")
+_LOG_NAME = re.compile(r"launcher\.log|gpu\.log|log/(worker|server)log\.[0-9]{1,6}")
+GPU_LOG = "gpu.log"
 
 
 def is_log_name(name: str) -> bool:
-    """The names a log frame may carry: the launcher's log, one log per local rank, and
-    one per parameter server of a PS job (paddle's serverlog.N).
+    """The names a log frame may carry: the launcher's log, one log per local rank, one
+    per parameter server of a PS job (paddle's serverlog.N), and the GPU samples.
     Anything else (``../x``, an absolute path, a dot file) would choose where the
     controller writes."""
     return bool(_LOG_NAME.fullmatch(name))

@@ -52,17 +52,19 @@ class Software:
 
 
 def _number(text: str) -> Optional[int]:
-    text = text.strip()
-    return int(text) if text.isdigit() else None  # "[N/A]", "[Not Supported]"
+    text = text.strip()  # "[N/A]", "[Not Supported]"; never "²" (a digit int() refuses)
+    return int(text) if re.fullmatch(r"[0-9]{1,15}", text) else None
 
 
-def _csv_rows(text: str, width: int, name_at: int) -> Iterable[list]:
+def _csv_rows(text: str, width: int, name_at: Optional[int]) -> Iterable[list]:
+    """Rows of ``width`` fields; a query without a name column (``name_at`` None) keeps
+    only rows of exactly that width."""
     for line in text.splitlines():
         if not line.strip():
             continue
         fields = [f.strip() for f in line.split(",")]
         extra = len(fields) - width
-        if extra > 0:  # a name with commas in it: join it back, keep the other columns
+        if extra > 0 and name_at is not None:  # a name with commas in it: join it back
             end = name_at + extra + 1
             fields = fields[:name_at] + [", ".join(fields[name_at:end])] + fields[end:]
         if len(fields) == width:
@@ -74,9 +76,51 @@ def parse_gpus(text: str) -> Tuple[Gpu, ...]:
     --format=csv,noheader,nounits``."""
     gpus = []
     for index, name, total, used, driver, uuid in _csv_rows(text, 6, 1):
-        if index.isdigit():
+        if re.fullmatch(r"[0-9]{1,3}", index):
             gpus.append(Gpu(int(index), name, _number(total), _number(used), driver, uuid))
     return tuple(gpus)
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """One GPU in one sample of a run's GPU sampler; None where nvidia-smi says [N/A]."""
+
+    index: int
+    uuid: str
+    util: Optional[int]          # utilization.gpu, %
+    used_mib: Optional[int]
+    total_mib: Optional[int]
+    temp_c: Optional[int]
+    power_w: Optional[float]
+
+
+GPU_USE_QUERY = "index,uuid,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
+_UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z/-]{1,120}")
+
+
+def _bounded(text: str, high: int) -> Optional[int]:
+    value = _number(text)
+    return value if value is not None and value <= high else None
+
+
+def _watts(text: str) -> Optional[float]:
+    if not re.fullmatch(r"[0-9]{1,5}(\.[0-9]{1,3})?", text):
+        return None  # [N/A], [Not Supported], or not a plain number
+    return float(text)
+
+
+def parse_gpu_use(text: str) -> Tuple[GpuUse, ...]:
+    """``nvidia-smi --query-gpu=GPU_USE_QUERY --format=csv,noheader,nounits``, read
+    strictly (it may come from an untrusted host): a row that is not 7 fields, an index
+    that is not a small number or a uuid that is not one is dropped; a value out of
+    range is unknown (None)."""
+    uses = []
+    for index, uuid, util, used, total, temp, power in _csv_rows(text, 7, None):
+        if not (re.fullmatch(r"[0-9]{1,3}", index) and _UUID.fullmatch(uuid)):
+            continue
+        uses.append(GpuUse(int(index), uuid, _bounded(util, 100), _bounded(used, 1 << 24),
+                           _bounded(total, 1 << 24), _bounded(temp, 200), _watts(power)))
+    return tuple(uses)
 
 
 def parse_gpu_apps(text: str) -> Tuple[GpuApp, ...]:
@@ -84,7 +128,7 @@ def parse_gpu_apps(text: str) -> Tuple[GpuApp, ...]:
     --format=csv,noheader,nounits``."""
     apps = []
     for uuid, pid, name, used in _csv_rows(text, 4, 2):
-        if pid.isdigit():
+        if re.fullmatch(r"[0-9]{1,10}", pid):
             apps.append(GpuApp(uuid, int(pid), name, _number(used)))
     return tuple(apps)
 

@@ -100,6 +100,10 @@ def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True,
                         help="when no rank has written a line for S seconds, the run is "
                              "hung: take every rank's stack, then stop it (a restart "
                              "follows under --max-restarts)")
+    follow.add_argument("--gpu-interval", type=float, default=5.0, metavar="S",
+                        help="every host with nvidia-smi samples the run's GPUs every S "
+                             "seconds into gpu.log, shown in the dashboard (default 5; "
+                             "0: no samples)")
     view = follow.add_mutually_exclusive_group()
     view.add_argument("--plain", action="store_true", help="plain prefixed lines, no dashboard")
     view.add_argument("--json", action="store_true", help="one JSON event per line")
@@ -166,7 +170,7 @@ def request_from_args(args: argparse.Namespace, command, job, env):
         allow_concurrent=args.allow_concurrent, log_dir=args.log_dir, kill_wait=args.kill_wait,
         wait=args.wait, detach=args.detach, setup=args.setup, setup_always=args.setup_always,
         max_restarts=args.max_restarts, hang_timeout=args.hang_timeout,
-        ps=getattr(args, "ps", None))
+        gpu_interval=getattr(args, "gpu_interval", 5.0), ps=getattr(args, "ps", None))
 
 
 def main(args: argparse.Namespace) -> int:

@@ -25,8 +25,9 @@ from ..hosts import Host
 from ..remote.run_states import FINAL_STATES
 from .echo import LauncherEcho
 from .frames import LineJoiner, read_frame
+from .gpus import GpuFeed
 from ..sync.ignore import MIRROR_MARKER
-from ..untrusted import as_int, clean_block, clean_text
+from ..untrusted import GPU_LOG, as_int, clean_block, clean_text
 
 REMOTE_RUNS = "~/.multihost/runs"
 LOST_AFTER = 15.0       # seconds without a frame (heartbeats come every 2 s)
@@ -90,6 +91,7 @@ class LogFollower:
         self._ended: Dict[int, threading.Event] = {n.host.rank: threading.Event() for n in self.nodes}
         self.final_states: Dict[int, Optional[dict]] = {}
         self._echoes: Dict[int, LauncherEcho] = {n.host.rank: LauncherEcho() for n in self.nodes}
+        self._gpus = GpuFeed()     # gpu.log: samples, not lines
         self.errors: Dict[int, MultihostError] = {}
         self.mirror_behind: Dict[int, str] = {}   # host rank -> why its mirror lacks lines
 
@@ -230,6 +232,10 @@ class LogFollower:
             self._emit(node, name, whole)
 
     def _emit(self, node: Node, name: str, data: bytes) -> None:
+        if name == GPU_LOG:
+            for sample in self._gpus.events(node.host.rank, node.host.label, data):
+                self.listener(sample)
+            return
         local = local_rank_of(name)
         text: Optional[str] = clean_block(data)
         if role_of(name):
@@ -336,8 +342,9 @@ def final_state(record: object) -> Optional[dict]:
 
 def _mirror_names(directory: Path) -> List[str]:
     names = []
-    if (directory / "launcher.log").is_file():
-        names.append("launcher.log")
+    for name in ("launcher.log", GPU_LOG):
+        if (directory / name).is_file():
+            names.append(name)
     log = directory / "log"
     if log.is_dir():
         names += [f"log/{p.name}" for p in sorted(log.iterdir())

@@ -18,7 +18,8 @@ CHUNK = 1 << 20
 
 
 def _log_files(run_dir):
-    """Every file worth streaming: the launcher's output and one log per local rank."""
+    """Every file worth streaming: the launcher's output, one log per local rank, and
+    the GPU samples."""
     names = []
     log_dir = os.path.join(run_dir, "log")
     try:
@@ -29,6 +30,8 @@ def _log_files(run_dir):
         pass
     if os.path.exists(os.path.join(run_dir, "launcher.log")):
         names.insert(0, "launcher.log")
+    if os.path.exists(os.path.join(run_dir, "gpu.log")):  # the GPU sampler's (run_gpus.py)
+        names.append("gpu.log")
     return names
 
 

@@ -21,6 +21,7 @@ import time
 import traceback
 
 from . import run_files, run_ps
+from .run_gpus import GpuSampler
 from .run_rankwrap import child_env
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -56,6 +57,7 @@ class Supervisor(object):
         self.kill_now = False
         self.teardown_deadline = None
         self.termed = set()
+        self.gpus = None        # the GPU sampler (run_gpus.py), made in start()
 
     # --- records --------------------------------------------------------------------
     def record(self, **changes):
@@ -88,6 +90,7 @@ class Supervisor(object):
         run_files.python_first_on_path(env, spec.get("python"))
         cwd = spec["cwd"]
         env["PWD"] = cwd  # what a shell would say after `cd`: scripts read it
+        self.gpus = GpuSampler(self.run_dir, env, spec.get("gpu_interval"))
         if spec.get("spawn") == "rank":
             self.start_ranks(spec["argv"], env, cwd)
         elif spec.get("spawn") == "ps":
@@ -149,6 +152,9 @@ class Supervisor(object):
                 return
             if pid == 0:
                 return
+            if self.gpus is not None and self.gpus.owns(pid):
+                self.gpus.exited(status)
+                continue
             if pid in self.children and pid not in self.exits:
                 if os.WIFSIGNALED(status):
                     self.exits[pid] = (None, os.WTERMSIG(status), time.time())
@@ -180,6 +186,8 @@ class Supervisor(object):
             if time.time() - tightened >= 1.0:  # a launcher's own logs, as they appear
                 run_files.make_run_files_private(self.run_dir)
                 tightened = time.time()
+            if self.gpus is not None and self.stop_asked is None:
+                self.gpus.tick(time.time())
             if self.spec.get("spawn") == "ps":
                 run_ps.check(self)
             if self.stop_asked is not None and self.teardown_deadline is None:
@@ -190,6 +198,7 @@ class Supervisor(object):
                     self.node["stop_reason"] = stop["reason"]
                 self.teardown(grace)
             if not self.running():
+                self.stop_gpus()  # not an orphan: ours, and done with
                 # The launcher is done; anything it left behind is an orphan of the run.
                 if run_files.run_processes(self.run_id, os.getpid()):
                     self.teardown(grace if self.stop_asked else min(grace, 3.0))
@@ -197,7 +206,12 @@ class Supervisor(object):
                 return
             time.sleep(POLL)
 
+    def stop_gpus(self):
+        if self.gpus is not None:
+            self.gpus.stop()
+
     def teardown(self, grace):
+        self.stop_gpus()
         self.teardown_deadline = time.time() + grace
         run_files.terminate(self.run_id, os.getpid(), grace,
                             kill_now=lambda: self.kill_now or self.poll_exits_and_stop(),
@@ -230,6 +244,7 @@ class Supervisor(object):
         return "succeeded", code, sig
 
     def finish(self, error=None):
+        self.stop_gpus()
         run_files.make_run_files_private(self.run_dir)
         state, code, sig = ("failed", None, None) if error else self.outcome()
         self.record(state=state, exit_code=code, signal=sig, ended=time.time(),

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import helper
 from ..errors import MultihostError
-from ..events import RunState
+from ..events import GpuSample, RunState
 from .outcome import Failure, NodeView, conclude, decode_exit, failures_of, parse_status, root_cause
 from .records import RunRecord, cause_to_json, save_run
 
@@ -28,6 +28,7 @@ class NodeStatus:
     rank_offset: int
     view: Optional[NodeView] = None
     error: Optional[MultihostError] = None
+    gpu: Optional[GpuSample] = None     # the latest GPU sample of the log mirror
 
     @property
     def state(self) -> str:
@@ -41,6 +42,7 @@ class NodeStatus:
             "node_rank": self.node_rank, "host": self.host, "state": self.state,
             "ranks": f"{self.rank_offset}-{self.rank_offset + self.nproc - 1}",
             "error": str(self.error) if self.error else None,
+            "gpu": dataclasses.asdict(self.gpu) if self.gpu else None,
         }
         if view is not None:
             data.update({
@@ -80,7 +82,20 @@ class RunStatus:
 
 def _node(record: RunRecord, rank: int, view=None, error=None) -> NodeStatus:
     node = record.nodes[rank]
-    return NodeStatus(rank, node.label, node.nproc, node.rank_offset, view, error)
+    return NodeStatus(rank, node.label, node.nproc, node.rank_offset, view, error,
+                      latest_gpu_sample(record, rank))
+
+
+def latest_gpu_sample(record: RunRecord, rank: int) -> Optional[GpuSample]:
+    """The host's newest GPU sample, from the gpu.log of the run's log mirror (written
+    while a controller follows the run: `run`, or `logs --follow`)."""
+    if not record.log_dir:
+        return None
+    from ..logs.follow import mirror_path
+    from ..logs.gpus import latest_sample
+
+    host = record.hosts[rank]
+    return latest_sample(mirror_path(record.mirror_dir, host) / "gpu.log", rank, host.label)
 
 
 def reconcile(record: RunRecord, nodes: Tuple[NodeStatus, ...]) -> RunRecord:

@@ -50,6 +50,7 @@ class RunRequest:
     setup_always: bool = False               # even where it succeeded on the same code
     max_restarts: int = 0
     hang_timeout: Optional[float] = None
+    gpu_interval: float = 5.0                # seconds between GPU samples; 0: none
     ps: Optional[Any] = None                 # fleetrun's parameter-server spec
 
 
@@ -70,6 +71,9 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
         raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
     if request.hang_timeout is not None and request.hang_timeout <= 0:
         raise ConfigError("--hang-timeout takes seconds, more than 0", fix="e.g. --hang-timeout 600")
+    if request.gpu_interval < 0:
+        raise ConfigError("--gpu-interval takes seconds, 0 (no GPU samples) or more",
+                          fix="e.g. --gpu-interval 5")
     if request.max_restarts < 0:
         raise ConfigError("--max-restarts takes a count, 0 or more", fix="e.g. --max-restarts 3")
     if request.max_restarts and request.detach:
@@ -255,7 +259,7 @@ def prepare(cluster, request: RunRequest, *, validated: Optional[Validated] = No
         new_run_id(), hosts, job, validated.template, list(request.command),
         start_port=start_port, addresses=addresses, ifaces=ifaces, no_python=request.no_python,
         environ=os.environ, user_env=dict(request.env), kill_wait=request.kill_wait,
-        allow_concurrent=request.allow_concurrent,
+        allow_concurrent=request.allow_concurrent, gpu_interval=request.gpu_interval,
         ps=ps_layout(request, addresses, start_port))
     record = initial_record(plan, request, cluster, revision() or (None, None))
     return plan, dataclasses.replace(record, code_digest=digest)

@@ -48,7 +48,8 @@ class RunPlan:
     kill_wait: float = 10.0
     allow_concurrent: bool = False
     attempt: int = 0              # 0, then 1, 2, ... when --max-restarts launches it again
-    ps: Optional[Any] = None      # a fleetrun.PsLayout for a parameter-server job
+    ps: Optional[Any] = None
+    gpu_interval: float = 5.0     # seconds between a host's GPU samples; 0: none      # a fleetrun.PsLayout for a parameter-server job
 
     @property
     def world_size(self) -> int:
@@ -115,7 +116,7 @@ def build_plan(run_id: str, hosts: Sequence[Host], job: JobOptions, template: la
                ifaces: Sequence[Optional[str]] = (), no_python: bool = False,
                environ: Mapping[str, str] = {}, user_env: Mapping[str, str] = {},
                kill_wait: float = 10.0, allow_concurrent: bool = False,
-               ps: Optional[Any] = None) -> RunPlan:
+               ps: Optional[Any] = None, gpu_interval: float = 5.0) -> RunPlan:
     if not command:
         raise ConfigError("no script given", fix="write it after --, e.g. "
                                                  "multihost run --ips=a,b -- train.py -c cfg.yml")
@@ -140,7 +141,7 @@ def build_plan(run_id: str, hosts: Sequence[Host], job: JobOptions, template: la
         offset += nproc
     return RunPlan(run_id, template, tuple(command), no_python, start_port, tuple(nodes),
                    run_env.passthrough(environ), dict(user_env), kill_wait, allow_concurrent,
-                   ps=ps)
+                   ps=ps, gpu_interval=gpu_interval)
 
 
 def check_script(command: Sequence[str], code_dir: str, *, no_python: bool) -> None:
@@ -208,7 +209,7 @@ def launch_request(plan: RunPlan, node: NodePlan, prepared: Prepared) -> Dict[st
         "rank_offset": node.rank_offset, "world_size": plan.world_size,
         "nnodes": len(plan.nodes), "master_addr": plan.master_addr,
         "master_port": plan.start_port, "grace": plan.kill_wait,
-        "allow_concurrent": plan.allow_concurrent,
+        "allow_concurrent": plan.allow_concurrent, "gpu_interval": plan.gpu_interval,
         "display": {"argv": masked_argv, "env": run_env.mask_env(env),
                     "command": launch.display_argv(masked_argv, prepared.run_dir)},
     }

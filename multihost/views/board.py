@@ -12,8 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
-from ..events import (LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause, RunFinished,
-                      RunStarted, RunStopping, Stragglers)
+from ..events import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause,
+                      RunFinished, RunStarted, RunStopping, Stragglers)
 from ..logs.metrics import Metrics, parse_metrics
 from ..nodeset import fold
 
@@ -38,6 +38,7 @@ class RowView:
     lines: int
     note: str = ""           # what multihost says of the node ("contact lost ...")
     slow: str = ""           # a straggler: "slow -35%" (or "rank 5 slow -35%" on a host row)
+    gpu: Optional[GpuSample] = None   # the host's latest GPU sample
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class BoardModel:
         self.speed_is_global = False
         self._speeds_seen: Dict[Tuple[int, float], int] = {}
         self._slow: Optional[Stragglers] = None
+        self._gpus: Dict[int, GpuSample] = {}   # node rank: its latest GPU sample
 
     def _row(self, host: str, node_rank: int, rank: Optional[int]) -> _Row:
         key = f"rank {rank}" if self.by_rank and rank is not None and rank >= 0 else host
@@ -135,6 +137,8 @@ class BoardModel:
                 for rank, host in enumerate(event.hosts):
                     if not self.by_rank:
                         self._row(host, rank, None)
+            elif isinstance(event, GpuSample):
+                self._gpus[event.node_rank] = event
             elif isinstance(event, RunStopping):
                 self.stopping = event
             elif isinstance(event, Stragglers):
@@ -227,7 +231,7 @@ class BoardModel:
             glob = self.speed_is_global
             views = tuple(RowView(r.key, r.host, r.node_rank, r.rank, r.state, r.since, r.until,
                                   r.exit_code, r.last_line, _summed(r, glob), r.lines, r.note,
-                                  slow=self._slow_mark(r))
+                                  gpu=self._gpus.get(r.node_rank), slow=self._slow_mark(r))
                           for r in rows)
             running = [pair for r in rows if r.state == NodeState.RUNNING
                        for pair in r.speeds.values()]

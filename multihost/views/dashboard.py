@@ -21,6 +21,7 @@ from rich.text import Text
 from ..events import NodeState, Notice, RunFinished
 from .terminal import no_color
 from .board import BoardModel, BoardSnapshot, FoldedRow, fold_rows, summary
+from .gpus import describe as describe_gpus
 from .plain import PlainView, describe_root_cause, describe_stopping
 
 STATE_STYLE = {
@@ -62,7 +63,15 @@ def _span(values) -> str:
     return _num(low) if low == high else f"{_num(low)}-{_num(high)}"
 
 
-def _add_row(table: Table, group: FoldedRow, now: float) -> None:
+def _gpu_cell(group: FoldedRow) -> Text:
+    """The rows' GPUs; an idle GPU said only while its host runs, in red."""
+    row = group.rows[0]
+    text = describe_gpus([r.gpu for r in group.rows if r.gpu is not None],
+                         idle=row.state == NodeState.RUNNING)
+    return Text(text, style="bold red" if text.endswith(" idle") else "")
+
+
+def _add_row(table: Table, group: FoldedRow, now: float, gpus: bool = False) -> None:
     row, count = group.rows[0], len(group.rows)
     state = row.state.value + (f" ({row.exit_code})" if row.exit_code not in (None, 0) else "")
     state_text = Text(state, style=STATE_STYLE.get(row.state, ""))
@@ -77,11 +86,12 @@ def _add_row(table: Table, group: FoldedRow, now: float) -> None:
                              row.last_line)
     else:
         last = Text(row.last_line)
+    gpu = [_gpu_cell(group)] if gpus else []
     table.add_row(group.numbers, group.who, state_text,
                   _uptime(row.since, row.until, now),
                   _span(r.metrics.epoch for r in group.rows), _span(r.metrics.step for r in group.rows),
                   _span(r.metrics.loss for r in group.rows),
-                  _num(sum(speeds)) if speeds else "-", last, style=style)
+                  _num(sum(speeds)) if speeds else "-", *gpu, last, style=style)
 
 
 def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = True,
@@ -90,18 +100,23 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
     now = time.time() if now is None else now
     table = Table(expand=True, title=f"multihost run {snapshot.run_id}" if snapshot.run_id else None,
                   caption=snapshot.command or None, title_justify="left")
+    # The gpu column only when a host has sampled its GPUs (no nvidia-smi: no column).
+    gpus = any(row.gpu is not None for row in snapshot.rows)
     for name, kwargs in (("#", {"justify": "right"}), ("host", {}), ("state", {}),
                          ("uptime", {"justify": "right"}), ("epoch", {"justify": "right"}),
                          ("step", {"justify": "right"}), ("loss", {"justify": "right"}),
-                         ("speed", {"justify": "right"}), ("last line", {"ratio": 1, "no_wrap": True})):
+                         ("speed", {"justify": "right"}),
+                         *((("gpu", {"no_wrap": True}),) if gpus else ()),
+                         ("last line", {"ratio": 1, "no_wrap": True})):
         table.add_column(name, overflow="ellipsis", **kwargs)
     for group in fold_rows(snapshot.rows, snapshot.selected):
-        _add_row(table, group, now)
+        _add_row(table, group, now, gpus)
     if snapshot.total_speed is not None:
         table.add_section()
         what = ("the job's speed (every rank prints it)" if snapshot.speed_is_global
                 else "summed speed")
-        table.add_row("", "all", "", "", "", "", "", _num(snapshot.total_speed), what)
+        table.add_row("", "all", "", "", "", "", "", _num(snapshot.total_speed),
+                      *([""] if gpus else []), what)
     parts = [table, Text(summary(snapshot.rows), style="bold")]
     if snapshot.stragglers:
         parts.append(Text(f"stragglers: {snapshot.stragglers}", style="bold yellow"))

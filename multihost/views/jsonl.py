@@ -7,11 +7,11 @@ import json
 import threading
 from typing import IO
 
-from ..events import (LogBlock, LogLine, NodeChanged, Notice, RunFinished, RunStarted, RunStopping,
-                      Stragglers)
+from ..events import (GpuSample, LogBlock, LogLine, NodeChanged, Notice, RunFinished, RunStarted,
+                      RunStopping, Stragglers)
 
 KINDS = {RunStarted: "started", LogLine: "line", NodeChanged: "node", Notice: "notice",
-         RunStopping: "stopping", Stragglers: "stragglers",
+         RunStopping: "stopping", Stragglers: "stragglers", GpuSample: "gpu",
          RunFinished: "finished"}
 
 

@@ -7,10 +7,13 @@ a pipe into grep sees only the job's lines. Called from several threads: one loc
 from __future__ import annotations
 
 import threading
-from typing import IO, Dict, List
+from typing import IO, Dict, List, Tuple
 
-from ..events import (LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause, RunFinished,
-                      RunStarted, RunStopping, Stragglers)
+from ..events import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause,
+                      RunFinished, RunStarted, RunStopping, Stragglers)
+from .gpus import describe as describe_gpus
+
+GPU_EVERY = 60.0   # seconds between a host's GPU lines, unless its idle GPUs change
 
 _COLOURS = ["36", "33", "35", "32", "34", "91", "96", "93"]
 
@@ -39,6 +42,7 @@ class PlainView:
         self._prefixes: Dict[tuple, str] = {}
         self._stragglers = ""     # the last said, repeated in the summary at the end
         self._straggling_ranks: List[int] = []
+        self._gpu_said: Dict[int, Tuple[float, Tuple[int, ...]]] = {}  # node: (time, idle)
 
     def _prefix(self, event) -> str:
         host = event.host
@@ -80,6 +84,8 @@ class PlainView:
             self.say(f"{event.host} (node {event.node_rank}) {event.state.value}{code}{detail}")
         elif isinstance(event, Notice):
             self.say(f"{event.host} (node {event.node_rank}): {event.text}")
+        elif isinstance(event, GpuSample):
+            self._gpu(event)
         elif isinstance(event, RunStopping):
             self.say(describe_stopping(event))
         elif isinstance(event, Stragglers):
@@ -99,6 +105,18 @@ class PlainView:
             self.say(f"stragglers: {event.text}")
         elif before:
             self.say("no stragglers any more: every rank within 20% of the median")
+
+    def _gpu(self, event: GpuSample) -> None:
+        """A host's GPUs: its first sample, then once a minute, and at once when a GPU
+        turns idle or busy again (a line every 5 s per host would drown a CI log)."""
+        said = self._gpu_said.get(event.node_rank)
+        if said is not None and said[1] == event.idle and event.time - said[0] < GPU_EVERY:
+            return
+        self._gpu_said[event.node_rank] = (event.time, event.idle)
+        text = describe_gpus([event])
+        if said is not None and said[1] and not event.idle:
+            text += ", no GPU idle now"
+        self.say(f"{event.host} (node {event.node_rank}): {text}")
 
     def _finished(self, event: RunFinished) -> None:
         if event.exit_code == 0:

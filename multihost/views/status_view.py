@@ -50,6 +50,15 @@ def rows(status, now):
 HEADERS = ("node", "host", "state", "ranks", "procs", "uptime", "exit", "detail")
 
 
+def gpu_lines(status, now):
+    """The latest GPU sample of each host that has one (none: no lines at all)."""
+    from .gpus import describe
+
+    lines = [f"  {node.host}: {describe([node.gpu], idle=node.state == 'running')} "
+             f"({_ago(node.gpu.time, now)} ago)" for node in status.nodes if node.gpu]
+    return ["gpus, latest sample:"] + lines if lines else []
+
+
 def header_lines(status):
     record = status.record
     cause = record.root_cause
@@ -81,6 +90,8 @@ def render_plain(status, out: IO[str]) -> None:
     for row in table:
         cells = [cell.ljust(width) for cell, width in zip(row, widths)] + [row[-1]]
         out.write("  ".join(cells).rstrip() + "\n")
+    for line in gpu_lines(status, time.time()):
+        out.write(line + "\n")
 
 
 def render_rich(status, console=None) -> None:
@@ -96,6 +107,8 @@ def render_rich(status, console=None) -> None:
     for row in rows(status, time.time()):
         table.add_row(*row[:2], f"[{styles.get(row[2], '')}]{row[2]}", *row[3:])
     console.print(table)
+    for line in gpu_lines(status, time.time()):
+        console.print(line, highlight=False, markup=False)
 
 
 def render_list(records, out: IO[str]) -> None:
