@@ -75,6 +75,8 @@ class RunStatus:
                 "git_commit": record.git_commit, "git_dirty": record.git_dirty,
                 "attempt": record.attempt, "max_restarts": record.max_restarts,
                 "attempts": list(record.attempts),
+                "replacements": list(record.replacements),
+                "spares": [spare.get("name") for spare in record.spares],
                 "nodes": [node.to_json() for node in self.nodes]}
 
 

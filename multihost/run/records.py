@@ -92,6 +92,8 @@ class RunRecord:
     attempt: int = 0                # this attempt: 0, then 1, 2, ... (--max-restarts)
     max_restarts: int = 0
     attempts: Tuple[Dict[str, Any], ...] = ()   # the earlier attempts (restarts.summary)
+    replacements: Tuple[Dict[str, Any], ...] = ()   # spares.Replacement, every attempt's
+    spares: Tuple[Dict[str, Any], ...] = ()     # the spares not used yet (host_to_dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunState(self.state))  # typed, whoever made it
@@ -209,6 +211,8 @@ def record_from_dict(data: Dict[str, Any]) -> RunRecord:
     fields["nodes"] = nodes
     fields["command"] = tuple(fields.get("command") or ())
     fields["attempts"] = tuple(fields.get("attempts") or ())
+    fields["replacements"] = tuple(fields.get("replacements") or ())
+    fields["spares"] = tuple(fields.get("spares") or ())
     fields["root_cause"] = cause_from_json(fields.get("root_cause"))
     return RunRecord(**fields)
 

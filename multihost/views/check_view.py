@@ -146,8 +146,13 @@ def render_plain(report: CheckReport, out: IO[str], verbose: bool = False) -> No
     out.flush()
 
 
-def render_json(report: CheckReport, out: IO[str]) -> None:
-    out.write(json.dumps(report.to_json(), indent=2) + "\n")
+def render_json(report: CheckReport, out: IO[str], spares=None) -> None:
+    """The report as one JSON document; ``spares`` (ready, unusable, warnings) when the
+    command was given spare hosts (they never change ``ok``)."""
+    data = report.to_json()
+    if spares is not None:
+        data["spares"] = spares
+    out.write(json.dumps(data, indent=2) + "\n")
     out.flush()
 
 

@@ -60,12 +60,20 @@ def header_lines(status):
     if cause:
         where = f"rank {cause.rank}" if cause.rank is not None else f"node {cause.node_rank}"
         lines.append(f"  root cause: {cause.host} {where}: {cause.reason}")
-    if record.max_restarts:
-        from ..run.restarts import attempt_label, attempt_line
+    from ..run.restarts import attempt_label, attempt_line
 
+    if record.max_restarts:
         lines[0] += f", {attempt_label(record.attempt, record.max_restarts)}"
         lines += [f"  earlier {attempt_line(entry, record.max_restarts)}"
                   for entry in record.attempts]
+    if record.replacements:
+        from ..spares import Replacement
+
+        for entry in record.replacements:
+            change = Replacement.from_json(entry)
+            when = (f", from {attempt_label(change.attempt, record.max_restarts)}"
+                    if record.max_restarts else "")
+            lines.append(f"  {change.line}{when}")
     return lines
 
 
