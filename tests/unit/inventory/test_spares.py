@@ -145,3 +145,24 @@ def test_spares_imply_one_restart_each_and_only_for_a_lost_host():
     assert not may_restart(None, 1, lost=True, spares_left=0)    # none left
     assert not may_restart(0, 0, lost=True, spares_left=1)       # --max-restarts 0 said so
     assert may_restart(2, 1, lost=False, spares_left=0)          # restarts left: any failure
+
+
+def test_status_and_the_plain_view_say_which_spare_took_which_node():
+    import io
+    from types import SimpleNamespace
+
+    from multihost.events import RunStarted
+    from multihost.run.records import NodeRecord, RunRecord
+    from multihost.views.plain import PlainView
+    from multihost.views.status_view import header_lines
+
+    change = Replacement(1, 2, "h3", "h5", "lost")
+    nodes = tuple(NodeRecord(i, {"name": n}, n, n, 1, i) for i, n in enumerate(["h1", "h2", "h5"]))
+    record = RunRecord("20250101-120000-ab12", 0.0, nodes, ("t.py",), "python", "",
+                       attempt=1, max_restarts=1, replacements=(change.to_json(),))
+    lines = header_lines(SimpleNamespace(record=record))
+    assert "  h3 replaced by spare h5 (node 2), from attempt 2 of 2" in lines
+    out, err = io.StringIO(), io.StringIO()
+    PlainView(out, err)(RunStarted("20250101-120000-ab12", ("h1", "h2", "h5"), 1, "t.py", 0.0,
+                                   "attempt 2 of 2", (change.line,)))
+    assert "h3 replaced by spare h5 (node 2)" in out.getvalue() + err.getvalue()
