@@ -49,7 +49,7 @@ def next_attempt_on(cluster, request, validated, plan, done, result, args, log_d
     from ..run.records import host_from_dict
     from ..run.outcome import describe
     from ..run.pipeline import node_records, plan_for
-    from ..run.replace import cluster_for, preflight_with_spares, ready_spares
+    from ..run.replace import cluster_for, preflight_with_spares, ready_spares, same_shape
     from ..run.restarts import attempt_label, next_attempt
     from ..spares import Replacement, SpareState
 
@@ -84,7 +84,7 @@ def next_attempt_on(cluster, request, validated, plan, done, result, args, log_d
         following = dataclasses.replace(
             plan_for(fresh, request, validated, report, plan.run_id, start_port),
             attempt=attempt)
-        same_shape(plan, following)
+        same_shape(validated.job, [n.host for n in plan.nodes], fresh.hosts)
     except MultihostError as err:
         # The next attempt cannot start (a lost host is still gone and no spare is left):
         # the run ends with the status of the attempt that failed, and names what stops it.
@@ -98,19 +98,6 @@ def next_attempt_on(cluster, request, validated, plan, done, result, args, log_d
         replacements=tuple(r.to_json() for r in state.replacements),
         spares=tuple(dict(h) for h in _pool_dicts(state)))
     return fresh, following, record
-
-
-def same_shape(before, after) -> None:
-    """A spare runs the processes of the node it replaces, or the world would change
-    size and every rank after it would move."""
-    from ..errors import ConfigError
-
-    for old, new in zip(before.nodes, after.nodes):
-        if old.nproc != new.nproc:
-            raise ConfigError(f"spare {new.host.label} would run {new.nproc} process(es) where "
-                              f"node {old.node_rank} ran {old.nproc}", host=new.host.label,
-                              fix="give the spare the same gpus/slots as the hosts, or none "
-                                  "(it then takes those of the node it replaces)")
 
 
 def _pool_dicts(state):

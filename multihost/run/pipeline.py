@@ -188,10 +188,11 @@ def prepare_on(cluster, request: RunRequest, *, validated: Optional[Validated] =
     place of a host that fails the preflight: (the cluster the run starts on, which is
     a new one after a replacement, the plan, the first record)."""
     from ..spares import SpareState, spare_pool
-    from .replace import checked_in_background, preflight_with_spares
+    from .replace import checked_in_background, preflight_with_spares, same_shape
 
     validated = validated or validate(cluster.hosts, request)
     job = validated.job
+    hosts = cluster.hosts
     revision = in_background(code_revision, job.code)
     spares = SpareState(spare_pool(cluster.hosts, request.spares))
     report = None
@@ -201,6 +202,7 @@ def prepare_on(cluster, request: RunRequest, *, validated: Optional[Validated] =
             cluster, job, spares, 0, allow_concurrent=request.allow_concurrent,
             notify=notify, original=cluster, known_bad=bad)
         spares = spares.drop(bad())
+        same_shape(job, hosts, cluster.hosts)
     start_port = report.start_port if report else job.start_port
     if start_port is None:
         raise ConfigError("--start-port auto needs the preflight to find a free port",

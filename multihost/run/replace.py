@@ -114,3 +114,17 @@ def ready_spares(cluster: Cluster, job: JobOptions, hosts: Sequence[Host], *, sy
     with Cluster(hosts, cluster.options, workers=cluster.workers) as own:
         sync_for_run(own, job, code=sync, data_checked=False, notify=notify)
         run_setup(own, job, setup, always=setup_always, notify=notify)
+
+
+def same_shape(job: JobOptions, before: Sequence[Host], after: Sequence[Host]) -> None:
+    """A spare runs the processes of the node it replaces, or the world would change
+    size and every rank after it would move."""
+    from ..errors import ConfigError
+
+    for old, new in zip(before, after):
+        if job.nproc_for(old) != job.nproc_for(new):
+            raise ConfigError(f"spare {new.label} would run {job.nproc_for(new)} process(es) "
+                              f"where node {old.rank} ran {job.nproc_for(old)}",
+                              host=new.label,
+                              fix="give the spare the same gpus/slots as the hosts, or none "
+                                  "(it then takes those of the node it replaces)")

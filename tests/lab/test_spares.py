@@ -79,6 +79,12 @@ def test_a_host_cut_mid_run_is_replaced_by_a_spare_that_takes_its_rank(lab, spar
         second = lab.multihost("logs", run_id, "--attempt", "2", "--plain", timeout=120).stdout
         assert "up host=h3 rank=2 attempt=0" in first, first[-2000:]
         assert "up host=h4 rank=2 attempt=1" in second, second[-2000:]
+        # Back on the network, the lost host still runs its old rank: `stop` reaches it.
+        assert found_on(lab, (3,), token)
+        stopped = lab.multihost("stop", run_id, "--kill-wait", "1", timeout=120)
+        assert "198.18.0.13 (lost, replaced by a spare): stopped there too" in stopped.stderr, \
+            stopped.stderr
+        assert found_on(lab, (3,), token) == {}
     finally:
         controller.kill()
         kill_leftovers(lab, 3, token)

@@ -166,3 +166,39 @@ def test_status_and_the_plain_view_say_which_spare_took_which_node():
     PlainView(out, err)(RunStarted("20250101-120000-ab12", ("h1", "h2", "h5"), 1, "t.py", 0.0,
                                    "attempt 2 of 2", (change.line,)))
     assert "h3 replaced by spare h5 (node 2)" in out.getvalue() + err.getvalue()
+
+
+def test_a_job_file_names_spares_and_the_resolved_job_keeps_them(tmp_path):
+    from multihost.cli import build_parser
+    from multihost.commands.jobargs import defaults, with_job_file
+    from multihost.run import jobfile
+
+    job = tmp_path / "job.toml"
+    job.write_text('hosts = ["h1", "h2"]\nspares = ["h5", "h6"]\ncommand = ["train.py"]\n')
+    args = with_job_file(build_parser("run").parse_args(["run", "-f", str(job)]))
+    assert args.spares == "h5,h6" and args.max_restarts is None
+    assert jobfile.resolved(args, defaults(args), ["train.py"])["spares"] == "h5,h6"
+
+
+def test_stop_knows_the_hosts_spares_replaced_after_they_were_lost():
+    from multihost.run.control import replaced_hosts
+    from multihost.run.records import NodeRecord, RunRecord
+
+    nodes = tuple(NodeRecord(i, {"name": n}, n, n, 1, i) for i, n in enumerate(["h1", "h5"]))
+    earlier = {"host_fields": [{"name": "h1"}, {"name": "h2", "port": 2222}]}
+    record = RunRecord("20250101-120000-ab12", 0.0, nodes, ("t.py",), "python", "",
+                       attempt=1, max_restarts=1, attempts=(earlier,),
+                       replacements=(Replacement(1, 1, "h2:2222", "h5", "lost").to_json(),
+                                     Replacement(0, 0, "h0", "h1", "check").to_json()))
+    assert [h.label for h in replaced_hosts(record)] == ["h2:2222"]   # not one that failed the check
+
+
+def test_a_spare_that_would_change_the_world_size_is_refused():
+    from multihost.run.replace import same_shape
+
+    job = JobOptions()
+    after = replace_node(hosts3(), 1, Host("h6", rank=8, gpus=(0,)))
+    with pytest.raises(ConfigError) as info:
+        same_shape(job, hosts3(), after)
+    assert "spare h6 would run 1 process(es) where node 1 ran 2" in str(info.value)
+    same_shape(job, hosts3(), replace_node(hosts3(), 1, Host("h7", rank=9)))  # inherits: fine
