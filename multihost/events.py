@@ -77,6 +77,7 @@ class RunStarted:
     command: str                    # for display; secrets already masked
     time: float
     attempt: str = ""               # "attempt 2 of 3" under --max-restarts, else ''
+    replaced: Tuple[str, ...] = ()  # "h3 replaced by spare h5 (node 2)", this attempt's
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .errors import ConfigError
 
 HOST_KEYS = ("user", "port", "identity_file", "workdir", "python", "gpus", "iface", "data",
-             "slots", "launcher")
+             "slots", "launcher", "spare")
 # `NAME slots=N`, one host per line: the hostfile of DeepSpeed, Open MPI and Horovod.
 _SLOTS_LINE = re.compile(r"^(\S+)\s+slots\s*=\s*(\S+)$")
 _OTHER_LAUNCHER_LINE = re.compile(r"^(\S+)\s+(max_slots|max-slots|slots|cpu|gpu)\S*")
@@ -91,6 +91,17 @@ def parse_gpus(text: str, where: str) -> Tuple[int, ...]:
                                   fix="list each device once")
             gpus.append(index)
     return tuple(gpus)
+
+
+def parse_spare_flag(text: str, where: str) -> bool:
+    """The hostfile's ``spare = true`` (or 1, yes, on; false, 0, no, off)."""
+    value = text.strip().lower()
+    if value in ("true", "yes", "on", "1"):
+        return True
+    if value in ("false", "no", "off", "0"):
+        return False
+    raise ConfigError(f"{where}: spare {text!r} is not true or false",
+                      fix="write spare = true for a spare host (or remove the line)")
 
 
 def parse_slots(text: str, where: str) -> int:
@@ -228,6 +239,9 @@ def parse_hostfile(path: Path) -> List[Dict[str, object]]:
             # One job has one launcher: a per-host one would start half of it wrongly.
             raise ConfigError(f"{where}: launcher is set for the whole job",
                               fix="move the launcher line to [defaults]")
+        if key == "spare" and section is defaults:
+            raise ConfigError(f"{where}: spare is set per host, not in [defaults]",
+                              fix="put spare = true under the [HOST] section of each spare")
         section[key] = _parse_value(key, value, where, section.get(key))
     if not hosts:
         raise ConfigError(f"{path}: no hosts", fix="add one [HOST] section per machine")
@@ -269,6 +283,8 @@ def _parse_value(key: str, value: str, where: str, previous: object) -> object:
         return parse_gpus(value, where)
     if key == "slots":
         return parse_slots(value, where)
+    if key == "spare":
+        return parse_spare_flag(value, where)
     if key == "data":  # repeatable, and comma-separated
         paths = tuple(p.strip() for p in value.split(",") if p.strip())
         return tuple(previous or ()) + paths  # type: ignore[arg-type]
@@ -284,7 +300,8 @@ def build_hosts(entries: Sequence[Dict[str, object]], options: HostOptions) -> T
     hosts = []
     seen: Dict[Tuple[str, int], str] = {}
     for rank, entry in enumerate(entries):
-        fields = {k: v for k, v in entry.items() if not k.startswith("_") and v is not None}
+        fields = {k: v for k, v in entry.items()
+                  if not k.startswith("_") and k != "spare" and v is not None}
         if options.user is not None:
             check_user(options.user, "--user")
         for flag in ("user", "port", "identity_file", "workdir", "python"):
@@ -306,7 +323,17 @@ def build_hosts(entries: Sequence[Dict[str, object]], options: HostOptions) -> T
 
 def load_hosts(ips: Optional[str], hostfile: Optional[str],
                options: HostOptions = HostOptions()) -> Tuple[Host, ...]:
-    """The hosts of a command: ``--ips``, ``--hostfile``, or this machine alone."""
+    """The hosts of a command: ``--ips``, ``--hostfile``, or this machine alone (the
+    hostfile's spares left out: they are not part of the job)."""
+    return load_inventory(ips, hostfile, options)[0]
+
+
+def load_inventory(ips: Optional[str], hostfile: Optional[str],
+                   options: HostOptions = HostOptions(),
+                   spares: Sequence[Dict[str, object]] = ()) -> Tuple[Tuple[Host, ...], Tuple[Host, ...]]:
+    """The job's hosts (node rank = position) and the spares: the hostfile's ``spare =
+    true`` hosts, then ``spares`` (``--spares``, parsed). Spares are numbered after the
+    job's hosts, so one machine listed twice is refused wherever it appears."""
     if ips is not None and hostfile is not None:
         raise ConfigError("both --ips and --hostfile were given", fix="use one of them")
     if hostfile is not None:
@@ -315,7 +342,13 @@ def load_hosts(ips: Optional[str], hostfile: Optional[str],
         entries = parse_ips(ips)
     else:
         entries = [{"name": "127.0.0.1"}]  # the single-machine case of the reference docs
-    return build_hosts(entries, options)
+    job = [e for e in entries if not e.get("spare")]
+    spare = [e for e in entries if e.get("spare")] + list(spares)
+    if not job:
+        raise ConfigError(f"{hostfile}: every host is a spare",
+                          fix="leave spare = true off the hosts the job runs on")
+    hosts = build_hosts(job + spare, options)
+    return hosts[:len(job)], hosts[len(job):]
 
 
 def select_hosts(hosts: Sequence[Host], include: Optional[str],

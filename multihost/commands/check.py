@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options
+from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options, add_spare_option
 
 EPILOG = HOST_OPTIONS_HELP + """
 examples:
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_host_options(parser)
     add_job_options(parser)
+    add_spare_option(parser)
     group = parser.add_argument_group("output")
     group.add_argument("--json", action="store_true",
                        help="print one JSON document (ok, start_port, per host: rank, address, "
@@ -63,9 +64,10 @@ def main(args: argparse.Namespace) -> int:
     from ..errors import EXIT_CHECK, EXIT_OK
     from ..job import job_options_from_args
     from ..views import wants_plain
-    from .common import cluster_from_args, hosts_from_args
+    from ..run.replace import checked_in_background
+    from .common import cluster_from_args, inventory_from_args
 
-    hosts = hosts_from_args(args)
+    hosts, spares = inventory_from_args(args)
     job = job_options_from_args(args, hosts)
     sizes = None
     if args.collective or args.collective_sizes:
@@ -75,7 +77,10 @@ def main(args: argparse.Namespace) -> int:
     collective = None
     # The one rule of every view: a terminal gets the table, unless NO_COLOR or TERM=dumb.
     fancy = not args.json and not args.plain and not wants_plain(sys.stdout)
+    warnings = []
     with cluster_from_args(args, hosts) as cluster:
+        # A dead spare is known before it is needed, and never makes the cluster not ready.
+        unusable = checked_in_background(cluster, spares, job, warnings.append)
         if fancy:
             from rich.console import Console
 
@@ -100,14 +105,25 @@ def main(args: argparse.Namespace) -> int:
                 collective = run_collective(cluster, job, report, sizes)
             from ..views.check_view import render_json, render_plain
 
-            if args.json:
-                render_json(report, sys.stdout, collective)
-            else:
+            if not args.json:
                 render_plain(report, sys.stdout, verbose=args.verbose)
                 if collective is not None:
                     from ..views.collective_view import render_plain as render_collective
 
                     render_collective(collective, sys.stdout)
+        bad = unusable()
+    usable = [h.label for h in spares if h.label not in bad]
+    if args.json:
+        from ..views.check_view import render_json
+
+        render_json(report, sys.stdout, collective,
+                    spares={"ready": usable, "unusable": list(bad),
+                            "warnings": warnings} if spares else None)
+    elif spares:
+        for line in warnings:
+            print(f"multihost: {line}", file=sys.stderr)
+        print(f"spares: {len(usable)} of {len(spares)} ready"
+              + (f" ({', '.join(usable)})" if usable else ""))
     if not report.ok or (collective is not None and not collective.ok):
         return EXIT_CHECK
     return EXIT_OK

@@ -6,7 +6,7 @@ import os
 from typing import Tuple
 
 from ..errors import ConfigError
-from ..hosts import Host, HostOptions, load_hosts, parse_port, select_hosts
+from ..hosts import Host, HostOptions, load_inventory, parse_port, select_hosts
 
 HOST_OPTIONS_HELP = """\
 hosts:
@@ -67,7 +67,23 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
                        help="hosts worked on at once (default 64)")
 
 
+def add_spare_option(parser: argparse.ArgumentParser) -> None:
+    """``--spares``: for the commands that check or run a job (check, run, fleetrun)."""
+    parser.add_argument("--spares", metavar="HOSTS",
+                        help="spare hosts, like --ips or a node set (gpu[5-6]); not part of "
+                             "the job: one takes the node rank of a host that fails the "
+                             "check or is lost (also: spare = true in the hostfile)")
+
+
 def hosts_from_args(args: argparse.Namespace) -> Tuple[Host, ...]:
+    return inventory_from_args(args)[0]
+
+
+def inventory_from_args(args: argparse.Namespace) -> Tuple[Tuple[Host, ...], Tuple[Host, ...]]:
+    """The job's hosts and the spares (the hostfile's, then --spares'); --include and
+    --exclude choose among the job's hosts only."""
+    from ..spares import parse_spares
+
     for flag in ("user", "identity", "workdir", "python"):
         value = getattr(args, flag)
         if value is not None and not value.strip():
@@ -76,15 +92,17 @@ def hosts_from_args(args: argparse.Namespace) -> Tuple[Host, ...]:
     options = HostOptions(user=args.user, port=args.port, identity_file=args.identity,
                           workdir=args.workdir, python=args.python,
                           data=tuple(getattr(args, "data", None) or ()))
-    hosts = select_hosts(load_hosts(args.ips, args.hostfile, options),
-                         getattr(args, "include", None), getattr(args, "exclude", None))
-    for host in hosts:
+    text = getattr(args, "spares", None)
+    hosts, spares = load_inventory(args.ips, args.hostfile, options,
+                                   parse_spares(text) if text is not None else ())
+    hosts = select_hosts(hosts, getattr(args, "include", None), getattr(args, "exclude", None))
+    for host in hosts + spares:
         # ssh would skip a missing key with a warning and then fail to log in: say why now.
         if host.identity_file and not os.path.isfile(os.path.expanduser(host.identity_file)):
             raise ConfigError(f"identity file {host.identity_file} does not exist",
                               host=host.label, fix="give the path of your private key with -i "
                                                    "or the hostfile's identity_file")
-    return hosts
+    return hosts, spares
 
 
 def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 
-from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options
+from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options, add_spare_option
 from .jobargs import keep_words
+from .run_attempts import _say
 
 EPILOG = HOST_OPTIONS_HELP + """
 examples:
@@ -84,6 +84,7 @@ def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True,
                             "(default ./log)")
     if not with_follow:
         return
+    add_spare_option(group)   # spares replace a lost host of a followed run only
     follow = parser.add_argument_group("follow and end")
     follow.add_argument("--detach", action="store_true",
                         help="return as soon as every node runs (the run goes on)")
@@ -92,10 +93,11 @@ def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True,
                              "(default 10)")
     follow.add_argument("--wait", type=float, default=None, metavar="S",
                         help="end the run S seconds after its first rank exits (like srun -W)")
-    follow.add_argument("--max-restarts", type=int, default=0, metavar="N",
+    follow.add_argument("--max-restarts", type=int, default=None, metavar="N",
                         help="after a failure, stop every host, check again and launch "
                              "again under the same run id, up to N times; each process "
-                             "gets MULTIHOST_RESTART_COUNT (default 0: no restart)")
+                             "gets MULTIHOST_RESTART_COUNT (default 0: no restart; with "
+                             "spares, one restart per spare, for a lost host only)")
     follow.add_argument("--hang-timeout", type=float, default=None, metavar="S",
                         help="when no rank has written a line for S seconds, the run is "
                              "hung: take every rank's stack, then stop it (a restart "
@@ -147,11 +149,6 @@ def note_secrets_in_argv(args) -> None:
                        "environment instead")
 
 
-def _say(args, text: str) -> None:
-    if not args.json:
-        print(f"multihost: {text}", file=sys.stderr, flush=True)
-
-
 def save_job(args, record, command) -> None:
     """The resolved job, as a job file in the run's record (for `multihost rerun`)."""
     from ..run import jobfile
@@ -161,7 +158,7 @@ def save_job(args, record, command) -> None:
     save_job_file(record.run_id, jobfile.dump(jobfile.resolved(args, defaults(args), command)))
 
 
-def request_from_args(args: argparse.Namespace, command, job, env):
+def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
     from ..run.pipeline import RunRequest
 
     return RunRequest(
@@ -169,114 +166,41 @@ def request_from_args(args: argparse.Namespace, command, job, env):
         env=env, check=not args.no_check, sync=not args.no_sync,
         allow_concurrent=args.allow_concurrent, log_dir=args.log_dir, kill_wait=args.kill_wait,
         wait=args.wait, detach=args.detach, setup=args.setup, setup_always=args.setup_always,
-        max_restarts=args.max_restarts, hang_timeout=args.hang_timeout,
-        gpu_interval=getattr(args, "gpu_interval", 5.0), ps=getattr(args, "ps", None))
+        max_restarts=args.max_restarts or 0, hang_timeout=args.hang_timeout,
+        gpu_interval=getattr(args, "gpu_interval", 5.0), ps=getattr(args, "ps", None),
+        spares=spares)
 
 
 def main(args: argparse.Namespace) -> int:
     from ..job import job_options_from_args
     from ..run import pipeline
     from ..views.sync_view import SyncView
-    from .common import cluster_from_args, hosts_from_args
+    from ..spares import restart_budget
+    from .common import cluster_from_args, inventory_from_args
     from .jobargs import with_job_file
+    from .run_attempts import follow_run, run_attempts
 
     args = with_job_file(args)
     command = script_words(args.command)
-    hosts = getattr(args, "_hosts", None) or hosts_from_args(args)  # rerun: the run's own
+    hosts, spares = inventory_from_args(args)
+    hosts = getattr(args, "_hosts", None) or hosts  # rerun: the run's own
     job = job_options_from_args(args, hosts)
     env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
-    request = request_from_args(args, command, job, env)
+    request = request_from_args(args, command, job, env, spares)
     validated = pipeline.validate(hosts, request)  # every mistake, before any host is asked
     note_secrets_in_argv(args)
     if not args.launcher:  # the input is good: say the choice before anything starts
         _say(args, validated.choice.line())
-    with cluster_from_args(args, hosts) as cluster:
-        plan, record = pipeline.prepare(
-            cluster, request, validated=validated, notify=lambda text: _say(args, text),
+    with cluster_from_args(args, hosts) as original:
+        cluster, plan, record = pipeline.prepare_on(
+            original, request, validated=validated, notify=lambda text: _say(args, text),
             sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
         save_job(args, record, command)
-        if not args.max_restarts:
-            return follow_run(cluster, plan, record, args)
-        return run_attempts(cluster, validated.job, plan, record, args)
-
-
-def follow_run(cluster, plan, record, args) -> int:
-    return end_of_run(follow_once(cluster, plan, record, args), plan, args)
-
-
-def follow_once(cluster, plan, record, args):
-    from ..run.follow import RunOptions, start_and_follow
-    from ..views import make_view
-
-    mode = "json" if args.json else "plain" if args.plain or args.detach else "auto"
-    holder = {}
-    view = make_view(mode, on_stop=lambda: holder["controls"].stop(),
-                     on_detach=lambda: holder["controls"].detach(),
-                     by_rank=args.ranks) if mode == "auto" else make_view(mode)
-    options = RunOptions(detach=args.detach, wait_after_exit=args.wait,
-                         hang_timeout=args.hang_timeout)
-    try:
-        outcome = start_and_follow(cluster, plan, record, view, options, holder)
-    finally:  # the dashboard gives the terminal back before anything else is printed
-        getattr(view, "close", lambda: None)()
-    return dataclasses.replace(outcome, stop_reason=holder["controls"].interrupts.reason or "")
-
-
-def end_of_run(outcome, plan, args) -> int:
-    """The exit status of the run, or the one-line error that names its root cause."""
-    from ..run.pipeline import failure_of
-
-    if outcome.detached:
-        if args.json:
-            return 0
-        print(f"run {plan.run_id} is running on {len(plan.nodes)} host(s); from any shell:\n"
-              f"  multihost status {plan.run_id}\n"
-              f"  multihost logs {plan.run_id} --follow\n"
-              f"  multihost stop {plan.run_id}")
-        return 0
-    error = failure_of(outcome, plan)
-    if error is not None:
-        raise error
-    return 0
-
-
-# `--max-restarts N`: each attempt is a whole run as follow_run follows it (every host
-# stopped at the first failure, the root cause named); in between, the attempt is kept in
-# the record, the preflight runs again (a host that died is found there), and the run is
-# launched again under the same run id. The policy itself is multihost/run/restarts.py.
-def run_attempts(cluster, job, plan, record, args) -> int:
-    from ..errors import MultihostError, RunFailed
-    from ..run.restarts import attempt_label, attempt_log_dir, next_attempt, restartable
-    from ..run.outcome import describe
-    from ..run.records import load_run
-    from ..run.pipeline import preflight
-
-    limit = args.max_restarts
-    run_log_dir = record.log_dir
-    record = dataclasses.replace(record, max_restarts=limit,
-                                 log_dir=attempt_log_dir(run_log_dir, 0, limit))
-    while True:
-        outcome = follow_once(cluster, plan, record, args)
-        result = outcome.result
-        if plan.attempt >= limit or not restartable(result):
-            return end_of_run(outcome, plan, args)
-        done = load_run(plan.run_id)
-        label = attempt_label(plan.attempt, limit)
-        lost = "".join(f"; {plan.nodes[r].host.label} was lost" for r in result.lost)
-        _say(args, f"run {plan.run_id} {label} failed: {result.root_cause.host} "
-                   f"{describe(result.root_cause)}{lost}; restarting as "
-                   f"{attempt_label(plan.attempt + 1, limit)}")
+        limit = restart_budget(args.max_restarts, len(record.spares))
         try:
-            report = None if args.no_check else preflight(
-                cluster, job, allow_concurrent=args.allow_concurrent,
-                notify=lambda text: _say(args, text))
-        except MultihostError as err:
-            # The next attempt cannot start (a lost host is still gone): the run ends with
-            # the status of the attempt that failed, and names what stops the next one.
-            raise RunFailed(f"run {plan.run_id} failed ({label}: {describe(result.root_cause)}"
-                            f"{lost}); it cannot restart: {err.cause}", host=err.host,
-                            fix=err.fix, exit_code=result.exit_code) from None
-        start_port = report.start_port if report and report.start_port else plan.start_port
-        plan = dataclasses.replace(plan, attempt=plan.attempt + 1, start_port=start_port)
-        record = next_attempt(done, attempt_log_dir(run_log_dir, plan.attempt, limit),
-                              start_port)
+            if not limit or args.detach:
+                return follow_run(cluster, plan, record, args)
+            return run_attempts(cluster, request, validated, plan, record, args, limit)
+        finally:
+            if cluster is not original:
+                cluster.close()

@@ -39,7 +39,7 @@ def main(args: argparse.Namespace) -> int:
     import socket
 
     from ..errors import EXIT_CONNECT, ConfigError
-    from ..run.control import stop
+    from ..run.control import stop, stop_replaced
     from ..run.records import load_run
     from ..views.status_view import render_plain
     from .status import cluster_for
@@ -51,6 +51,7 @@ def main(args: argparse.Namespace) -> int:
     reason = f"multihost stop from {socket.gethostname()} (pid {os.getpid()})"
     with cluster_for(record, args) as cluster:
         status = stop(cluster, record, grace, reason)
+        left = stop_replaced(record, cluster.options, grace, reason)
     if args.json:
         print(json.dumps(status.to_json(), indent=1, default=str))
     else:
@@ -59,4 +60,9 @@ def main(args: argparse.Namespace) -> int:
         if node.error is not None:
             print(f"multihost: {node.error} (run `multihost stop {record.run_id}` again "
                   "once it answers)", file=sys.stderr)
+    for label, error in left:  # a host a spare replaced once it was lost: best effort
+        said = "stopped there too" if error is None else (
+            f"not reached ({getattr(error, 'cause', error)}); "
+            f"run `multihost stop {record.run_id}` again once it answers")
+        print(f"multihost: {label} (lost, replaced by a spare): {said}", file=sys.stderr)
     return EXIT_CONNECT if any(n.error for n in status.nodes) else 0

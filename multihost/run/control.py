@@ -77,6 +77,8 @@ class RunStatus:
                 "git_commit": record.git_commit, "git_dirty": record.git_dirty,
                 "attempt": record.attempt, "max_restarts": record.max_restarts,
                 "attempts": list(record.attempts), "stragglers": list(record.stragglers),
+                "replacements": list(record.replacements),
+                "spares": [spare.get("name") for spare in record.spares],
                 "nodes": [node.to_json() for node in self.nodes]}
 
 
@@ -148,6 +150,46 @@ def stop(cluster, record: RunRecord, grace: float, reason: str) -> RunStatus:
     if updated != record:
         save_run(updated)
     return RunStatus(updated, nodes)
+
+
+def replaced_hosts(record: RunRecord) -> Tuple[Any, ...]:
+    """The hosts a spare replaced after they were lost, as the attempt before recorded
+    them: the run's processes may still run there (nothing could stop them then)."""
+    from ..spares import host_key
+    from .records import host_from_dict
+
+    seen = {host_key(h) for h in record.hosts}
+    out = []
+    for entry in record.replacements:
+        earlier = int(entry.get("attempt") or 0) - 1
+        if entry.get("why") != "lost" or not 0 <= earlier < len(record.attempts):
+            continue
+        fields = record.attempts[earlier].get("host_fields") or []
+        node = int(entry.get("node_rank") or 0)
+        if node < len(fields):
+            host = dataclasses.replace(host_from_dict(fields[node]), rank=len(out))
+            if host_key(host) not in seen:
+                seen.add(host_key(host))
+                out.append(host)
+    return tuple(out)
+
+
+def stop_replaced(record: RunRecord, options, grace: float,
+                  reason: str) -> List[Tuple[str, Optional[MultihostError]]]:
+    """``stop`` on the hosts spares replaced (see ``replaced_hosts``): (label, error or
+    None) for each."""
+    from ..fanout import Cluster
+
+    hosts = replaced_hosts(record)
+    if not hosts:
+        return []
+
+    def one(host, transport):
+        return helper.call(transport, "run.stop", {"run_id": record.run_id, "grace": grace,
+                                                   "reason": reason}, timeout=grace + 30)
+
+    with Cluster(hosts, options) as cluster:
+        return [(r.host.label, r.error) for r in cluster.map(one)]
 
 
 def cluster_of(record: RunRecord, *, ssh_config: Optional[str] = None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from ..errors import ConfigError
 from ..events import Listener, Notice, RunStarted, RunState
@@ -84,6 +84,14 @@ def _log_follower(cluster, plan: RunPlan, mirror: Optional[Path], listener: List
                        report_states=False).start()
 
 
+def replaced_lines(record: RunRecord) -> Tuple[str, ...]:
+    """What the views say of the spares that took a rank for this attempt."""
+    from ..spares import Replacement
+
+    return tuple(Replacement.from_json(r).line for r in record.replacements
+                 if int(r.get("attempt") or 0) == record.attempt)
+
+
 def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listener,
                      options: RunOptions = RunOptions(),
                      holder: Optional[Dict[str, object]] = None) -> Outcome:
@@ -93,7 +101,8 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
             holder["controls"] = Controls(interrupts)
         listener(RunStarted(plan.run_id, tuple(n.host.label for n in plan.nodes),
                             plan.nodes[0].nproc, plan.display_command(), time.time(),
-                            attempt_label(plan.attempt, record.max_restarts)))
+                            attempt_label(plan.attempt, record.max_restarts),
+                            replaced_lines(record)))
         starter = Starter(cluster, plan, listener, keeper, interrupts)
         prepared = starter.prepare()
         keeper.make_last()  # every host is ours: this run started (a refused one did not)

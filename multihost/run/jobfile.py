@@ -31,6 +31,7 @@ from .env import MASK, is_secret, mask_argv, mask_url_userinfo
 KEYS: Dict[str, Tuple[str, str]] = {
     "hosts": ("--ips", "hosts"), "hostfile": ("--hostfile", "path"),
     "include": ("--include", "str"), "exclude": ("--exclude", "str"),
+    "spares": ("--spares", "hosts"),
     "user": ("--user", "str"), "port": ("--port", "int"), "identity": ("--identity", "path"),
     "workdir": ("--workdir", "str"), "python": ("--python", "str"),
     "ssh_config": ("--ssh-config", "path"), "connect_timeout": ("--connect-timeout", "float"),

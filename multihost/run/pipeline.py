@@ -16,11 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-from ..errors import CheckError, ConfigError, RunFailed
+from ..errors import ConfigError, RunFailed
 from ..hosts import Host
-from ..job import JobOptions, workdir_for
+from ..job import JobOptions
 from . import launchers, plan as run_plan
 from .records import NodeRecord, RunRecord, host_to_dict, new_run_id
+from .steps import preflight, setup, sync_for_run  # noqa: F401 (the pipeline's steps)
 
 Notify = Callable[[str], None]
 
@@ -52,6 +53,7 @@ class RunRequest:
     hang_timeout: Optional[float] = None
     gpu_interval: float = 5.0                # seconds between GPU samples; 0: none
     ps: Optional[Any] = None                 # fleetrun's parameter-server spec
+    spares: Tuple[Host, ...] = ()            # hosts that may take a failed host's node rank
 
 
 @dataclass(frozen=True)
@@ -131,71 +133,6 @@ def check_log_dir(text: str) -> None:
         raise ConfigError(f"--log_dir {text} cannot be written{place}: {problem}", fix=fix)
 
 
-def preflight(cluster, job: JobOptions, *, allow_concurrent: bool = False,
-              notify: Notify = _quiet):
-    """The checks of `multihost check`; a failure stops here, before anything starts.
-    Every failure but the first is told through ``notify``; the first is raised."""
-    from ..check.preflight import run_checks
-    from ..check.report import FAIL
-
-    notify(f"checking {len(cluster.hosts)} host(s)...")
-    report = run_checks(cluster, job)
-    failures = [(h, r) for h, r in report.failures(FAIL)
-                if not (allow_concurrent and r.name == "leftovers")]
-    for host, result in failures[1:]:
-        fix = f" (fix: {result.fix})" if result.fix else ""
-        notify(f"{host.host.label}: {result.name}: {result.detail}{fix}")
-    if failures:
-        host, result = failures[0]
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise CheckError(f"{result.name}: {result.detail}{more}", host=host.host.label,
-                         fix=result.fix)
-    if report.start_port is None:
-        raise report.error()
-    return report
-
-
-def sync_for_run(cluster, job: JobOptions, *, code: bool, data_checked: bool,
-                 notify: Notify = _quiet, view=None) -> None:
-    """The code synced to every host's workdir (unless ``code`` is false), and the
-    datasets verified when the preflight did not already. ``view``, when given, is a
-    sync view: it listens to the sync's progress and is shown its report."""
-    paths = tuple(dict.fromkeys(tuple(job.data) + tuple(p for h in cluster.hosts for p in h.data)))
-    if not code and (data_checked or not paths):
-        return  # nothing to do: do not even import the sync engine
-    from ..sync.pipeline import sync_code
-
-    workdirs = {host.rank: workdir_for(host, job.code) for host in cluster.hosts}
-    if code:
-        notify(f"syncing {os.path.abspath(job.code)} to {len(cluster.hosts)} host(s)...")
-        report = sync_code(cluster, job.code, workdirs=workdirs, listener=view)
-        if view is not None:
-            view.show_sync(report)
-    if paths and not data_checked:  # the preflight verifies the data itself
-        notify(f"verifying {len(paths)} dataset(s) on {len(cluster.hosts)} host(s)...")
-        from ..data.verify import data_error, verify_data
-
-        report = verify_data(cluster, paths, workdirs=workdirs)
-        if not report.ok:
-            raise data_error(report)
-
-
-def setup(cluster, job: JobOptions, command: Optional[str], *, always: bool = False,
-          notify: Notify = _quiet) -> str:
-    """The setup step on every host (skipped where unchanged); the code tree's content
-    hash, which keys it and is recorded for `rerun --same-code`."""
-    from . import setup_step
-
-    digest = setup_step.code_digest(job.code)
-    if not command:
-        return digest
-    notify(f"setup on {len(cluster.hosts)} host(s): {command}")
-    workdirs = {host.rank: workdir_for(host, job.code) for host in cluster.hosts}
-    setup_step.run_setup(cluster, command, digest, workdirs, always=always,
-                         on_result=lambda result: setup_step.show(result, notify))
-    return digest
-
-
 def in_background(function, *args):
     """Start ``function(*args)`` in a thread; call the result to wait for its value. The
     git revision is worth recording, not worth waiting for while hosts are contacted."""
@@ -215,11 +152,16 @@ def code_revision(code_dir):
         return None, None
 
 
+def node_records(plan) -> Tuple[NodeRecord, ...]:
+    """One pending record per node of the plan, in node-rank order."""
+    return tuple(NodeRecord(n.node_rank, host_to_dict(n.host), n.host.label, n.address,
+                            n.nproc, n.rank_offset, n.workdir) for n in plan.nodes)
+
+
 def initial_record(plan, request: RunRequest, cluster, git) -> RunRecord:
     from .env import mask_argv
 
-    nodes = tuple(NodeRecord(n.node_rank, host_to_dict(n.host), n.host.label, n.address,
-                             n.nproc, n.rank_offset, n.workdir) for n in plan.nodes)
+    nodes = node_records(plan)
     options = cluster.options
     log_dir = (os.path.join(os.path.abspath(request.log_dir), plan.run_id)
                if request.log_dir else "")
@@ -238,13 +180,33 @@ def initial_record(plan, request: RunRequest, cluster, git) -> RunRecord:
 def prepare(cluster, request: RunRequest, *, validated: Optional[Validated] = None,
             notify: Notify = _quiet, sync_view=None):
     """Check, sync, set up and plan: the run's blueprint and its first record, nothing
-    started yet."""
-    hosts = cluster.hosts
-    validated = validated or validate(hosts, request)
+    started yet (on the cluster's own hosts: ``prepare_on`` when spares may take a place)."""
+    _, plan, record = prepare_on(cluster, dataclasses.replace(request, spares=()),
+                                 validated=validated, notify=notify, sync_view=sync_view)
+    return plan, record
+
+
+def prepare_on(cluster, request: RunRequest, *, validated: Optional[Validated] = None,
+               notify: Notify = _quiet, sync_view=None):
+    """``prepare``, with the request's spares checked beside the hosts and put in the
+    place of a host that fails the preflight: (the cluster the run starts on, which is
+    a new one after a replacement, the plan, the first record)."""
+    from ..spares import SpareState, spare_pool
+    from .replace import checked_in_background, preflight_with_spares, same_shape
+
+    validated = validated or validate(cluster.hosts, request)
     job = validated.job
+    hosts = cluster.hosts
     revision = in_background(code_revision, job.code)
-    report = preflight(cluster, job, allow_concurrent=request.allow_concurrent,
-                       notify=notify) if request.check else None
+    spares = SpareState(spare_pool(cluster.hosts, request.spares))
+    report = None
+    if request.check:
+        bad = checked_in_background(cluster, spares.pool, job, notify)
+        cluster, report, spares = preflight_with_spares(
+            cluster, job, spares, 0, allow_concurrent=request.allow_concurrent,
+            notify=notify, original=cluster, known_bad=bad)
+        spares = spares.drop(bad())
+        same_shape(job, hosts, cluster.hosts)
     start_port = report.start_port if report else job.start_port
     if start_port is None:
         raise ConfigError("--start-port auto needs the preflight to find a free port",
@@ -252,17 +214,27 @@ def prepare(cluster, request: RunRequest, *, validated: Optional[Validated] = No
     sync_for_run(cluster, job, code=request.sync, data_checked=report is not None,
                  notify=notify, view=sync_view)
     digest = setup(cluster, job, request.setup, always=request.setup_always, notify=notify)
+    plan = plan_for(cluster, request, validated, report, new_run_id(), start_port)
+    record = initial_record(plan, request, cluster, revision() or (None, None))
+    return cluster, plan, dataclasses.replace(
+        record, code_digest=digest, spares=tuple(host_to_dict(h) for h in spares.pool),
+        replacements=tuple(r.to_json() for r in spares.replacements))
+
+
+def plan_for(cluster, request: RunRequest, validated: Validated, report, run_id: str,
+             start_port: int):
+    """The plan on the cluster's hosts: node 0's address is the rendezvous, so a spare
+    that took node 0 moves it."""
+    hosts = cluster.hosts
     addresses = [(report.host_report(h).address if report and report.host_report(h) else None)
                  or run_plan.resolve_address(h, cluster.options.config_file) for h in hosts]
     ifaces = [report.iface_for(h) if report else None for h in hosts]
-    plan = run_plan.build_plan(
-        new_run_id(), hosts, job, validated.template, list(request.command),
+    return run_plan.build_plan(
+        run_id, hosts, validated.job, validated.template, list(request.command),
         start_port=start_port, addresses=addresses, ifaces=ifaces, no_python=request.no_python,
         environ=os.environ, user_env=dict(request.env), kill_wait=request.kill_wait,
         allow_concurrent=request.allow_concurrent, gpu_interval=request.gpu_interval,
         ps=ps_layout(request, addresses, start_port))
-    record = initial_record(plan, request, cluster, revision() or (None, None))
-    return plan, dataclasses.replace(record, code_digest=digest)
 
 
 def start(cluster, plan, record, listener, request: RunRequest,

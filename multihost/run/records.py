@@ -93,6 +93,8 @@ class RunRecord:
     max_restarts: int = 0
     attempts: Tuple[Dict[str, Any], ...] = ()   # the earlier attempts (restarts.summary)
     stragglers: Tuple[Dict[str, Any], ...] = ()  # ranks slower than the median (stragglers.to_json)
+    replacements: Tuple[Dict[str, Any], ...] = ()   # spares.Replacement, every attempt's
+    spares: Tuple[Dict[str, Any], ...] = ()     # the spares not used yet (host_to_dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunState(self.state))  # typed, whoever made it
@@ -211,6 +213,8 @@ def record_from_dict(data: Dict[str, Any]) -> RunRecord:
     fields["command"] = tuple(fields.get("command") or ())
     fields["attempts"] = tuple(fields.get("attempts") or ())
     fields["stragglers"] = tuple(s for s in fields.get("stragglers") or () if isinstance(s, dict))
+    fields["replacements"] = tuple(fields.get("replacements") or ())
+    fields["spares"] = tuple(fields.get("spares") or ())
     fields["root_cause"] = cause_from_json(fields.get("root_cause"))
     return RunRecord(**fields)
 

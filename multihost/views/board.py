@@ -137,6 +137,8 @@ class BoardModel:
                 for rank, host in enumerate(event.hosts):
                     if not self.by_rank:
                         self._row(host, rank, None)
+                if event.replaced:  # under the title: the spares that took a rank
+                    self.command = f"{'; '.join(event.replaced)}  |  {event.command}"
             elif isinstance(event, GpuSample):
                 self._gpus[event.node_rank] = event
             elif isinstance(event, RunStopping):

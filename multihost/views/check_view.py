@@ -146,14 +146,17 @@ def render_plain(report: CheckReport, out: IO[str], verbose: bool = False) -> No
     out.flush()
 
 
-def render_json(report: CheckReport, out: IO[str], collective=None) -> None:
+def render_json(report: CheckReport, out: IO[str], collective=None, spares=None) -> None:
     """The check's JSON document; with ``--collective``, its figures under "collective"
-    (see check/collective.collective_to_json)."""
+    (see check/collective.collective_to_json); ``spares`` (ready, unusable, warnings) when
+    the command was given spare hosts (they never change ``ok``)."""
     doc = report.to_json()
     if collective is not None:
         from ..check.collective import collective_to_json
 
         doc["collective"] = collective_to_json(collective)
+    if spares is not None:
+        doc["spares"] = spares
     out.write(json.dumps(doc, indent=2) + "\n")
     out.flush()
 

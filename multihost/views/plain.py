@@ -76,6 +76,8 @@ class PlainView:
             attempt = f" ({event.attempt})" if event.attempt else ""
             self.say(f"run {event.run_id}{attempt}: {len(event.hosts)} hosts x "
                      f"{event.nproc_per_node} processes: {event.command}")
+            for line in event.replaced:
+                self.say(line)
         elif isinstance(event, NodeChanged):
             code = f" (exit {event.exit_code})" if event.exit_code not in (None, 0) else ""
             detail = f": {event.detail}" if event.detail else ""

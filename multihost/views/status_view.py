@@ -73,12 +73,20 @@ def header_lines(status):
         from ..run.stragglers import describe, from_json
 
         lines.append(f"  stragglers: {describe(from_json(record.stragglers))}")
-    if record.max_restarts:
-        from ..run.restarts import attempt_label, attempt_line
+    from ..run.restarts import attempt_label, attempt_line
 
+    if record.max_restarts:
         lines[0] += f", {attempt_label(record.attempt, record.max_restarts)}"
         lines += [f"  earlier {attempt_line(entry, record.max_restarts)}"
                   for entry in record.attempts]
+    if record.replacements:
+        from ..spares import Replacement
+
+        for entry in record.replacements:
+            change = Replacement.from_json(entry)
+            when = (f", from {attempt_label(change.attempt, record.max_restarts)}"
+                    if record.max_restarts else "")
+            lines.append(f"  {change.line}{when}")
     return lines
 
 
