@@ -103,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
                 from ..check.collective_run import run_collective
 
                 collective = run_collective(cluster, job, report, sizes)
-            from ..views.check_view import render_json, render_plain
+            from ..views.check_view import render_plain
 
             if not args.json:
                 render_plain(report, sys.stdout, verbose=args.verbose)

@@ -2,7 +2,7 @@
 host itself (``--counts`` names them instead). Pure: tested without a host."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Union
+from typing import Sequence, Tuple, Union
 
 from ..errors import ConfigError
 

@@ -126,8 +126,14 @@ def test_the_dashboards_stop_is_recorded_as_such_not_as_ctrl_c(host):
     holder = {}
     plan, record = plan_and_record(host, "sleep")
     with Cluster([host]) as cluster:
-        threading.Timer(1.5, lambda: holder["controls"].stop()).start()
-        outcome = start_and_follow(cluster, plan, record, lambda e: None,
+        def stop_once_running(event):
+            # The dashboard's stop key, pressed once the node runs (a stop during the
+            # launch itself is Ctrl-C's business, tested elsewhere).
+            if isinstance(event, NodeChanged) and event.state == NodeState.RUNNING \
+                    and not holder.get("stopped"):
+                holder["stopped"] = True
+                threading.Timer(0.3, lambda: holder["controls"].stop()).start()
+        outcome = start_and_follow(cluster, plan, record, stop_once_running,
                                    RunOptions(poll_interval=0.2), holder)
     assert outcome.result.exit_code == 143 and not outcome.result.interrupted
     node = load_run(plan.run_id).nodes[0]
