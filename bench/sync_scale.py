@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import random
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _lab import (Measure, addresses, bench_lab, hostfile, measured, parallel_ssh,  # noqa: E402
+from _lab import (REPO, Measure, addresses, bench_lab, hostfile, measured, parallel_ssh,  # noqa: E402
                   reexec_inside)
 
 MH = [sys.executable, "-m", "multihost"]
@@ -73,15 +72,27 @@ def uplink_bytes() -> int:
     return int(json.loads(shown)[0]["stats64"]["tx"]["bytes"])
 
 
-def pipelined(tree: Path, hosts: Sequence[str], dest: str) -> List[str]:
-    """The chain anchor: each host unpacks what it reads and passes it on at once."""
-    inner = f"mkdir -p {dest} && tar x -C {dest}"          # the last host
-    for host in reversed(hosts[1:]):
-        hop = f"{HOP_SSH} {host} {shlex.quote(inner)}"
-        fifo = "/tmp/scale-pipe.fifo"
-        inner = (f"mkdir -p {dest} && rm -f {fifo} && mkfifo {fifo} && "
-                 f"{{ tar x -C {dest} < {fifo} & tee {fifo} | {hop}; s=$?; wait $! && exit $s; }}")
-    return ["sh", "-c", f"tar c -C {tree} . | {HOP_SSH} {hosts[0]} {shlex.quote(inner)}"]
+# Each host runs this from the checkout (every lab host sees it at the same path): it
+# unpacks what it reads and, as it reads it, passes it on to the next host.
+CHAIN = """\
+dest=$1; shift
+mkdir -p "$dest" || exit 1
+[ $# -eq 0 ] && exec tar x -C "$dest"
+next=$1; shift
+fifo=/tmp/scale-pipe.fifo
+rm -f $fifo && mkfifo $fifo || exit 1
+tar x -C "$dest" < $fifo &
+tee $fifo | HOP_SSH $next sh "$0" "$dest" "$@"
+s=$?
+wait $! || exit 1
+exit $s
+"""
+
+
+def pipelined(script: Path, tree: Path, hosts: Sequence[str], dest: str) -> List[str]:
+    """The chain anchor: `tar c | ssh h1 'tee >(tar x) | ssh h2 ...'`."""
+    return ["sh", "-c", f"tar c -C {tree} . | {HOP_SSH} {hosts[0]} sh {script} {dest} "
+                        + " ".join(hosts[1:])]
 
 
 def rsync_all(tree: Path, hosts: Sequence[str], dest: str) -> List[str]:
@@ -94,7 +105,7 @@ def one_run(work: Path, tree: Path, n: int, order: Sequence[str]) -> Dict[str, t
     commands = {
         "multihost": MH + ["sync", "--hostfile", str(hostfile(work, n, DEST["multihost"])),
                            "--code", str(tree), "--plain"],
-        "pipelined": pipelined(tree, hosts, DEST["pipelined"]),
+        "pipelined": pipelined(work / "chain.sh", tree, hosts, DEST["pipelined"]),
         "rsync": rsync_all(tree, hosts, DEST["rsync"]),
     }
     cache = Path.home() / ".cache" / "multihost"
@@ -113,8 +124,10 @@ def one_run(work: Path, tree: Path, n: int, order: Sequence[str]) -> Dict[str, t
 
 
 def inside(sizes: Sequence[int], runs: int, big_mb: int, small: int, rate: str) -> None:
-    work = Path(tempfile.mkdtemp(prefix="mh-scale-"))
+    # In the checkout: the hosts see the chain's script at the same path.
+    work = Path(tempfile.mkdtemp(prefix=".scale-sync-", dir=REPO / "bench"))
     try:
+        (work / "chain.sh").write_text(CHAIN.replace("HOP_SSH", HOP_SSH))
         tree = work / "tree"
         size = make_tree(tree, big_mb, small)
         rows: Dict[int, List[Dict[str, tuple]]] = {}

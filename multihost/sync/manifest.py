@@ -86,14 +86,12 @@ def build_manifest(code_dir: str, *, verify: bool = False,
         raise ConfigError(f"code directory {code_dir} does not exist or is not a directory",
                           fix="run from your project directory or give --code DIR")
     rules = IgnoreRules(root)
-    if not verify:
-        recorded = load_snapshot(root, cache_dir)
-        if recorded is not None:   # nothing moved since the last walk: no walk, no hashing
-            entries, digest = recorded
-            manifest = Manifest(root, tuple(Entry(*wire) for wire in entries), rules)
-            object.__setattr__(manifest, "_digest", digest)
-            return manifest
     walk_started_ns = time.time_ns()
+    recorded = None if verify else load_snapshot(root, cache_dir)
+    if recorded is not None:   # the same entries as the last walk: no walk
+        known = _from_snapshot(root, rules, recorded, cache_dir, walk_started_ns)
+        if known is not None:
+            return known
     found: List[Tuple[str, str, os.stat_result, Optional[str]]] = []
     try:
         for rel, kind, st, target in scan_tree(root, include=rules.included, on_dir=rules.enter):
@@ -121,6 +119,33 @@ def build_manifest(code_dir: str, *, verify: bool = False,
             entries.append(Entry(rel, DIR, 0, mode, 0, ""))
     manifest = Manifest(root, tuple(entries), rules, hashed_files, hashed_bytes)
     save_snapshot(root, [e.wire() for e in entries], manifest.digest, walk_started_ns, cache_dir)
+    return manifest
+
+
+def _from_snapshot(root: str, rules: IgnoreRules, recorded: Tuple[list, Optional[str], List[int]],
+                   cache_dir: Optional[str], started_ns: int) -> Optional[Manifest]:
+    """The recorded manifest, with the files that moved since hashed again (None if one
+    cannot be read: the walk then reports it)."""
+    wires, digest, moved = recorded
+    if not moved:
+        manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules)
+        object.__setattr__(manifest, "_digest", digest)
+        return manifest
+    try:
+        files = [(wires[i][0], os.lstat(os.path.join(root, wires[i][0]))) for i in moved]
+    except OSError:
+        return None
+    cache = HashCache(root, cache_dir).load()
+    digests, errors, (hashed_files, hashed_bytes) = hash_files(root, files, cache)
+    if errors:
+        return None
+    cache.save()
+    wires = list(wires)
+    for index, (rel, st) in zip(moved, files):
+        wires[index] = [rel, FILE, st.st_size, st.st_mode & MODE_BITS, st.st_mtime_ns, digests[rel]]
+    manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules, hashed_files,
+                        hashed_bytes)
+    save_snapshot(root, wires, manifest.digest, started_ns, cache_dir)
     return manifest
 
 

@@ -14,18 +14,21 @@ permission bits, size, mtime, ctime, inode):
   ``.git/info/exclude``, which lies outside the walk (so its absence is recorded too).
 
 The next build lstat()s exactly those paths. If every key is the same, the recorded
-manifest is the tree's; anything else walks as before. A walk that saw a key too fresh
+manifest is the tree's. If only files moved (an edit), the recorded entries still hold
+every other path and only those files are hashed again (through the hash cache);
+anything else (a directory, a link, an ignore file) walks as before. A walk that saw a key too fresh
 to tell a second write in the same clock tick apart records nothing (the hash cache's
-"racily clean" rule), so the next build walks again.
+"racily clean" rule): the next build goes by the older snapshot, or walks.
 """
 from __future__ import annotations
 
 import marshal
 import os
+import stat
 from types import SimpleNamespace
 from typing import List, Optional, Sequence, Tuple
 
-from ..remote.sync_fs import CACHE_DIR, DIR, is_racy, tree_key
+from ..remote.sync_fs import CACHE_DIR, DIR, FILE, is_racy, tree_key
 from .ignore import GITIGNORE, MULTIHOSTIGNORE
 
 VERSION = 1
@@ -75,7 +78,7 @@ def save_snapshot(root: str, entries: Sequence[list], digest: str, walk_started_
     keys = stat_keys(root, paths)
     path = snapshot_path(root, cache_dir)
     if any(key is not None and _racy(key, walk_started_ns) for key in keys):
-        _remove(path)
+        # An older snapshot may stay: every key it holds is checked before it is believed.
         return False
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -89,8 +92,12 @@ def save_snapshot(root: str, entries: Sequence[list], digest: str, walk_started_
     return True
 
 
-def load_snapshot(root: str, cache_dir: Optional[str] = None) -> Optional[Tuple[list, str]]:
-    """(entries as wire lists, manifest digest) when every recorded key still holds."""
+def load_snapshot(root: str, cache_dir: Optional[str] = None
+                  ) -> Optional[Tuple[list, Optional[str], List[int]]]:
+    """(entries as wire lists, manifest digest, indices of the files whose keys moved)
+    when the tree still has exactly the recorded entries: no directory, link or ignore
+    file moved. Files that moved are only to be hashed again (the digest is then None);
+    anything else is None: walk."""
     try:
         with open(snapshot_path(root, cache_dir), "rb") as handle:
             data = marshal.loads(handle.read())
@@ -98,15 +105,25 @@ def load_snapshot(root: str, cache_dir: Optional[str] = None) -> Optional[Tuple[
         return None
     if not isinstance(data, dict) or data.get("v") != VERSION or data.get("root") != root:
         return None
-    paths, keys = data.get("paths"), data.get("keys")
-    if not isinstance(paths, list) or not isinstance(keys, list) or len(paths) != len(keys):
+    paths, keys, entries = data.get("paths"), data.get("keys"), data.get("entries")
+    digest = data.get("digest")
+    if not isinstance(paths, list) or not isinstance(keys, list) or len(paths) != len(keys) \
+            or not isinstance(entries, list) or not isinstance(digest, str) \
+            or len(paths) < len(entries) + 2:
         return None
-    if keys != stat_keys(root, paths):   # marshal keeps the tuples
-        return None
-    entries, digest = data.get("entries"), data.get("digest")
-    if not isinstance(entries, list) or not isinstance(digest, str):
-        return None
-    return entries, digest
+    now = stat_keys(root, paths)
+    if now == keys:   # marshal keeps the tuples
+        return entries, digest, []
+    moved = []
+    for index, (old, new) in enumerate(zip(keys, now)):
+        if old == new:
+            continue
+        entry = index - 2                # paths: root, exclude, the entries, ignore files
+        if not 0 <= entry < len(entries) or entries[entry][1] != FILE or new is None \
+                or not stat.S_ISREG(new[0]):
+            return None
+        moved.append(entry)
+    return entries, None, moved
 
 
 def forget_snapshot(root: str, cache_dir: Optional[str] = None) -> None:

@@ -8,7 +8,6 @@ import pytest
 import multihost.sync.manifest as manifest_module
 from multihost.sync.ignore import IgnoreRules
 from multihost.sync.manifest import build_manifest
-from multihost.sync.snapshot import snapshot_path
 
 
 @pytest.fixture
@@ -81,11 +80,6 @@ def test_every_change_a_walk_sees_is_seen(code, change):
     assert after.entries != before.entries
 
 
-def test_a_tree_written_just_now_is_walked_next_time(code):
-    build_manifest(str(code))          # files are seconds-fresh: not trusted yet
-    assert not os.path.exists(snapshot_path(os.path.abspath(str(code))))
-
-
 def test_verify_never_trusts_the_snapshot(code, monkeypatch):
     settled(code)
     no_walk(monkeypatch)
@@ -98,3 +92,14 @@ def test_rules_of_a_directory_no_walk_entered_still_apply(code):
     assert rules.ignored("pkg/gone.log")
     assert not rules.ignored("pkg/gone.py")
     assert rules.ignored("pkg/no-such-dir/x.log")   # a gone directory: its parent's rules
+
+
+def test_an_edit_is_hashed_again_without_a_walk(code, monkeypatch):
+    settled(code)
+    (code / "pkg" / "model.py").write_text("LAYERS = 8\n")
+    walk = manifest_module.scan_tree
+    no_walk(monkeypatch)
+    after = build_manifest(str(code))
+    monkeypatch.setattr(manifest_module, "scan_tree", walk)
+    assert after.entries == build_manifest(str(code), verify=True).entries
+    assert after.hashed_files == 1
