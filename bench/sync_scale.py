@@ -123,7 +123,8 @@ def one_run(work: Path, tree: Path, n: int, order: Sequence[str]) -> Dict[str, t
     return out
 
 
-def inside(sizes: Sequence[int], runs: int, big_mb: int, small: int, rate: str) -> None:
+def inside(sizes: Sequence[int], runs: int, big_mb: int, small: int, rate: str,
+           warmup: bool) -> None:
     # In the checkout: the hosts see the chain's script at the same path.
     work = Path(tempfile.mkdtemp(prefix=".scale-sync-", dir=REPO / "bench"))
     try:
@@ -132,7 +133,8 @@ def inside(sizes: Sequence[int], runs: int, big_mb: int, small: int, rate: str) 
         size = make_tree(tree, big_mb, small)
         rows: Dict[int, List[Dict[str, tuple]]] = {}
         for n in sizes:
-            one_run(work, tree, n, TOOLS)   # warm up: helper on the hosts, page cache
+            if warmup:   # the helper on the hosts, the page cache
+                one_run(work, tree, n, TOOLS)
             for run in range(runs):
                 order = TOOLS if run % 2 == 0 else tuple(reversed(TOOLS))
                 rows.setdefault(n, []).append(one_run(work, tree, n, order))
@@ -176,16 +178,19 @@ def main() -> int:
     parser.add_argument("--rate", default="1gbit", help="every link and the controller's port")
     parser.add_argument("--big-mb", type=int, default=64, help="the big file, MB")
     parser.add_argument("--small", type=int, default=2000, help="small files of 1-16 KB")
+    parser.add_argument("--no-warmup", action="store_true",
+                        help="no warm-up round (the first run then installs the helper)")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.inside:
-        inside(sizes, args.runs, args.big_mb, args.small, args.rate)
+        inside(sizes, args.runs, args.big_mb, args.small, args.rate, not args.no_warmup)
         return 0
     with bench_lab(max(sizes), rate=args.rate) as lab:
         return reexec_inside(lab, os.path.abspath(__file__),
                              ["--sizes", args.sizes, "--runs", str(args.runs), "--rate", args.rate,
-                              "--big-mb", str(args.big_mb), "--small", str(args.small)])
+                              "--big-mb", str(args.big_mb), "--small", str(args.small)]
+                             + (["--no-warmup"] if args.no_warmup else []))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import ConfigError, SyncError
-from ..remote.sync_fs import DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, scan_tree
+from ..remote.sync_fs import (DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, is_racy,
+                               scan_tree)
 from .ignore import IgnoreRules
 from .snapshot import load_snapshot, save_snapshot
 
@@ -145,7 +146,8 @@ def _from_snapshot(root: str, rules: IgnoreRules, recorded: Tuple[list, Optional
         wires[index] = [rel, FILE, st.st_size, st.st_mode & MODE_BITS, st.st_mtime_ns, digests[rel]]
     manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules, hashed_files,
                         hashed_bytes)
-    save_snapshot(root, wires, manifest.digest, started_ns, cache_dir)
+    if not any(is_racy(st, started_ns) for _, st in files):  # else the old snapshot stays
+        save_snapshot(root, wires, manifest.digest, started_ns, cache_dir)
     return manifest
 
 
