@@ -165,12 +165,16 @@ class IgnoreRules:
         self._active[rel_dir] = tuple(reversed(self.exclude + git + mine))
 
     def _rules_for(self, rel_dir: str) -> Tuple[Rule, ...]:
-        while rel_dir not in self._active:
-            if not rel_dir:
-                self.enter("", self.root)
-                break
-            rel_dir = rel_dir.rpartition("/")[0]
-        return self._active[rel_dir]
+        """The rules in force in rel_dir; a directory no walk entered is entered now (one
+        that is gone has no ignore files: its parent's rules hold), so a question about
+        any path gets the answer a walk would give."""
+        active = self._active.get(rel_dir)
+        if active is None:
+            if rel_dir:
+                self._rules_for(rel_dir.rpartition("/")[0])
+            self.enter(rel_dir, os.path.join(self.root, rel_dir) if rel_dir else self.root)
+            active = self._active[rel_dir]
+        return active
 
     def deciding_rule(self, rel: str, is_dir: bool) -> Optional[Rule]:
         for rule in self._rules_for(rel.rpartition("/")[0]):

@@ -3,7 +3,8 @@
 A manifest lists every directory, file and symlink that travels (ignore rules applied)
 with its size, mode, mtime and sha256 (a link: its target). Hashes come from a cache
 keyed by (path, size, mtime, ctime, inode) in ``~/.cache/multihost/hashes``, so an
-unchanged tree is only stat()ed. The same code hashes the hosts' trees
+unchanged tree is only stat()ed, and a tree left as the last walk saw it is not even walked
+(``snapshot.py``). The same code hashes the hosts' trees
 (``remote/sync_fs.py``), so both sides agree on what "the same" means.
 """
 from __future__ import annotations
@@ -12,13 +13,16 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import ConfigError, SyncError
-from ..remote.sync_fs import DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, scan_tree
+from ..remote.sync_fs import (DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, is_racy,
+                               scan_tree)
 from .ignore import IgnoreRules
+from .snapshot import load_snapshot, save_snapshot
 
 # Above these, data has probably got into the code directory: say so (never refuse).
 WARN_FILES = 20_000
@@ -83,6 +87,12 @@ def build_manifest(code_dir: str, *, verify: bool = False,
         raise ConfigError(f"code directory {code_dir} does not exist or is not a directory",
                           fix="run from your project directory or give --code DIR")
     rules = IgnoreRules(root)
+    walk_started_ns = time.time_ns()
+    recorded = None if verify else load_snapshot(root, cache_dir)
+    if recorded is not None:   # the same entries as the last walk: no walk
+        known = _from_snapshot(root, rules, recorded, cache_dir, walk_started_ns)
+        if known is not None:
+            return known
     found: List[Tuple[str, str, os.stat_result, Optional[str]]] = []
     try:
         for rel, kind, st, target in scan_tree(root, include=rules.included, on_dir=rules.enter):
@@ -108,7 +118,37 @@ def build_manifest(code_dir: str, *, verify: bool = False,
             entries.append(Entry(rel, LINK, 0, 0, 0, target or ""))
         else:
             entries.append(Entry(rel, DIR, 0, mode, 0, ""))
-    return Manifest(root, tuple(entries), rules, hashed_files, hashed_bytes)
+    manifest = Manifest(root, tuple(entries), rules, hashed_files, hashed_bytes)
+    save_snapshot(root, [e.wire() for e in entries], manifest.digest, walk_started_ns, cache_dir)
+    return manifest
+
+
+def _from_snapshot(root: str, rules: IgnoreRules, recorded: Tuple[list, Optional[str], List[int]],
+                   cache_dir: Optional[str], started_ns: int) -> Optional[Manifest]:
+    """The recorded manifest, with the files that moved since hashed again (None if one
+    cannot be read: the walk then reports it)."""
+    wires, digest, moved = recorded
+    if not moved:
+        manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules)
+        object.__setattr__(manifest, "_digest", digest)
+        return manifest
+    try:
+        files = [(wires[i][0], os.lstat(os.path.join(root, wires[i][0]))) for i in moved]
+    except OSError:
+        return None
+    cache = HashCache(root, cache_dir).load()
+    digests, errors, (hashed_files, hashed_bytes) = hash_files(root, files, cache)
+    if errors:
+        return None
+    cache.save()
+    wires = list(wires)
+    for index, (rel, st) in zip(moved, files):
+        wires[index] = [rel, FILE, st.st_size, st.st_mode & MODE_BITS, st.st_mtime_ns, digests[rel]]
+    manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules, hashed_files,
+                        hashed_bytes)
+    if not any(is_racy(st, started_ns) for _, st in files):  # else the old snapshot stays
+        save_snapshot(root, wires, manifest.digest, started_ns, cache_dir)
+    return manifest
 
 
 def size_warnings(manifest: Manifest) -> Tuple[str, ...]:

@@ -61,6 +61,7 @@ class _Known:
     needs: Optional[HostNeeds] = None     # None: nothing to do
     nodes: Optional[dict] = None          # the reply of the stream already sent to it
     seconds: float = 0.0
+    plan: Optional[dict] = None           # the plan worked out from its record
 
 
 def sync_code(cluster: Cluster, code_dir: str, *, workdirs: Dict[int, str], dry_run: bool = False,
@@ -98,6 +99,10 @@ class _CodeSync:
         self.known: Dict[int, _Known] = {}
         self.keys: Dict[int, Dict[str, list]] = {}
         self.digests: Dict[int, str] = {}
+        # Hosts last synced from the same manifest have the same plan (but for their root):
+        # worked out once, not once per host.
+        self.plans: Dict[Optional[str], dict] = {}
+        self.plans_lock = threading.Lock()
 
     def run(self) -> SyncReport:
         # Connect and check or start every host while the code is hashed here.
@@ -161,13 +166,23 @@ class _CodeSync:
         manifest = self.manifest
         if manifest is None or matches_manifest(record, manifest):
             return _Known(record)
-        needs = needs_from_plan(manifest, host.rank, plan_from_record(record, manifest))
+        plan = self.plan_for(record, manifest)
+        needs = needs_from_plan(manifest, host.rank, plan)
         if self.dry_run or needs.bytes >= RELAY_MIN_BYTES:
-            return _Known(record, needs)  # heavy: sent with the others (relays may serve)
+            # Heavy: sent with the others (relays may serve).
+            return _Known(record, needs, plan=plan)
         self.emit(SyncPlanned(host.label, needs))
         began = time.monotonic()
         nodes = _send_small_change(transport, host, needs, record, manifest)
-        return _Known(record, needs, nodes, time.monotonic() - began)
+        return _Known(record, needs, nodes, time.monotonic() - began, plan)
+
+    def plan_for(self, record: dict, manifest: Manifest) -> dict:
+        key = record.get("digest")
+        with self.plans_lock:
+            plan = self.plans.get(key) if key else None
+            if plan is None:
+                plan = self.plans[key] = plan_from_record(record, manifest)
+        return dict(plan, root=record["root"])
 
     def scan(self, connecting: threading.Thread, starting: List) -> Manifest:
         """The manifest of the code directory; if it cannot be built, the sessions
@@ -214,7 +229,7 @@ class _CodeSync:
                     and not self.dry_run:
                 self.keys.setdefault(rank, {})
             if rank in self.keys and item.needs is not None:
-                plan = plan_from_record(item.record, manifest)
+                plan = item.plan or self.plan_for(item.record, manifest)
                 self.keys[rank] = {**unchanged_keys(item.record, manifest, plan), **self.keys[rank]}
 
     def report(self, manifest: Manifest, revision: Tuple[Optional[str], bool]) -> SyncReport:
