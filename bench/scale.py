@@ -100,8 +100,12 @@ def bench_launch(work: Path, n: int) -> tuple:
 
     markers = fresh(work, "s")
     hosts = addresses(n)
-    loop = " ".join(f"ssh -o BatchMode=yes {h} 'cd {work} && RANK={k} nohup {sys.executable} "
-                    f"rank.py {markers} ok >/dev/null 2>&1 &' &" for k, h in enumerate(hosts))
+    # Only the rank goes to the background, its output away from the session: with
+    # `cd && rank &` the shell's backgrounded subshell keeps ssh's stdout open, and ssh
+    # (so the measurement) waits for the rank to end, ten minutes later.
+    loop = " ".join(f"ssh -o BatchMode=yes {h} 'cd {work}; RANK={k} nohup {sys.executable} "
+                    f"rank.py {markers} ok </dev/null >/dev/null 2>&1 &' &"
+                    for k, h in enumerate(hosts))
     started = time.time()
     anchor = measured(["sh", "-c", f"{loop} wait"])
     anchor = anchor.with_wall(max(anchor.wall, wait_markers(markers, n) - started))
