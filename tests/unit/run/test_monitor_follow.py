@@ -3,6 +3,7 @@ Ctrl-C, --wait, and a host that stops answering. Real processes on this machine 
 the local transport (a lost host is simulated: this machine can not lose itself)."""
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -209,3 +210,47 @@ def test_a_teardown_reaches_each_host_through_its_watch_stream(host, tmp_path, m
     assert outcome.result.exit_code == 130 and outcome.result.states == ("stopped",)
     assert load_run(plan.run_id).nodes[0].state == "stopped"
     assert "run.stop" not in ops
+
+
+class FakeStream:
+    """A watch stream that ends at once, keeping what the monitor wrote to it."""
+
+    def __init__(self):
+        self.stdin, self.stdout, self.written = self, self, b""
+
+    def write(self, data):
+        self.written += data
+
+    def flush(self):
+        pass
+
+    def readline(self, size=-1):
+        return b""
+
+    def set_timeout(self, seconds):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_stop_asked_while_a_hosts_stream_is_down_goes_on_the_reopened_stream(host, monkeypatch):
+    from multihost import helper
+
+    plan, record = plan_and_record(host, "sleep")
+    monitor = Monitor(DeadCluster(host), plan, lambda event: None, RecordKeeper(record),
+                      Interrupts())
+    assert not monitor._stop_by_stream(host, 2.0, "teardown: a host failed")  # no stream yet
+    opened = []
+
+    def start(transport, op, request):
+        opened.append((op, request, FakeStream()))
+        monitor.stop_polling.set()   # one stream is enough: the watch ends with it
+        return opened[-1][2]
+
+    monkeypatch.setattr(DeadCluster, "transport", lambda self, h: object())
+    monkeypatch.setattr(helper, "start", start)
+    monitor._watch(host)
+    (op, request, stream), = opened
+    assert op == "run.watch" and request["stoppable"] is True
+    assert json.loads(stream.written) == {"stop": {"grace": 2.0, "reason": "teardown: a host failed"}}
