@@ -7,6 +7,8 @@ in the same run, with the controller's wall time, CPU seconds and peak memory.
                                            #                          vs parallel `ssh host launcher &`
     sudo python bench/scale.py teardown    # first failure to `run` returning (goal: grace + 3 s)
     sudo python bench/scale.py sync        # first and no-change sync vs parallel rsync
+    sudo python bench/scale.py logs        # logs --follow --plain of N x 8 ranks writing
+                                           # flat out   vs `ssh host tail -F` per host
     options: --sizes 8,32,64  --runs 3
 
 Each brings up its own 64-host lab and takes it down. Every measurement is the whole
@@ -18,12 +20,17 @@ the ratios (both sides under the same load, interleaved) and the controller's CP
 the figures to read.
 
 Goals at 64 hosts: every command at most 1.0x its anchor's wall time; controller CPU per
-host per command under 30 ms for exec and check; teardown within the grace + 3 s.
+host per command under 30 ms for exec and check; teardown within the grace + 3 s; log
+following at least the anchor's line rate, every line exactly once.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import resource
+import subprocess
+import threading
 import shutil
 import statistics
 import sys
@@ -100,8 +107,12 @@ def bench_launch(work: Path, n: int) -> tuple:
 
     markers = fresh(work, "s")
     hosts = addresses(n)
-    loop = " ".join(f"ssh -o BatchMode=yes {h} 'cd {work} && RANK={k} nohup {sys.executable} "
-                    f"rank.py {markers} ok >/dev/null 2>&1 &' &" for k, h in enumerate(hosts))
+    # Only the rank goes to the background, its output away from the session: with
+    # `cd && rank &` the shell's backgrounded subshell keeps ssh's stdout open, and ssh
+    # (so the measurement) waits for the rank to end, ten minutes later.
+    loop = " ".join(f"ssh -o BatchMode=yes {h} 'cd {work}; RANK={k} nohup {sys.executable} "
+                    f"rank.py {markers} ok </dev/null >/dev/null 2>&1 &' &"
+                    for k, h in enumerate(hosts))
     started = time.time()
     anchor = measured(["sh", "-c", f"{loop} wait"])
     anchor = anchor.with_wall(max(anchor.wall, wait_markers(markers, n) - started))
@@ -158,9 +169,137 @@ def bench_sync(work: Path, n: int) -> tuple:
     return (first, rfirst), (again, ragain)
 
 
+WRITER = """\
+import os, sys, time
+rank = os.environ["RANK"]
+end = time.time() + float(sys.argv[1])
+write = sys.stdout.write
+count = 0
+while time.time() < end:
+    for _ in range(1000):
+        write("r%s %d\\n" % (rank, count))
+        count += 1
+write("END r%s %d\\n" % (rank, count))
+sys.stdout.flush()
+"""
+NPROC_LOGS = 8
+LOG_SECONDS = 3.0
+LINE = re.compile(rb"\br(\d+) (\d+)$")
+END = re.compile(rb"END r(\d+) (\d+)")
+TAIL_HEADER = re.compile(rb"(?:^|\n)==> workerlog\.(\d+) <==\n")
+
+
+class Counter:
+    """Every rank's lines must arrive as 0, 1, 2 ... up to the count its END line gives:
+    once each, none missing (a lost or repeated line breaks the sequence)."""
+
+    def __init__(self) -> None:
+        self.next: Dict[int, int] = {}
+        self.ends: Dict[int, int] = {}
+        self.bad = 0
+
+    def feed(self, text: bytes) -> None:
+        for raw in text.splitlines():
+            end = END.search(raw)
+            if end:
+                self.ends[int(end.group(1))] = int(end.group(2))
+                continue
+            match = LINE.search(raw)
+            if match:
+                rank, number = int(match.group(1)), int(match.group(2))
+                if number != self.next.get(rank, 0):
+                    self.bad += 1
+                self.next[rank] = number + 1
+
+    def verdict(self, ranks: int) -> tuple:
+        """(every line exactly once, lines written)"""
+        exact = (self.bad == 0 and len(self.ends) == ranks
+                 and all(self.next.get(r, 0) == n for r, n in self.ends.items()))
+        return exact, sum(self.ends.values())
+
+
+def start_writers(work: Path, n: int) -> str:
+    out = measured(MH + ["run", "--hostfile", str(hostfile(work, n)), "--launcher", "python",
+                         "--nproc_per_node", str(NPROC_LOGS), "--code", str(work),
+                         "--no-check", "--no-sync", "--detach", "--allow-concurrent", "--",
+                         "writer.py", str(LOG_SECONDS)])
+    return out.stdout.split()[1]
+
+
+def follow_logs(work: Path, n: int) -> Measure:
+    """`multihost logs RUN --follow --plain` to its end, its lines counted from a file."""
+    run_id = start_writers(work, n)
+    with tempfile.TemporaryFile() as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(MH + ["logs", run_id, "--follow", "--plain"], stdout=out,
+                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, cwd=work)
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - started
+        out.seek(0)
+        counter = Counter()
+        for block in iter(lambda: out.read(8 << 20), b""):
+            cut = block.rfind(b"\n") + 1
+            counter.feed(block[:cut])
+            if cut < len(block):
+                out.seek(cut - len(block), os.SEEK_CUR)
+    exact, total = counter.verdict(n * NPROC_LOGS)
+    return Measure(elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024,
+                   f"{total} {'exact' if exact and os.waitstatus_to_exitcode(status) == 0 else 'LOST'}")
+
+
+def tail_logs(work: Path, n: int) -> Measure:
+    """The anchor: `ssh host tail -n +1 -F workerlog.0 ... workerlog.7` on every host at
+    once, each read until its 8 END lines came; the files are split apart again by
+    tail's headers."""
+    run_id = start_writers(work, n)
+    files = " ".join(f"workerlog.{k}" for k in range(NPROC_LOGS))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    procs = [subprocess.Popen(["ssh", "-o", "BatchMode=yes", host,
+                               f"cd ~/.multihost/runs/{run_id}/log && tail -n +1 -F {files}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL) for host in addresses(n)]
+    counters = [Counter() for _ in procs]
+
+    def read(index: int, proc) -> None:
+        chunks, ends, tail = [], 0, b""
+        while ends < NPROC_LOGS:
+            data = proc.stdout.read1(1 << 20)
+            if not data:
+                break
+            chunks.append(data)
+            ends += (tail + data).count(b"END r") - tail.count(b"END r")
+            tail = data[-8:]
+        proc.kill()
+        proc.wait()
+        parts = TAIL_HEADER.split(b"".join(chunks))   # ['', '0', bytes, '3', bytes, ...]
+        by_file: Dict[bytes, List[bytes]] = {}
+        for name, body in zip(parts[1::2], parts[2::2]):
+            by_file.setdefault(name, []).append(body)
+        for bodies in by_file.values():
+            counters[index].feed(b"".join(bodies))
+
+    readers = [threading.Thread(target=read, args=pair) for pair in enumerate(procs)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    exact = all(c.verdict(NPROC_LOGS)[0] for c in counters)
+    total = sum(c.verdict(NPROC_LOGS)[1] for c in counters)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return Measure(elapsed, cpu, after.ru_maxrss / 1024, f"{total} {'exact' if exact else 'LOST'}")
+
+
+def bench_logs(work: Path, n: int) -> tuple:
+    (work / "writer.py").write_text(WRITER)
+    return follow_logs(work, n), tail_logs(work, n)
+
+
 BENCHES: Dict[str, Callable] = {"exec": bench_exec, "check": bench_check,
                                 "launch": bench_launch, "teardown": bench_teardown,
-                                "sync": bench_sync}
+                                "sync": bench_sync, "logs": bench_logs}
 
 
 # -- the report ------------------------------------------------------------------------
@@ -184,6 +323,11 @@ def report(name: str, rows: Dict[str, Dict[int, List[tuple]]]) -> None:
                 anchor = median_measure([p[1] for p in pairs])
                 paired = statistics.median(p[0].wall / p[1].wall for p in pairs)
                 line += f"{anchor.wall:>10.2f}{anchor.cpu:>9.2f}{paired:>7.2f}"
+            if case == "logs":  # lines, and whether every one came exactly once
+                line += "  " + "; ".join(f"{p[0].stdout} vs {p[1].stdout}" for p in pairs)
+                line += "  lines/s " + ", ".join(
+                    f"{int(p[0].stdout.split()[0]) / p[0].wall:.0f} vs "
+                    f"{int(p[1].stdout.split()[0]) / p[1].wall:.0f}" for p in pairs)
             print(line)
     print("ratio: the median of multihost/anchor over runs made back to back. All lab "
           "hosts and the controller share this machine's cores (and other work on it).")

@@ -22,6 +22,7 @@ import io
 import json
 import shlex
 import socket
+import weakref
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -30,6 +31,12 @@ from .transport import CommandResult, Process, Transport
 from .transport.openssh import login_command
 
 MISSING = 97
+
+# Connections on which the helper is known to be installed (a call of it answered, or
+# it was just installed): a stream started on one needs no probe first. At 64 hosts the
+# probe was 64 more round trips before a run's monitor heard anything. A connection
+# dropped after a failure (Cluster.forget) is a new object, and probes again.
+_installed_on: "weakref.WeakSet[Transport]" = weakref.WeakSet()
 # Its own line (the newline before it ends whatever the shell printed without one).
 MARKER = b"=multihost-helper-output="
 FIRST_OUTPUT_WITHIN = 60.0
@@ -174,6 +181,7 @@ def install(transport: Transport) -> None:
                           f"{result.stderr.decode(errors='replace').strip()[-200:]}",
                           host=transport.host.label,
                           fix="check that the home directory is writable and has free space")
+    _installed_on.add(transport)
 
 
 def python_missing(transport: Transport) -> RemoteError:
@@ -197,6 +205,8 @@ def call(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None
     if result.exit_code == MISSING:
         install(transport)
         result = transport.run(line, input=input, timeout=timeout)
+    elif result.exit_code != 127:  # the helper ran (127: no python; said below)
+        _installed_on.add(transport)
     return parse_reply(transport, op, result.exit_code, after_marker(result.stdout), result.stderr)
 
 
@@ -228,9 +238,11 @@ def login_hint(transport: Transport) -> str:
 
 def start(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None) -> Process:
     """Start a streaming helper operation (it owns stdin and stdout)."""
-    probe = transport.run(f'[ -d "{helper_path()}" ]', timeout=30)
-    if not probe.ok:
-        install(transport)
+    if transport not in _installed_on:
+        probe = transport.run(f'[ -d "{helper_path()}" ]', timeout=30)
+        if not probe.ok:
+            install(transport)
+        _installed_on.add(transport)
     return launch(transport, op, request)
 
 

@@ -236,12 +236,21 @@ def status(request):
 def watch(request):
     """Stream the node's status: a line when it changes, a heartbeat line every
     ``heartbeat`` seconds (so the controller can tell a dead link), and a last line with
-    ``"final": true`` once the node has finished. Ends when the controller goes away."""
+    ``"final": true`` once the node has finished. Ends when the controller goes away.
+
+    A line ``{"stop": {"grace": G, "reason": R}}`` on stdin stops the run here as
+    ``run.stop`` does, without a new helper or a new session per host: a teardown of 64
+    hosts paid 64 interpreter starts on the hosts and 64 channel openings on the
+    controller. The stream then reports the stop like any other change."""
+    import select
+
     run_dir = _run_dir(request)
     interval = float(request.get("interval", 0.2))
     heartbeat = float(request.get("heartbeat", 1.0))
     out = sys.stdout
     last_key, last_sent, procs, procs_at = None, 0.0, None, 0.0
+    commands = _StopLines() if request.get("stoppable") else None
+    stop_deadline = None   # (time, grace, reason): when the stop is finished by hand
     try:
         while True:
             node = run_files.read_json(os.path.join(run_dir, "node.json"))
@@ -251,6 +260,10 @@ def watch(request):
                 out.flush()
                 return 1
             now = time.time()
+            if stop_deadline is not None and now >= stop_deadline[0] \
+                    and node.get("state") not in run_files.FINAL_STATES:
+                node = _end_stop(request["run_id"], run_dir, node, *stop_deadline[1:])
+                stop_deadline = None
             result = _status(run_dir, node, 0, count_procs=False)
             final = result["state"] in run_files.FINAL_STATES
             if now - procs_at >= 2.0 or final:  # a /proc scan: not on every tick
@@ -265,43 +278,99 @@ def watch(request):
                 last_key, last_sent = key, now
             if final:
                 return 0
-            time.sleep(interval)
+            if commands is None or commands.closed:
+                time.sleep(interval)
+                continue
+            select.select([0], [], [], interval)
+            for stop in commands.read():
+                grace, reason = stop
+                if _ask_stop(request["run_id"], run_dir, node, grace, reason):
+                    stop_deadline = (time.time() + grace + 10, grace, reason)
+                else:  # no supervisor to ask: stopped here, now
+                    _end_stop(request["run_id"], run_dir, node, grace, reason)
     except (BrokenPipeError, IOError):
         return 0  # the controller went away; the run goes on
+
+
+class _StopLines:
+    """Stop requests arriving on stdin, one JSON line each, read without blocking the
+    watch (called after select says stdin is readable, or not). EOF (the controller
+    closed its side, or went away) ends the reading, not the watch."""
+
+    def __init__(self):
+        self.closed = False
+        self.buffer = b""
+
+    def read(self):
+        import select
+
+        if self.closed or not select.select([0], [], [], 0)[0]:
+            return []
+        data = os.read(0, 65536)
+        if not data:
+            self.closed = True
+            return []
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        self.buffer = self.buffer[-65536:]   # a line with no end is not kept forever
+        stops = []
+        for line in lines:
+            try:
+                stop = json.loads(line.decode("utf-8", "replace")).get("stop")
+                stops.append((float(stop.get("grace", 10)), str(stop.get("reason") or "stopped")))
+            except (ValueError, AttributeError, TypeError):
+                continue  # not a stop request: nothing else is asked on this stream
+        return stops
 
 
 @op("run.stop")
 def stop(request):
     """Stop the run here: by its supervisor when it lives, else directly. Idempotent;
     a second call with grace 0 turns a graceful stop into an immediate kill."""
-    import signal
-
     run_id = request["run_id"]
     run_dir = _run_dir(request)
     node = _node_or_fail(run_dir, run_id)
     grace = float(request.get("grace", 10))
     reason = request.get("reason") or "stopped"
     node_path = os.path.join(run_dir, "node.json")
-    if node.get("state") == "prepared" and not node.get("supervisor"):
-        node.update(state="stopped", ended=time.time(), stop_reason=reason)
-        run_files.write_json(node_path, node)
-        run_files.release_lock(run_id)
-    elif node.get("state") not in run_files.FINAL_STATES and run_files.supervisor_alive(node):
-        stop_path = os.path.join(run_dir, "stop.json")
-        asked = run_files.read_json(stop_path, {}) or {}
-        if "grace" not in asked or grace < float(asked["grace"]):
-            run_files.write_json(stop_path, {"grace": grace, "reason": reason, "time": time.time()})
-        try:
-            os.kill(node["supervisor"]["pid"], signal.SIGUSR1 if grace <= 0 else signal.SIGTERM)
-        except OSError:
-            pass
+    if _ask_stop(run_id, run_dir, node, grace, reason):
         deadline = time.time() + grace + 10
         while time.time() < deadline:
             node = run_files.read_json(node_path, node) or node
             if node.get("state") in run_files.FINAL_STATES:
                 break
             time.sleep(0.05)
-    # No supervisor (it died, or never ran), or it did not finish in time: do it here.
+    return _end_stop(run_id, run_dir, node, grace, reason, reply=True)
+
+
+def _ask_stop(run_id, run_dir, node, grace, reason):
+    """Ask the run's supervisor to stop it (grace, then SIGKILL); True if there is one to
+    ask. A prepared node that never launched is marked stopped here and then."""
+    import signal
+
+    if node.get("state") == "prepared" and not node.get("supervisor"):
+        node.update(state="stopped", ended=time.time(), stop_reason=reason)
+        run_files.write_json(os.path.join(run_dir, "node.json"), node)
+        run_files.release_lock(run_id)
+        return False
+    if node.get("state") in run_files.FINAL_STATES or not run_files.supervisor_alive(node):
+        return False
+    stop_path = os.path.join(run_dir, "stop.json")
+    asked = run_files.read_json(stop_path, {}) or {}
+    if "grace" not in asked or grace < float(asked["grace"]):
+        run_files.write_json(stop_path, {"grace": grace, "reason": reason, "time": time.time()})
+    try:
+        os.kill(node["supervisor"]["pid"], signal.SIGUSR1 if grace <= 0 else signal.SIGTERM)
+    except OSError:
+        pass
+    return True
+
+
+def _end_stop(run_id, run_dir, node, grace, reason, reply=False):
+    """No supervisor (it died, or never ran), or it did not finish in time: stop what is
+    left here and record the node stopped. The node's record, or with ``reply`` the
+    answer of ``run.stop``."""
+    node_path = os.path.join(run_dir, "node.json")
     hard = 0
     if run_files.run_processes(run_id):
         hard = run_files.terminate(run_id, None, grace)
@@ -310,6 +379,8 @@ def stop(request):
         node.update(state="stopped", ended=time.time(), stop_reason=reason)
         run_files.write_json(node_path, node)
         run_files.release_lock(run_id)
+    if not reply:
+        return node
     result = _status(run_dir, node, 0)
     result["killed_hard"] = hard
     return result

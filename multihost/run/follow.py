@@ -123,7 +123,7 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
 
             hang = listener = HangWatch(listener, options.hang_timeout, plan, record,
                                         cluster, mirror, steps=progress.last_advance)
-        follower = _log_follower(cluster, plan, mirror, listener)
+        follower = None
 
         def settle(lost: bool) -> None:
             if follower is not None:
@@ -141,6 +141,8 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
                           wait_after_exit=options.wait_after_exit, settle=settle,
                           tick=progress.tick,
                           **({"hung": hang.check} if hang is not None else {}))
+        monitor.watch_all()
+        follower = _log_follower(cluster, plan, mirror, listener)
         result = monitor.follow()
         if result.detached and follower is not None:
             follower.stop()

@@ -115,7 +115,9 @@ class Monitor:
         self.teardown_at: Optional[float] = None
         self.trigger: Optional[Failure] = None
         self.handled_interrupts = 0
-        self.streams: Dict[int, object] = {}
+        self.streams: Dict[int, object] = {}    # each host's live watch stream
+        self.stop_asked: Dict[int, Tuple[float, str]] = {}   # (grace, reason) sent to a host
+        self.streams_lock = threading.Lock()
         self.servers_stopped = False
 
     # --- talking to hosts -------------------------------------------------------------
@@ -128,9 +130,12 @@ class Monitor:
                 transport = self.cluster.transport(host)
                 process = helper.start(transport, "run.watch", {
                     "run_id": self.plan.run_id, "interval": self.poll_interval,
-                    "heartbeat": HEARTBEAT})
-                self.streams[host.rank] = process
-                process.stdin.close()
+                    "heartbeat": HEARTBEAT, "stoppable": True})
+                with self.streams_lock:
+                    self.streams[host.rank] = process
+                    asked = self.stop_asked.get(host.rank)
+                if asked is not None:  # the stream it was sent on broke: say it again
+                    self._send_stop(process, *asked)
                 process.set_timeout(WATCH_SILENCE)
                 # A record is a few kB; a host sending an endless line is not waited on.
                 for raw in iter(lambda: process.stdout.readline(MAX_RECORD), b""):
@@ -156,10 +161,38 @@ class Monitor:
                 self.queue.put(("error", host.rank, err, time.time()))
             finally:
                 if process is not None:
+                    with self.streams_lock:
+                        if self.streams.get(host.rank) is process:
+                            del self.streams[host.rank]
                     process.close()
             self.stop_polling.wait(RETRY_EVERY)
 
+    @staticmethod
+    def _send_stop(process, grace: float, reason: str) -> None:
+        """A stop request on a watch stream's stdin (``run.watch`` acts on it); raises
+        BrokenStream (an OSError) when the stream is gone."""
+        line = json.dumps({"stop": {"grace": grace, "reason": reason}}) + "\n"
+        process.stdin.write(line.encode())
+        process.stdin.flush()
+
+    def _stop_by_stream(self, host, grace: float, reason: str) -> bool:
+        """Ask a host to stop through its watch stream: no new session, no new helper on
+        the host, no thread here (a teardown of 64 hosts spent seconds starting 64
+        threads on a busy controller); the stream then reports the stop. False when the
+        host has no live stream. A send waits at most the stream's read timeout."""
+        with self.streams_lock:
+            self.stop_asked[host.rank] = (grace, reason)  # a stream opened later says it too
+            process = self.streams.get(host.rank)
+        if process is None:
+            return False
+        try:
+            self._send_stop(process, grace, reason)
+            return True
+        except OSError:
+            return False  # the stream broke just now
+
     def _stop_node(self, host, grace: float, reason: str) -> None:
+        """Stop the run on a host with no live watch stream: a ``run.stop`` call."""
         try:
             transport = self.cluster.transport(host)
             reply = helper.call(transport, "run.stop", {"run_id": self.plan.run_id,
@@ -174,8 +207,9 @@ class Monitor:
         "stopping" for the grace period, not the old state."""
         asked = [h for h in self.hosts if not self._finished(h.rank) and h.rank not in self.lost]
         for host in asked:
-            threading.Thread(target=self._stop_node, args=(host, grace, reason),
-                             name=f"stop-{host.label}", daemon=True).start()
+            if not self._stop_by_stream(host, grace, reason):
+                threading.Thread(target=self._stop_node, args=(host, grace, reason),
+                                 name=f"stop-{host.label}", daemon=True).start()
         now = time.time()
         self.listener(RunStopping(reason, len(asked), grace, interrupted, now))
         for host in asked:
@@ -309,12 +343,19 @@ class Monitor:
         return all(h.rank in self.lost or self._finished(h.rank) for h in self.hosts)
 
     # --- the loop ---------------------------------------------------------------------
-    def follow(self) -> RunResult:
+    def watch_all(self) -> None:
+        """Start following every host's status (once). Called before the log streams
+        open: a failure must not wait behind 64 hosts' logs to be seen."""
+        if self.last_contact:
+            return
         now = time.time()
         for host in self.hosts:
             self.last_contact[host.rank] = now
             threading.Thread(target=self._watch, args=(host,), name=f"watch-{host.label}",
                              daemon=True).start()
+
+    def follow(self) -> RunResult:
+        self.watch_all()
         self.keeper.update(state=RunState.RUNNING)
         try:
             while not self._done() and not self.interrupts.detached:
@@ -327,7 +368,9 @@ class Monitor:
                 self._decide(time.time())
         finally:
             self.stop_polling.set()
-            for process in list(self.streams.values()):
+            with self.streams_lock:
+                streams = list(self.streams.values())
+            for process in streams:
                 process.close()
         if not self._done():  # detached: the record says running, the hosts go on
             states = tuple(self.states[h.rank] for h in self.hosts)

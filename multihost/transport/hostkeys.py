@@ -22,8 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Tuple
 
-import paramiko
-
+from ._paramiko import paramiko
 from .hostcerts import certificate_problem, host_matches
 
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"

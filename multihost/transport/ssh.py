@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-import paramiko
-
 from ..errors import CommandTimeout, ConfigError, ConnectError
 from ..hosts import Host
+from ._paramiko import paramiko
 from .base import Command, CommandResult, InputStream, Process, SshOptions, Transport, to_shell
 from .hostcerts import CERT_SUFFIX
 from .hostkeys import (HostKeyPolicy, RevokedHostKey, UnknownHostKey, is_revoked,

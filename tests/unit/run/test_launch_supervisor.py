@@ -292,3 +292,27 @@ def test_the_rank_wrapper_records_signals_and_dies_the_same_way(host, tmp_path):
                           env=env, timeout=30)
     assert done.returncode == 127
     assert "cannot run /no/such/cmd" in (run_dir / "log" / "workerlog.1").read_text()
+
+
+def test_a_stop_sent_on_the_watch_stream_stops_the_run_and_the_stream_reports_it(host):
+    """What the monitor does in a teardown: no `run.stop` session per host, one line on
+    the watch stream it already has; the grandchildren that ignore SIGTERM die too."""
+    run_id, _ = start(host, args=["--child"], grace=5.0)
+    deadline = time.monotonic() + 10
+    while len(marked(run_id)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stream = helper.start(host, "run.watch", {"run_id": run_id, "interval": 0.1,
+                                              "heartbeat": 0.5, "stoppable": True})
+    try:
+        stream.stdin.write(b'not json\n{"stop": {"grace": 0.5, "reason": "test"}}\n')
+        stream.stdin.flush()
+        last, deadline = {}, time.monotonic() + 20
+        while not last.get("final") and time.monotonic() < deadline:
+            line = stream.stdout.readline()   # a heartbeat every 0.5 s
+            assert line, "the watch stream ended before the node did"
+            last = json.loads(line)
+    finally:
+        stream.close()
+    assert last.get("final"), "the run is still running: the stop line was not acted on"
+    assert last["state"] == "stopped" and last["node"]["stop_reason"] == "test"
+    assert marked(run_id) == []

@@ -3,6 +3,7 @@ Ctrl-C, --wait, and a host that stops answering. Real processes on this machine 
 the local transport (a lost host is simulated: this machine can not lose itself)."""
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -190,3 +191,72 @@ def test_a_host_that_stops_answering_is_lost_and_the_run_exits_255(host):
     lost = [e for e in events if isinstance(e, NodeChanged) and e.state == NodeState.LOST]
     assert "no answer for 0.5s (no answer from 10.0.0.9:22 within 1s)" in lost[0].detail
     assert load_run(plan.run_id).nodes[0].state == "lost"
+
+
+def test_a_teardown_reaches_each_host_through_its_watch_stream(host, tmp_path, monkeypatch):
+    """Stopping costs no new session and no new helper per host (64 of each made a
+    64-host teardown miss its grace + 3 s): the stop goes on the status stream."""
+    from multihost import helper
+
+    ops, real_call = [], helper.call
+    monkeypatch.setattr(helper, "call", lambda t, op, *a, **k: (ops.append(op),
+                                                               real_call(t, op, *a, **k))[1])
+    holder, events = {}, []
+    plan, record = plan_and_record(host, "sleep", log_dir=str(tmp_path / "mirror"))
+
+    def listen(event):  # Ctrl-C once the ranks' first lines arrive: the run is followed
+        events.append(event)
+        if lines_of(event) and not holder.get("interrupted"):
+            holder["interrupted"] = True
+            holder["controls"].interrupts.count += 1
+
+    with Cluster([host]) as cluster:
+        outcome = start_and_follow(cluster, plan, record, listen,
+                                   RunOptions(poll_interval=0.2), holder)
+    assert outcome.result.exit_code == 130 and outcome.result.states == ("stopped",)
+    assert load_run(plan.run_id).nodes[0].state == "stopped"
+    assert "run.stop" not in ops
+
+
+class FakeStream:
+    """A watch stream that ends at once, keeping what the monitor wrote to it."""
+
+    def __init__(self):
+        self.stdin, self.stdout, self.written = self, self, b""
+
+    def write(self, data):
+        self.written += data
+
+    def flush(self):
+        pass
+
+    def readline(self, size=-1):
+        return b""
+
+    def set_timeout(self, seconds):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_stop_asked_while_a_hosts_stream_is_down_goes_on_the_reopened_stream(host, monkeypatch):
+    from multihost import helper
+
+    plan, record = plan_and_record(host, "sleep")
+    monitor = Monitor(DeadCluster(host), plan, lambda event: None, RecordKeeper(record),
+                      Interrupts())
+    assert not monitor._stop_by_stream(host, 2.0, "teardown: a host failed")  # no stream yet
+    opened = []
+
+    def start(transport, op, request):
+        opened.append((op, request, FakeStream()))
+        monitor.stop_polling.set()   # one stream is enough: the watch ends with it
+        return opened[-1][2]
+
+    monkeypatch.setattr(DeadCluster, "transport", lambda self, h: object())
+    monkeypatch.setattr(helper, "start", start)
+    monitor._watch(host)
+    (op, request, stream), = opened
+    assert op == "run.watch" and request["stoppable"] is True
+    assert json.loads(stream.written) == {"stop": {"grace": 2.0, "reason": "teardown: a host failed"}}
