@@ -166,7 +166,7 @@ def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
         env=env, check=not args.no_check, sync=not args.no_sync,
         allow_concurrent=args.allow_concurrent, log_dir=args.log_dir, kill_wait=args.kill_wait,
         wait=args.wait, detach=args.detach, setup=args.setup, setup_always=args.setup_always,
-        max_restarts=args.max_restarts or 0, hang_timeout=args.hang_timeout,
+        max_restarts=args.max_restarts, hang_timeout=args.hang_timeout,
         gpu_interval=getattr(args, "gpu_interval", 5.0), ps=getattr(args, "ps", None),
         spares=spares)
 
@@ -175,10 +175,9 @@ def main(args: argparse.Namespace) -> int:
     from ..job import job_options_from_args
     from ..run import pipeline
     from ..views.sync_view import SyncView
-    from ..spares import restart_budget
     from .common import cluster_from_args, inventory_from_args
     from .jobargs import with_job_file
-    from .run_attempts import follow_run, run_attempts
+    from .run_attempts import run_attempts
 
     args = with_job_file(args)
     command = script_words(args.command)
@@ -196,11 +195,8 @@ def main(args: argparse.Namespace) -> int:
             original, request, validated=validated, notify=lambda text: _say(args, text),
             sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
         save_job(args, record, command)
-        limit = restart_budget(args.max_restarts, len(record.spares))
         try:
-            if not limit or args.detach:
-                return follow_run(cluster, plan, record, args)
-            return run_attempts(cluster, request, validated, plan, record, args, limit)
+            return run_attempts(cluster, request, validated, plan, record, args)
         finally:
             if cluster is not original:
                 cluster.close()

@@ -49,7 +49,8 @@ class RunRequest:
     detach: bool = False
     setup: Optional[str] = None              # a shell command on every host before launch
     setup_always: bool = False               # even where it succeeded on the same code
-    max_restarts: int = 0
+    max_restarts: Optional[int] = None       # None: not given (with spares: one restart
+                                             # per spare, for a lost host only)
     hang_timeout: Optional[float] = None
     gpu_interval: float = 5.0                # seconds between GPU samples; 0: none
     ps: Optional[Any] = None                 # fleetrun's parameter-server spec
@@ -76,7 +77,7 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
     if request.gpu_interval < 0:
         raise ConfigError("--gpu-interval takes seconds, 0 (no GPU samples) or more",
                           fix="e.g. --gpu-interval 5")
-    if request.max_restarts < 0:
+    if (request.max_restarts or 0) < 0:
         raise ConfigError("--max-restarts takes a count, 0 or more", fix="e.g. --max-restarts 3")
     if request.max_restarts and request.detach:
         raise ConfigError("--max-restarts needs this controller to follow the run, and "
