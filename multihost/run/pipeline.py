@@ -179,19 +179,22 @@ def initial_record(plan, request: RunRequest, cluster, git) -> RunRecord:
 
 
 def prepare(cluster, request: RunRequest, *, validated: Optional[Validated] = None,
-            notify: Notify = _quiet, sync_view=None):
+            notify: Notify = _quiet, sync_view=None, checked=None):
     """Check, sync, set up and plan: the run's blueprint and its first record, nothing
     started yet (on the cluster's own hosts: ``prepare_on`` when spares may take a place)."""
     _, plan, record = prepare_on(cluster, dataclasses.replace(request, spares=()),
-                                 validated=validated, notify=notify, sync_view=sync_view)
+                                 validated=validated, notify=notify, sync_view=sync_view,
+                                 checked=checked)
     return plan, record
 
 
 def prepare_on(cluster, request: RunRequest, *, validated: Optional[Validated] = None,
-               notify: Notify = _quiet, sync_view=None):
+               notify: Notify = _quiet, sync_view=None, checked=None):
     """``prepare``, with the request's spares checked beside the hosts and put in the
     place of a host that fails the preflight: (the cluster the run starts on, which is
-    a new one after a replacement, the plan, the first record)."""
+    a new one after a replacement, the plan, the first record). ``checked``: the report
+    of a preflight these hosts already passed (``scale`` checks all its hosts once, then
+    runs its points on some of them)."""
     from ..spares import SpareState, spare_pool
     from .replace import checked_in_background, preflight_with_spares, same_shape
 
@@ -200,8 +203,8 @@ def prepare_on(cluster, request: RunRequest, *, validated: Optional[Validated] =
     hosts = cluster.hosts
     revision = in_background(code_revision, job.code)
     spares = SpareState(spare_pool(cluster.hosts, request.spares))
-    report = None
-    if request.check:
+    report = checked
+    if request.check and checked is None:
         bad = checked_in_background(cluster, spares.pool, job, notify)
         cluster, report, spares = preflight_with_spares(
             cluster, job, spares, 0, allow_concurrent=request.allow_concurrent,
