@@ -100,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
     from ..scale.measure import MetricReader
     from .common import cluster_from_args, hosts_from_args
     from .jobargs import with_job_file
-    from .run import script_words, user_env
+    from .run import save_job, script_words, user_env
 
     args = with_job_file(args)
     command = script_words(args.command)
@@ -122,8 +122,11 @@ def main(args: argparse.Namespace) -> int:
     points = []
     table = ScaleTable(" ".join(command), MetricReader(args.metric).label, ())
     try:
+        # Each point's job file, as `run` keeps one: `multihost rerun POINT` starts that
+        # point's job again, as a plain run on its hosts.
         for point in scale_points(hosts, lambda subset: cluster_from_args(args, subset),
-                                  request, options, _say):
+                                  request, options, _say,
+                                  on_record=lambda record: save_job(args, record, command)):
             points.append(point)
             _say(f"{point.machines} machine(s): {point.throughput:.1f} ({point.rule}, "
                  f"{point.ranks} rank(s), {point.samples} sample(s))")

@@ -73,3 +73,18 @@ def test_a_failing_point_ends_scaling_with_its_error_after_the_points_before_it(
     assert "| 2 |" not in done.stdout
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith("multihost: ") and "failed" in error and "Traceback" not in done.stderr
+
+
+def test_rerun_starts_a_scale_point_again_as_a_plain_run_on_its_hosts(lab, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "job.py").write_text(FAILS_ON_TWO)
+    done = lab.multihost("scale", "--hostfile", str(hostfile(lab, tmp_path, 2)),
+                         "--code", str(code), "--launcher", "python", "--no-png",
+                         "--counts", "1", "--log_dir", str(tmp_path / "log"), "--json",
+                         "--", "job.py", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    point = json.loads(done.stdout)["points"][0]
+    again = lab.multihost("rerun", point["run_id"], "--plain", timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "step: 5, speed: 100" in again.stdout             # the point's job, on 1 host
