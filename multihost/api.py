@@ -149,20 +149,13 @@ class Cluster:
         ``max_restarts`` and ``spares`` (more, after the cluster's own) are the flags'
         (docs/longrun.md): each attempt's events end with its RunFinished."""
         from .run import pipeline
-        from .run.env import check_user_env
 
-        if isinstance(command, str):
-            raise ConfigError("command must be a list of words, e.g. ['train.py', '-c', 'cfg.yml']",
-                              fix="split it: shlex.split(command)")
-        job = _job(gpus, nproc_per_node, start_port, data, code)
-        gpus_given = any(job.gpus_for(h) for h in self.hosts)
-        user_env = check_user_env((env or {}).items(), "env", gpus_given)
-        request = pipeline.RunRequest(
-            command=tuple(command), job=job, launcher=launcher, no_python=no_python,
-            env=user_env, check=check, sync=sync, allow_concurrent=allow_concurrent,
-            log_dir=log_dir, kill_wait=kill_wait, wait=wait, detach=detach, setup=setup,
-            hang_timeout=hang_timeout, gpu_interval=gpu_interval, max_restarts=max_restarts,
-            spares=self.spares + self._more_spares(spares))
+        request = self._request(
+            command, _job(gpus, nproc_per_node, start_port, data, code), env,
+            launcher=launcher, no_python=no_python, check=check, sync=sync,
+            allow_concurrent=allow_concurrent, log_dir=log_dir, kill_wait=kill_wait, wait=wait,
+            detach=detach, setup=setup, hang_timeout=hang_timeout, gpu_interval=gpu_interval,
+            max_restarts=max_restarts, spares=self.spares + self._more_spares(spares))
         validated = pipeline.validate(self.hosts, request)
         original = self._connect()
         cluster = original
@@ -188,6 +181,20 @@ class Cluster:
         run._attach(cluster, plan, record, request, validated, close)
         return run
 
+    def _request(self, command: Sequence[str], job: JobOptions,
+                 env: Optional[Mapping[str, str]], **options):
+        """The RunRequest of ``run`` and ``scale``: the command as words, ``env`` checked
+        as ``--env`` is."""
+        from .run.env import check_user_env
+        from .run.pipeline import RunRequest
+
+        if isinstance(command, str):
+            raise ConfigError("command must be a list of words, e.g. ['train.py', '-c', 'cfg.yml']",
+                              fix="split it: shlex.split(command)")
+        gpus_given = any(job.gpus_for(h) for h in self.hosts)
+        return RunRequest(command=tuple(command), job=job,
+                          env=check_user_env((env or {}).items(), "env", gpus_given), **options)
+
     def _more_spares(self, spares: Spares) -> Tuple[Host, ...]:
         """Spares named for one run, reached as the cluster's hosts are; a spare that is
         one of the hosts is dropped where the pool is made (spares.spare_pool)."""
@@ -208,21 +215,15 @@ class Cluster:
         """``multihost scale``: the job on 1, 2, 4, ... hosts and all (or ``counts``), each
         point an ordinary run; a ScaleTable (``.rows()``, ``.to_json()``) (docs/scale.md)."""
         from .run import pipeline
-        from .run.env import check_user_env
         from .scale.measure import MetricReader, parse_metric_is
         from .scale.plan import plan_counts
         from .scale.runner import ScaleOptions, scale_points
         from .scale.table import ScaleTable
 
-        if isinstance(command, str):
-            raise ConfigError("command must be a list of words, e.g. ['train.py', '-c', 'cfg.yml']",
-                              fix="split it: shlex.split(command)")
-        job = _job(gpus, nproc_per_node, start_port, data, code)
-        gpus_given = any(job.gpus_for(h) for h in self.hosts)
-        request = pipeline.RunRequest(
-            command=tuple(command), job=job, launcher=launcher, no_python=no_python,
-            env=check_user_env((env or {}).items(), "env", gpus_given), check=check,
-            sync=sync, log_dir=log_dir, kill_wait=kill_wait, setup=setup)
+        request = self._request(
+            command, _job(gpus, nproc_per_node, start_port, data, code), env,
+            launcher=launcher, no_python=no_python, check=check, sync=sync, log_dir=log_dir,
+            kill_wait=kill_wait, setup=setup)
         options = ScaleOptions(plan_counts(len(self.hosts), counts), seconds, steps, metric,
                                parse_metric_is(metric_is))
         pipeline.validate(self.hosts, request)

@@ -5,7 +5,8 @@ import argparse
 import os
 import sys
 
-from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options, add_spare_option
+from .common import (HOST_OPTIONS_HELP, add_host_options, add_job_file_option, add_job_options,
+                     add_spare_option)
 from .jobargs import keep_words
 from .run_attempts import _say
 
@@ -38,9 +39,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = sub.add_parser("run", help="check, sync, launch on every host in ip order, follow",
                             description="Run one distributed job on every host.",
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-f", "--job-file", metavar="JOB.toml",
-                        help="take the job from a TOML file (docs/jobfile.md); flags given "
-                             "here beat the file's")
+    add_job_file_option(parser)
     add_host_options(parser)
     add_job_options(parser)
     add_run_options(parser)

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options
+from .common import HOST_OPTIONS_HELP, add_host_options, add_job_file_option, add_job_options
 from .jobargs import keep_words
 
 EPILOG = HOST_OPTIONS_HELP + """
@@ -35,9 +35,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                           "speed-up and scaling efficiency",
                             description="Measure how a job scales with the number of hosts.",
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-f", "--job-file", metavar="JOB.toml",
-                        help="take the job from a TOML file (docs/jobfile.md); flags given "
-                             "here beat the file's")
+    add_job_file_option(parser)
     add_host_options(parser)
     add_job_options(parser)
     add_run_options(parser, with_follow=False)

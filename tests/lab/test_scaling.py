@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from test_run import hostfile, leftovers
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
@@ -59,10 +61,18 @@ sys.exit(3 if os.environ["MULTIHOST_NUM_NODES"] == "2" else 0)
 """
 
 
-def test_a_failing_point_ends_scaling_with_its_error_after_the_points_before_it(lab, tmp_path):
+@pytest.fixture
+def fails_on_two(tmp_path) -> Path:
+    """A code directory holding job.py (FAILS_ON_TWO)."""
     code = tmp_path / "code"
     code.mkdir()
     (code / "job.py").write_text(FAILS_ON_TWO)
+    return code
+
+
+def test_a_failing_point_ends_scaling_with_its_error_after_the_points_before_it(
+        lab, tmp_path, fails_on_two):
+    code = fails_on_two
     done = lab.multihost("scale", "--hostfile", str(hostfile(lab, tmp_path, 3)),
                          "--code", str(code), "--launcher", "python", "--no-png",
                          "--log_dir", str(tmp_path / "log"), "--markdown", "--", "job.py",
@@ -75,12 +85,10 @@ def test_a_failing_point_ends_scaling_with_its_error_after_the_points_before_it(
     assert error.startswith("multihost: ") and "failed" in error and "Traceback" not in done.stderr
 
 
-def test_rerun_starts_a_scale_point_again_as_a_plain_run_on_its_hosts(lab, tmp_path):
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "job.py").write_text(FAILS_ON_TWO)
+def test_rerun_starts_a_scale_point_again_as_a_plain_run_on_its_hosts(
+        lab, tmp_path, fails_on_two):
     done = lab.multihost("scale", "--hostfile", str(hostfile(lab, tmp_path, 2)),
-                         "--code", str(code), "--launcher", "python", "--no-png",
+                         "--code", str(fails_on_two), "--launcher", "python", "--no-png",
                          "--counts", "1", "--log_dir", str(tmp_path / "log"), "--json",
                          "--", "job.py", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
