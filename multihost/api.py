@@ -15,21 +15,20 @@ typed results (CheckReport, SyncReport, RunStatus, events) and the same errors (
 """
 from __future__ import annotations
 
-import collections
-import threading
-from dataclasses import dataclass
-from typing import Deque, Iterator, List, Mapping, Optional, Sequence, Union
+import dataclasses
+from typing import List, Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import ConfigError, MultihostError, RunFailed
-from .events import LogBlock, LogLine, RootCause, RunFinished
+from .errors import ConfigError
 from .fanout import DEFAULT_FANOUT, HostResult
 from .fanout import Cluster as _Fanout
-from .hosts import Host, HostOptions, load_hosts, parse_gpus
+from .hosts import Host, HostOptions, build_hosts, load_inventory, parse_gpus
 from .job import JobOptions, parse_nproc, parse_start_port, workdir_for
+from .run.handle import Run, RunResult, notify
 from .transport import SshOptions
 
+__all__ = ["Cluster", "Run", "RunResult"]
 Gpus = Union[None, str, Sequence[int]]
-EVENT_BUFFER = 100_000   # events kept for a reader that has not caught up (the mirror keeps all)
+Spares = Union[None, str, Sequence[str]]
 
 
 def _job(gpus: Gpus = None, nproc_per_node: Union[None, int, str] = None,
@@ -53,41 +52,47 @@ class Cluster:
     Build one with ``from_ips``, ``from_hostfile`` or ``local``; every method contacts
     all hosts at once and returns a typed result covering each of them."""
 
-    def __init__(self, hosts: Sequence[Host], *, connect_timeout: float = 10.0,
-                 accept_new_host_keys: bool = False, ssh_config: str = "~/.ssh/config",
-                 fanout: int = DEFAULT_FANOUT):
+    def __init__(self, hosts: Sequence[Host], *, spares: Sequence[Host] = (),
+                 connect_timeout: float = 10.0, accept_new_host_keys: bool = False,
+                 ssh_config: str = "~/.ssh/config", fanout: int = DEFAULT_FANOUT,
+                 host_options: HostOptions = HostOptions()):
         if not hosts:
             raise ConfigError("a cluster needs at least one host", fix="give ips or a hostfile")
         self.hosts = tuple(hosts)
+        self.spares = tuple(spares)   # held back; each may take a lost host's node rank
+        self.host_options = host_options   # what a spare named later is reached with
         self.ssh = SshOptions(connect_timeout=connect_timeout,
                               accept_new_host_keys=accept_new_host_keys, config_file=ssh_config)
         self.fanout = fanout
 
     @classmethod
-    def from_ips(cls, ips: Union[str, Sequence[str]], *, user: Optional[str] = None,
-                 port: Optional[int] = None, identity: Optional[str] = None,
-                 workdir: Optional[str] = None, python: Optional[str] = None,
-                 **ssh) -> "Cluster":
-        """``"a,b"`` or ``["a", "b"]``, as ``--ips`` takes them: ``[user@]host[:port]``."""
-        text = ips if isinstance(ips, str) else ",".join(ips)
+    def from_ips(cls, ips: Union[str, Sequence[str]], *, spares: Spares = None,
+                 user: Optional[str] = None, port: Optional[int] = None,
+                 identity: Optional[str] = None, workdir: Optional[str] = None,
+                 python: Optional[str] = None, **ssh) -> "Cluster":
+        """``"a,b"`` or ``["a", "b"]``, as ``--ips`` takes them: ``[user@]host[:port]``;
+        ``spares`` as ``--spares`` takes them."""
         options = HostOptions(user=user, port=port, identity_file=identity, workdir=workdir,
                               python=python)
-        return cls(load_hosts(text, None, options), **ssh)
+        hosts, spare = load_inventory(_words(ips), None, options, _spare_entries(spares))
+        return cls(hosts, spares=spare, host_options=options, **ssh)
 
     @classmethod
     def from_hostfile(cls, path: str, *, user: Optional[str] = None,
                       port: Optional[int] = None, identity: Optional[str] = None,
                       workdir: Optional[str] = None, python: Optional[str] = None,
                       **ssh) -> "Cluster":
-        """An INI hostfile, as ``--hostfile`` reads it (docs/hostfile.md)."""
+        """An INI hostfile, as ``--hostfile`` reads it (docs/hostfile.md); its ``spare =
+        true`` hosts become the cluster's spares."""
         options = HostOptions(user=user, port=port, identity_file=identity, workdir=workdir,
                               python=python)
-        return cls(load_hosts(None, path, options), **ssh)
+        hosts, spares = load_inventory(None, path, options)
+        return cls(hosts, spares=spares, host_options=options, **ssh)
 
     @classmethod
     def local(cls, *, python: Optional[str] = None, workdir: Optional[str] = None) -> "Cluster":
         """This machine alone, without ssh (like the CLI with neither --ips nor --hostfile)."""
-        return cls(load_hosts(None, None, HostOptions(python=python, workdir=workdir)))
+        return cls(load_inventory(None, None, HostOptions(python=python, workdir=workdir))[0])
 
     def _connect(self) -> _Fanout:
         return _Fanout(self.hosts, self.ssh, workers=self.fanout)
@@ -135,40 +140,68 @@ class Cluster:
             allow_concurrent: bool = False, log_dir: Optional[str] = "log",
             kill_wait: float = 10.0, wait: Optional[float] = None, setup: Optional[str] = None,
             hang_timeout: Optional[float] = None, gpu_interval: float = 5.0,
+            max_restarts: Optional[int] = None, spares: Spares = None,
             detach: bool = False) -> "Run":
         """Check, sync and launch in ip order, as ``multihost run`` does; returns once every
         node has been launched (the preflight's or sync's failure is raised here). The run
         is followed in the background until it ends, unless ``detach``: then it goes on
-        by itself, like ``run --detach``, and ``Run.events`` reattaches to it."""
+        by itself, like ``run --detach``, and ``Run.events`` reattaches to it.
+        ``max_restarts`` and ``spares`` (more, after the cluster's own) are the flags'
+        (docs/longrun.md): each attempt's events end with its RunFinished."""
         from .run import pipeline
-        from .run.env import check_user_env
 
-        if isinstance(command, str):
-            raise ConfigError("command must be a list of words, e.g. ['train.py', '-c', 'cfg.yml']",
-                              fix="split it: shlex.split(command)")
-        job = _job(gpus, nproc_per_node, start_port, data, code)
-        gpus_given = any(job.gpus_for(h) for h in self.hosts)
-        user_env = check_user_env((env or {}).items(), "env", gpus_given)
-        request = pipeline.RunRequest(
-            command=tuple(command), job=job, launcher=launcher, no_python=no_python,
-            env=user_env, check=check, sync=sync, allow_concurrent=allow_concurrent,
-            log_dir=log_dir, kill_wait=kill_wait, wait=wait, detach=detach, setup=setup,
-            hang_timeout=hang_timeout, gpu_interval=gpu_interval)
-        cluster = self._connect()
+        request = self._request(
+            command, _job(gpus, nproc_per_node, start_port, data, code), env,
+            launcher=launcher, no_python=no_python, check=check, sync=sync,
+            allow_concurrent=allow_concurrent, log_dir=log_dir, kill_wait=kill_wait, wait=wait,
+            detach=detach, setup=setup, hang_timeout=hang_timeout, gpu_interval=gpu_interval,
+            max_restarts=max_restarts, spares=self.spares + self._more_spares(spares))
+        validated = pipeline.validate(self.hosts, request)
+        original = self._connect()
+        cluster = original
+
+        def close() -> None:
+            if cluster is not original:
+                cluster.close()
+            original.close()
+
         try:
-            plan, record = pipeline.prepare(cluster, request)
+            cluster, plan, record = pipeline.prepare_on(original, request, validated=validated,
+                                                        notify=notify)
         except BaseException:
-            cluster.close()
+            close()
             raise
         run = Run(record.run_id)
         if detach:
             try:
                 pipeline.start(cluster, plan, record, lambda event: None, request)
             finally:
-                cluster.close()
+                close()
             return run
-        run._attach(cluster, plan, record, request)
+        run._attach(cluster, plan, record, request, validated, close)
         return run
+
+    def _request(self, command: Sequence[str], job: JobOptions,
+                 env: Optional[Mapping[str, str]], **options):
+        """The RunRequest of ``run`` and ``scale``: the command as words, ``env`` checked
+        as ``--env`` is."""
+        from .run.env import check_user_env
+        from .run.pipeline import RunRequest
+
+        if isinstance(command, str):
+            raise ConfigError("command must be a list of words, e.g. ['train.py', '-c', 'cfg.yml']",
+                              fix="split it: shlex.split(command)")
+        gpus_given = any(job.gpus_for(h) for h in self.hosts)
+        return RunRequest(command=tuple(command), job=job,
+                          env=check_user_env((env or {}).items(), "env", gpus_given), **options)
+
+    def _more_spares(self, spares: Spares) -> Tuple[Host, ...]:
+        """Spares named for one run, reached as the cluster's hosts are; a spare that is
+        one of the hosts is dropped where the pool is made (spares.spare_pool)."""
+        entries = _spare_entries(spares)
+        first = len(self.hosts) + len(self.spares)
+        return tuple(dataclasses.replace(h, rank=first + i)
+                     for i, h in enumerate(build_hosts(entries, self.host_options)))
 
 
     def scale(self, command: Sequence[str], *, counts: Union[None, str, Sequence[int]] = None,
@@ -182,21 +215,15 @@ class Cluster:
         """``multihost scale``: the job on 1, 2, 4, ... hosts and all (or ``counts``), each
         point an ordinary run; a ScaleTable (``.rows()``, ``.to_json()``) (docs/scale.md)."""
         from .run import pipeline
-        from .run.env import check_user_env
         from .scale.measure import MetricReader, parse_metric_is
         from .scale.plan import plan_counts
         from .scale.runner import ScaleOptions, scale_points
         from .scale.table import ScaleTable
 
-        if isinstance(command, str):
-            raise ConfigError("command must be a list of words, e.g. ['train.py', '-c', 'cfg.yml']",
-                              fix="split it: shlex.split(command)")
-        job = _job(gpus, nproc_per_node, start_port, data, code)
-        gpus_given = any(job.gpus_for(h) for h in self.hosts)
-        request = pipeline.RunRequest(
-            command=tuple(command), job=job, launcher=launcher, no_python=no_python,
-            env=check_user_env((env or {}).items(), "env", gpus_given), check=check,
-            sync=sync, log_dir=log_dir, kill_wait=kill_wait, setup=setup)
+        request = self._request(
+            command, _job(gpus, nproc_per_node, start_port, data, code), env,
+            launcher=launcher, no_python=no_python, check=check, sync=sync, log_dir=log_dir,
+            kill_wait=kill_wait, setup=setup)
         options = ScaleOptions(plan_counts(len(self.hosts), counts), seconds, steps, metric,
                                parse_metric_is(metric_is))
         pipeline.validate(self.hosts, request)
@@ -206,195 +233,12 @@ class Cluster:
         return ScaleTable(" ".join(command), MetricReader(metric).label, tuple(points))
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """How a run ended: ``exit_code`` as ``multihost run`` would exit, the root cause."""
-
-    run_id: str
-    exit_code: int
-    root_cause: Optional[RootCause] = None
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
+def _words(items: Union[str, Sequence[str]]) -> str:
+    return items if isinstance(items, str) else ",".join(items)
 
 
-class Run:
-    """A run, started by this process (``Cluster.run``) or found by id (``Run.load``)."""
+def _spare_entries(spares: Spares):
+    """``spares`` ("a,b" or ["a", "b"], as ``--spares`` takes them) as host entries."""
+    from .spares import parse_spares
 
-    def __init__(self, run_id: str):
-        self.run_id = run_id
-        self._events: Deque[object] = collections.deque(maxlen=EVENT_BUFFER)
-        self._ready = threading.Condition()
-        self._thread: Optional[threading.Thread] = None
-        self._holder: dict = {}
-        self._result: Optional[RunResult] = None
-        self._error: Optional[BaseException] = None
-        self._plan = None
-
-    @classmethod
-    def load(cls, run_id: Optional[str] = None) -> "Run":
-        """A run this controller recorded: by id or unique prefix; None is the last one."""
-        from .run.records import load_run
-
-        return cls(load_run(run_id).run_id)
-
-    def __repr__(self) -> str:
-        return f"Run({self.run_id!r})"
-
-    @property
-    def record(self):
-        """The controller's record of the run (RunRecord), as last saved."""
-        from .run.records import load_run
-
-        return load_run(self.run_id)
-
-    # -- a run followed by this process ---------------------------------------------
-    def _attach(self, cluster, plan, record, request) -> None:
-        from .run import pipeline
-
-        self._plan = plan
-
-        def listen(event: object) -> None:
-            if isinstance(event, RunFinished):   # its root cause carries the log's tail
-                self._result = RunResult(self.run_id, event.exit_code, event.root_cause)
-            with self._ready:
-                self._events.append(event)
-                self._ready.notify_all()
-
-        def follow() -> None:
-            try:
-                pipeline.start(cluster, plan, record, listen, request, self._holder)
-            except BaseException as err:  # handed to the reader, raised there
-                self._error = err
-            finally:
-                cluster.close()
-                with self._ready:
-                    self._ready.notify_all()
-
-        self._thread = threading.Thread(target=follow, name=f"multihost-run-{self.run_id}",
-                                        daemon=True)
-        self._thread.start()
-
-    def _done(self) -> bool:
-        return self._thread is not None and not self._thread.is_alive()
-
-    def events(self) -> Iterator[object]:
-        """Every event of the run as it happens (NodeChanged, LogBlock, RunFinished, ...),
-        ending with RunFinished. A run not followed by this process is reattached to, as
-        ``multihost logs --follow`` does. Ctrl-C while iterating stops the run on every
-        host, as it does in the CLI."""
-        if self._thread is None:
-            yield from self._follow_elsewhere()
-            return
-        try:
-            while True:
-                with self._ready:
-                    while not self._events and not self._done():
-                        self._ready.wait(0.5)
-                    if not self._events and self._done():
-                        break
-                    event = self._events.popleft()
-                yield event
-        except KeyboardInterrupt:
-            self.stop()
-            raise
-        if self._error is not None:
-            raise self._error
-
-    def lines(self) -> Iterator[LogLine]:
-        """Only the log lines of every rank, one LogLine each."""
-        for event in self.events():
-            if isinstance(event, LogBlock):
-                yield from event.split()
-            elif isinstance(event, LogLine):
-                yield event
-
-    def wait(self, *, check: bool = False) -> RunResult:
-        """Block until the run ended everywhere. With ``check``, a failed run raises the
-        same RunFailed the CLI prints (root cause, host and fix)."""
-        if self._thread is not None:
-            try:
-                while self._thread.is_alive():
-                    self._thread.join(0.5)
-                    with self._ready:
-                        self._events.clear()   # nobody reads them: the mirror has the lines
-            except KeyboardInterrupt:
-                self.stop()
-                raise
-            if self._error is not None:
-                raise self._error
-            result = self._result or RunResult(self.run_id, 1)   # detached from the dashboard
-        else:
-            result = None
-            for event in self._follow_elsewhere():
-                if isinstance(event, RunFinished):
-                    result = RunResult(self.run_id, event.exit_code, event.root_cause)
-        assert result is not None
-        if check and not result.ok:
-            raise self._failure(result)
-        return result
-
-    def _failure(self, result: RunResult) -> MultihostError:
-        cause = result.root_cause
-        if cause is None:
-            return RunFailed(f"run {self.run_id} ended with exit status {result.exit_code}",
-                             exit_code=result.exit_code, fix=f"see `multihost status {self.run_id}`")
-        where = f"rank {cause.rank}" if cause.rank is not None else f"node {cause.node_rank}"
-        return RunFailed(f"run {self.run_id} failed: {where}: {cause.reason}", host=cause.host,
-                         exit_code=result.exit_code, fix=f"multihost logs {self.run_id} --host {cause.host}")
-
-    def _follow_elsewhere(self) -> Iterator[object]:
-        """Reattach: mirror and pass on every line until every node ended, then the end."""
-        import queue as _queue
-
-        from .logs.follow import LogFollower
-        from .run.control import cluster_of, query
-
-        record = self.record
-        pairs = list(zip(record.hosts, record.nprocs))
-        events: "_queue.Queue[object]" = _queue.Queue()
-        with cluster_of(record) as cluster:
-            follower = LogFollower(cluster, record.run_id, pairs, record.mirror_dir, events.put,
-                                   follow=True).start()
-            try:
-                while True:
-                    finished = follower.drain(timeout=0.5)
-                    while not events.empty():
-                        yield events.get_nowait()
-                    if finished:
-                        break
-            finally:
-                follower.stop()
-            while not events.empty():
-                yield events.get_nowait()
-            final = query(cluster, record).record
-        yield RunFinished(record.run_id, final.exit_code if final.exit_code is not None else 1,
-                          final.root_cause)
-
-    # -- asking and ending ------------------------------------------------------------
-    def status(self):
-        """Every node of the run, asked now (RunStatus), as ``multihost status``."""
-        from .run.control import cluster_of, query
-
-        record = self.record
-        with cluster_of(record) as cluster:
-            return query(cluster, record)
-
-    def stop(self, *, grace: Optional[float] = None):
-        """End the run on every host (SIGTERM, ``grace`` seconds, SIGKILL). A run followed
-        by this process is stopped by its follower, which then records its end."""
-        controls = self._holder.get("controls")
-        if controls is not None and not self._done() and grace is None:
-            controls.stop()
-            return None
-        import os
-        import socket
-
-        from .run.control import cluster_of, stop
-
-        record = self.record
-        reason = f"multihost API from {socket.gethostname()} (pid {os.getpid()})"
-        with cluster_of(record) as cluster:
-            return stop(cluster, record, record.kill_wait if grace is None else grace, reason)
-
+    return parse_spares(_words(spares)) if spares is not None else ()

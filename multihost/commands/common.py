@@ -67,6 +67,13 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
                        help="hosts worked on at once (default 64)")
 
 
+def add_job_file_option(parser: argparse.ArgumentParser) -> None:
+    """``-f JOB.toml``: for the commands that start a job (run, scale)."""
+    parser.add_argument("-f", "--job-file", metavar="JOB.toml",
+                        help="take the job from a TOML file (docs/jobfile.md); flags given "
+                             "here beat the file's")
+
+
 def add_spare_option(parser: argparse.ArgumentParser) -> None:
     """``--spares``: for the commands that check or run a job (check, run, fleetrun)."""
     parser.add_argument("--spares", metavar="HOSTS",

@@ -5,7 +5,8 @@ import argparse
 import os
 import sys
 
-from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options, add_spare_option
+from .common import (HOST_OPTIONS_HELP, add_host_options, add_job_file_option, add_job_options,
+                     add_spare_option)
 from .jobargs import keep_words
 from .run_attempts import _say
 
@@ -38,9 +39,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = sub.add_parser("run", help="check, sync, launch on every host in ip order, follow",
                             description="Run one distributed job on every host.",
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-f", "--job-file", metavar="JOB.toml",
-                        help="take the job from a TOML file (docs/jobfile.md); flags given "
-                             "here beat the file's")
+    add_job_file_option(parser)
     add_host_options(parser)
     add_job_options(parser)
     add_run_options(parser)
@@ -166,7 +165,7 @@ def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
         env=env, check=not args.no_check, sync=not args.no_sync,
         allow_concurrent=args.allow_concurrent, log_dir=args.log_dir, kill_wait=args.kill_wait,
         wait=args.wait, detach=args.detach, setup=args.setup, setup_always=args.setup_always,
-        max_restarts=args.max_restarts or 0, hang_timeout=args.hang_timeout,
+        max_restarts=args.max_restarts, hang_timeout=args.hang_timeout,
         gpu_interval=getattr(args, "gpu_interval", 5.0), ps=getattr(args, "ps", None),
         spares=spares)
 
@@ -175,10 +174,9 @@ def main(args: argparse.Namespace) -> int:
     from ..job import job_options_from_args
     from ..run import pipeline
     from ..views.sync_view import SyncView
-    from ..spares import restart_budget
     from .common import cluster_from_args, inventory_from_args
     from .jobargs import with_job_file
-    from .run_attempts import follow_run, run_attempts
+    from .run_attempts import run_attempts
 
     args = with_job_file(args)
     command = script_words(args.command)
@@ -196,11 +194,8 @@ def main(args: argparse.Namespace) -> int:
             original, request, validated=validated, notify=lambda text: _say(args, text),
             sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
         save_job(args, record, command)
-        limit = restart_budget(args.max_restarts, len(record.spares))
         try:
-            if not limit or args.detach:
-                return follow_run(cluster, plan, record, args)
-            return run_attempts(cluster, request, validated, plan, record, args, limit)
+            return run_attempts(cluster, request, validated, plan, record, args)
         finally:
             if cluster is not original:
                 cluster.close()

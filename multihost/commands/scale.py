@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options
+from .common import HOST_OPTIONS_HELP, add_host_options, add_job_file_option, add_job_options
 from .jobargs import keep_words
 
 EPILOG = HOST_OPTIONS_HELP + """
@@ -35,9 +35,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                           "speed-up and scaling efficiency",
                             description="Measure how a job scales with the number of hosts.",
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-f", "--job-file", metavar="JOB.toml",
-                        help="take the job from a TOML file (docs/jobfile.md); flags given "
-                             "here beat the file's")
+    add_job_file_option(parser)
     add_host_options(parser)
     add_job_options(parser)
     add_run_options(parser, with_follow=False)
@@ -100,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
     from ..scale.measure import MetricReader
     from .common import cluster_from_args, hosts_from_args
     from .jobargs import with_job_file
-    from .run import script_words, user_env
+    from .run import save_job, script_words, user_env
 
     args = with_job_file(args)
     command = script_words(args.command)
@@ -122,8 +120,11 @@ def main(args: argparse.Namespace) -> int:
     points = []
     table = ScaleTable(" ".join(command), MetricReader(args.metric).label, ())
     try:
+        # Each point's job file, as `run` keeps one: `multihost rerun POINT` starts that
+        # point's job again, as a plain run on its hosts.
         for point in scale_points(hosts, lambda subset: cluster_from_args(args, subset),
-                                  request, options, _say):
+                                  request, options, _say,
+                                  on_record=lambda record: save_job(args, record, command)):
             points.append(point)
             _say(f"{point.machines} machine(s): {point.throughput:.1f} ({point.rule}, "
                  f"{point.ranks} rank(s), {point.samples} sample(s))")

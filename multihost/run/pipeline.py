@@ -49,7 +49,8 @@ class RunRequest:
     detach: bool = False
     setup: Optional[str] = None              # a shell command on every host before launch
     setup_always: bool = False               # even where it succeeded on the same code
-    max_restarts: int = 0
+    max_restarts: Optional[int] = None       # None: not given (with spares: one restart
+                                             # per spare, for a lost host only)
     hang_timeout: Optional[float] = None
     gpu_interval: float = 5.0                # seconds between GPU samples; 0: none
     ps: Optional[Any] = None                 # fleetrun's parameter-server spec
@@ -76,7 +77,7 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
     if request.gpu_interval < 0:
         raise ConfigError("--gpu-interval takes seconds, 0 (no GPU samples) or more",
                           fix="e.g. --gpu-interval 5")
-    if request.max_restarts < 0:
+    if (request.max_restarts or 0) < 0:
         raise ConfigError("--max-restarts takes a count, 0 or more", fix="e.g. --max-restarts 3")
     if request.max_restarts and request.detach:
         raise ConfigError("--max-restarts needs this controller to follow the run, and "
@@ -178,19 +179,22 @@ def initial_record(plan, request: RunRequest, cluster, git) -> RunRecord:
 
 
 def prepare(cluster, request: RunRequest, *, validated: Optional[Validated] = None,
-            notify: Notify = _quiet, sync_view=None):
+            notify: Notify = _quiet, sync_view=None, checked=None):
     """Check, sync, set up and plan: the run's blueprint and its first record, nothing
     started yet (on the cluster's own hosts: ``prepare_on`` when spares may take a place)."""
     _, plan, record = prepare_on(cluster, dataclasses.replace(request, spares=()),
-                                 validated=validated, notify=notify, sync_view=sync_view)
+                                 validated=validated, notify=notify, sync_view=sync_view,
+                                 checked=checked)
     return plan, record
 
 
 def prepare_on(cluster, request: RunRequest, *, validated: Optional[Validated] = None,
-               notify: Notify = _quiet, sync_view=None):
+               notify: Notify = _quiet, sync_view=None, checked=None):
     """``prepare``, with the request's spares checked beside the hosts and put in the
     place of a host that fails the preflight: (the cluster the run starts on, which is
-    a new one after a replacement, the plan, the first record)."""
+    a new one after a replacement, the plan, the first record). ``checked``: the report
+    of a preflight these hosts already passed (``scale`` checks all its hosts once, then
+    runs its points on some of them)."""
     from ..spares import SpareState, spare_pool
     from .replace import checked_in_background, preflight_with_spares, same_shape
 
@@ -199,8 +203,8 @@ def prepare_on(cluster, request: RunRequest, *, validated: Optional[Validated] =
     hosts = cluster.hosts
     revision = in_background(code_revision, job.code)
     spares = SpareState(spare_pool(cluster.hosts, request.spares))
-    report = None
-    if request.check:
+    report = checked
+    if request.check and checked is None:
         bad = checked_in_background(cluster, spares.pool, job, notify)
         cluster, report, spares = preflight_with_spares(
             cluster, job, spares, 0, allow_concurrent=request.allow_concurrent,

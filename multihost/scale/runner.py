@@ -83,11 +83,16 @@ class _Stopper:
             self.timer.cancel()
 
 
-def measure_point(cluster, request, options: ScaleOptions, notify: Notify) -> ScalePoint:
-    """One host count: one ordinary run on ``cluster``'s hosts, measured and ended."""
+def measure_point(cluster, request, options: ScaleOptions, notify: Notify,
+                  checked=None, on_record: Callable[[object], None] = lambda record: None
+                  ) -> ScalePoint:
+    """One host count: one ordinary run on ``cluster``'s hosts, measured and ended
+    (``checked``: the preflight of all the hosts, passed before the first point;
+    ``on_record``: told the point's first record, before it starts)."""
     from ..run import pipeline
 
-    plan, record = pipeline.prepare(cluster, request, notify=notify)
+    plan, record = pipeline.prepare(cluster, request, notify=notify, checked=checked)
+    on_record(record)
     nproc = plan.nodes[0].nproc
     notify(f"{len(plan.nodes)} host(s) x {nproc} process(es): run {plan.run_id}, "
            f"measured until {options.length()}")
@@ -122,14 +127,28 @@ def measure_point(cluster, request, options: ScaleOptions, notify: Notify) -> Sc
 
 
 def scale_points(hosts: Sequence[Host], connect: Callable[[Sequence[Host]], object], request,
-                 options: ScaleOptions, notify: Notify = lambda text: None) -> Iterator[ScalePoint]:
+                 options: ScaleOptions, notify: Notify = lambda text: None,
+                 on_record: Callable[[object], None] = lambda record: None
+                 ) -> Iterator[ScalePoint]:
     """Each host count's point in turn, on the first ``count`` hosts (node rank order):
-    ``connect(hosts)`` gives the fan-out cluster of those hosts."""
+    ``connect(hosts)`` gives the fan-out cluster of those hosts. The cluster is checked
+    once, all of it, before the first point (a host that would fail the last point is
+    found before any is measured); the points then start without a preflight of their
+    own, each on the start port that check found free."""
+    from ..run import pipeline
+    from ..run.steps import preflight
+
     options.check()
     if request.detach or request.max_restarts:
         raise ConfigError("a scaling point is followed to its end and measured once",
                           fix="drop --detach and --max-restarts")
+    checked = None
+    if request.check:
+        job = pipeline.validate(hosts, request).job
+        with connect(tuple(hosts)) as cluster:
+            checked = preflight(cluster, job, allow_concurrent=request.allow_concurrent,
+                                notify=notify)
     for index, count in enumerate(options.counts, 1):
         notify(f"point {index} of {len(options.counts)}: {count} host(s)")
         with connect(tuple(hosts[:count])) as cluster:
-            yield measure_point(cluster, request, options, notify)
+            yield measure_point(cluster, request, options, notify, checked, on_record)

@@ -79,3 +79,23 @@ except multihost.CheckError as err:
     assert done.stdout.startswith("refused: ") and "/nonexistent/python" in done.stdout
     assert "198.18.0.1" in done.stdout                       # the host is named
     assert lab.multihost("status", "--list").stdout == before  # nothing started or recorded
+
+
+def test_a_spare_given_to_cluster_run_takes_the_rank_of_a_host_that_fails_the_preflight(
+        lab, job_dir):
+    (job_dir / "two.ini").write_text(
+        f"[defaults]\nuser = root\n[{lab.address(1)}]\n"
+        f"[{lab.address(2)}]\nport = 2\n")   # nothing listens there: the check fails
+    code = f"""
+import multihost
+cluster = multihost.Cluster.from_hostfile("two.ini", python={sys.executable!r}, workdir="/tmp")
+run = cluster.run(["-c", "import os, socket; print('rank', os.environ['RANK'], 'on', "
+                   "socket.gethostname(), flush=True)"], launcher="python", sync=False,
+                  nproc_per_node=1, spares="{lab.address(3)}")
+lines = sorted(line.text for line in run.lines())
+print(run.wait().exit_code, [r["spare"] for r in run.record.replacements], lines)
+"""
+    done = lab.run([sys.executable, "-c", code], cwd=str(job_dir), timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"0 ['{lab.address(3)}'] "), done.stdout
+    assert "rank 1 on" in done.stdout and "rank 0 on" in done.stdout
