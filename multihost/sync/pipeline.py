@@ -33,7 +33,7 @@ from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, 
 from .fastpath import (forget_record, host_digest, host_unchanged, load_record,
                             matches_manifest, plan_from_record, remember_check, save_record,
                             unchanged_keys)
-from .quick import quick_send
+from .quick import HostMoved, quick_send
 from .transfer import RELAY_MIN_BYTES, pipe_errors_raise, stream_to
 
 if TYPE_CHECKING:
@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 __all__ = ["sync_code", "code_revision", "SyncReport", "HostSync", "HostNeeds", "SyncPlanned",
            "SyncProgress", "SyncHostDone", "SyncScanned"]
 
-QUICK_TIMEOUT = 5.0   # seconds for a `stat` through a reused connection (100k files: ~1 s)
+# Seconds for a `stat` through a reused connection (100k files: ~1 s), and for a check
+# with a small change (1 MB at most) written.
+THROUGH_MASTER = (5.0, 15.0)
 
 
 def _same_tree(transport, code_root: str, remote_root: str) -> bool:
@@ -131,25 +133,57 @@ class _CodeSync:
         return self.report(manifest, revision[0] if revision else (None, False))
 
     def begin(self, host):
-        """A host exactly as the last sync left it needs no helper to be compared (one
-        `stat`, see sync_fastpath), through the OpenSSH master an earlier command left
-        when there is one (no handshake), and a small change goes to it at once; any
-        other host gets its helper started right away, to compare by content."""
+        """A host exactly as the last sync left it needs no helper to be compared (see
+        sync_fastpath), through the OpenSSH master an earlier command left when there is
+        one (no handshake), and a small change goes to it in the same round trip as that
+        check; any other host gets its helper started right away, to compare by content."""
         record = None if self.verify else load_record(host.label, self.workdirs[host.rank],
                                                       self.code_root)
         quick = None if record is None else self.cluster.reused(host)
         # Through a master, a host that does not answer within seconds is left to the
         # paramiko path (its connect timeout, its error), not waited for.
-        if quick is not None and host_unchanged(quick, record, QUICK_TIMEOUT):
-            self.used[host.rank] = quick
+        if quick is not None:
             try:
-                return self.as_known(host, quick, record)
+                known = self.check_and_send(host, quick, record, THROUGH_MASTER)
             except MultihostError:
-                pass  # the master went away half-way: the full path below redoes it
+                known = None  # the master went away half-way: the full path below redoes it
+            if known is not None:
+                return known
         transport = self.used[host.rank] = self.cluster.transport(host)
         self.cluster.leave_connection(host)
-        if record is None or quick is not None or not host_unchanged(transport, record):
-            return self.start_session(host, transport)
+        if record is not None and quick is None:
+            known = self.check_and_send(host, transport, record)
+            if known is not None:
+                return known
+        return self.start_session(host, transport)
+
+    def check_and_send(self, host, transport, record: dict,
+                       timeouts: Tuple[float, float] = (60, 60)) -> Optional[_Known]:
+        """The host as its record says, with what changed since sent; None when it is not
+        (or the way there failed half-way): then it is compared by content.
+
+        A small change for files already there is checked and written by one shell
+        command (sync_quick); anything else is checked by one `stat` first."""
+        self.ready.wait()   # the manifest decides which: built in a few ms when nothing moved
+        manifest = self.manifest
+        if manifest is not None and not matches_manifest(record, manifest) and not self.dry_run:
+            plan = self.plan_for(record, manifest)
+            needs = needs_from_plan(manifest, host.rank, plan)
+            began = time.monotonic()
+            try:
+                nodes = quick_send(transport, needs, record, manifest.root, checked=False,
+                                   timeout=timeouts[1])
+            except HostMoved:
+                return None
+            except MultihostError:   # checked, then not written: the helper's stream does it
+                nodes = _stream_small_change(transport, host, needs, manifest)
+            if nodes is not None:
+                self.used[host.rank] = transport
+                self.emit(SyncPlanned(host.label, needs))
+                return _Known(record, needs, nodes, time.monotonic() - began, plan)
+        if not host_unchanged(transport, record, timeouts[0]):
+            return None
+        self.used[host.rank] = transport
         return self.as_known(host, transport, record)
 
     def start_session(self, host, transport) -> HostSession:
@@ -257,12 +291,14 @@ def _send_small_change(transport, host, needs: HostNeeds, record: dict, manifest
         nodes = quick_send(transport, needs, record, manifest.root)
     except MultihostError:
         nodes = None  # the helper's stream below redoes it, whatever got written
-    if nodes is None:
-        from .deliver import direct_fill
+    return nodes if nodes is not None else _stream_small_change(transport, host, needs, manifest)
 
-        nodes = stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
-                          direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
-    return nodes
+
+def _stream_small_change(transport, host, needs: HostNeeds, manifest: Manifest) -> dict:
+    from .deliver import direct_fill
+
+    return stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
+                     direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
 
 
 def _ignore(*args) -> None:

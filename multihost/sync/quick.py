@@ -1,12 +1,18 @@
 """A small edit, written by the host's own shell: no Python started there.
 
-The usual loop is: edit a file or two, sync, run. When the fast path (sync_fastpath) has
-just found a host exactly as the last sync left it, and the change is new content for a
-few files that are already there as regular files, the host needs no comparison and no
-helper: one shell line writes each file to a temporary name next to it (`dd`, exactly
-its size), checks the size, sets mode and mtime, renames it over the old one, and
-`stat`s every recorded path for the next fast path. Starting the Python helper costs a host
-30-50 ms of CPU; this costs a few.
+The usual loop is: edit a file or two, sync, run. When a host's record (sync_fastpath)
+says the change is new content for a few files that are already there as regular files,
+the host needs no comparison and no helper: one shell command, one round trip, first
+checks that the host is exactly as the record says (the hash of its `stat` answer for
+every recorded path, the fast path's own check, done by the host's `sha256sum`), then
+writes each file to a temporary name next to it (`dd`, exactly its size), checks the size,
+sets mode and mtime, renames it over the old one, and `stat`s every recorded path again
+for the next fast path. Starting the Python helper costs a host 30-50 ms of CPU, and a
+separate check one more `ssh` client and round trip; this costs a few milliseconds.
+
+A host that is not as recorded writes nothing and says so (no CHECKED line): the caller
+then compares by content. After the check, a failure leaves the host as recorded but for
+files that are each old or new, which the helper's stream then writes.
 
 Atomic as the helper is: a host sees the old file or the new one. A stream cut short
 leaves a short temporary file, which fails the size check and is removed (the shell's
@@ -19,7 +25,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 from ..errors import SyncError
 from .fastpath import (STAT_FORMAT, parse_stat_output, record_entries, record_names,
@@ -30,6 +36,12 @@ from ..transport import quote_path
 
 MAX_FILES = 16
 MAX_BYTES = 1 << 20
+# The line a host prints once it has found its tree exactly as recorded, before writing.
+CHECKED = b"checked\n"
+
+
+class HostMoved(SyncError):
+    """The host is not as its record says (or did not say it is): nothing was written."""
 
 # clean DIR: remove what a killed receiver left there (its pid is gone), as the helper does.
 # put SIZE MODE MTIME DIR NAME: the temporary file carries this shell's pid, and is
@@ -82,8 +94,18 @@ def _utf8(name: str) -> bool:
     return True
 
 
-def script(root: str, files: Sequence[Entry]) -> str:
+def script(root: str, files: Sequence[Entry], check: Optional[Tuple[int, str]] = None) -> str:
+    """The shell command that writes ``files`` (their contents come first on its input,
+    then every recorded name). ``check``: (length, hash) of the recorded names that come
+    before everything else, and of the host's `stat` answer for them: nothing is written
+    unless the answer has that hash."""
     lines = [f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS]
+    if check is not None:
+        size, digest = check
+        lines.append(f'[ "$(dd bs={size} count=1 iflag=fullblock status=none | '
+                     f'xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} -- | sha256sum)" '
+                     f'= {shlex.quote(digest + "  -")} ] || exit 3')
+        lines.append(f"printf {shlex.quote(CHECKED.decode())}")
     for directory in sorted({os.path.dirname(e.path) or "." for e in files}):
         lines.append(f"clean {shlex.quote(directory)}")
     for entry in files:
@@ -96,14 +118,19 @@ def script(root: str, files: Sequence[Entry]) -> str:
     return "\n".join(lines)
 
 
-def quick_send(transport, needs: HostNeeds, record: dict, code_root: str) -> Optional[dict]:
+def quick_send(transport, needs: HostNeeds, record: dict, code_root: str, *,
+               checked: bool = True, timeout: float = 60) -> Optional[dict]:
     """Write a small change with the host's shell. Returns the reply a helper stream
     would (``{rank: {"files", "bytes", "keys"}}``, and "stat": the hash of the host's
     answer for every path, when it showed them all as recorded), None when it does not fit
     this path; raises SyncError when the host could not do it (the caller then uses
-    the helper)."""
+    the helper).
+
+    ``checked``: the host was just found as recorded. Else the same command checks it
+    first (the record must hold the hash of its `stat` answer), and HostMoved (nothing
+    written) or any error before the host said CHECKED means: compare by content."""
     files = quick_files(needs, record)
-    if files is None:
+    if files is None or not (checked or record.get("stat")):
         return None
     chunks = []
     for entry in files:
@@ -115,16 +142,34 @@ def quick_send(transport, needs: HostNeeds, record: dict, code_root: str) -> Opt
         if len(data) != entry.size:
             return None  # changed since it was hashed: let the full path sort it out
         chunks.append(data)
-    done = transport.run(script(needs.root, files), input=b"".join(chunks) + record["names"],
-                         timeout=60)
+    names_bytes = record["names"]
+    check = None if checked else (len(names_bytes), record["stat"])
+    head = b"" if checked else names_bytes
+    try:
+        done = transport.run(script(needs.root, files, check), timeout=timeout,
+                             input=head + b"".join(chunks) + names_bytes)
+    except Exception as exc:  # a lost or slow connection: whether it wrote is unknown
+        if checked:
+            raise SyncError(f"the quick write did not complete ({exc})",
+                            host=transport.host.label,
+                            fix="none needed: the full sync path takes over") from None
+        raise HostMoved(f"the quick check and write did not answer ({exc})",
+                        host=transport.host.label,
+                        fix="none needed: the sync compares by content") from None
+    out = done.stdout
+    if not checked:
+        if not out.startswith(CHECKED):
+            raise HostMoved("the host is not as the last sync left it", host=transport.host.label,
+                            fix="none needed: the sync compares by content")
+        out = out[len(CHECKED):]
     written = {e.path for e in files}
     expected = {entry[0]: entry[6] for entry in record_entries(record) if entry[0] not in written}
     names = record_names(record)
-    keys = parse_stat_output(done.stdout, names) if done.ok else None
+    keys = parse_stat_output(out, names) if done.ok else None
     if keys is None or any(keys[e.path][:2] != [stat.S_IFREG, e.size] for e in files):
         raise SyncError("the quick write did not complete", host=transport.host.label,
                         fix="none needed: the full sync path takes over")
     expected.update((path, keys[path]) for path in written)
     return {str(needs.rank): {"files": len(files), "bytes": sum(e.size for e in files),
                               "keys": {path: keys[path] for path in written},
-                              "stat": verified_digest(done.stdout, names, expected, keys)}}
+                              "stat": verified_digest(out, names, expected, keys)}}
