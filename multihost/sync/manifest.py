@@ -123,11 +123,11 @@ def build_manifest(code_dir: str, *, verify: bool = False,
     return manifest
 
 
-def _from_snapshot(root: str, rules: IgnoreRules, recorded: Tuple[list, Optional[str], List[int]],
-                   cache_dir: Optional[str], started_ns: int) -> Optional[Manifest]:
+def _from_snapshot(root: str, rules: IgnoreRules, recorded: tuple, cache_dir: Optional[str],
+                   started_ns: int) -> Optional[Manifest]:
     """The recorded manifest, with the files that moved since hashed again (None if one
     cannot be read: the walk then reports it)."""
-    wires, digest, moved = recorded
+    wires, digest, moved, seen = recorded
     if not moved:
         manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules)
         object.__setattr__(manifest, "_digest", digest)
@@ -147,7 +147,7 @@ def _from_snapshot(root: str, rules: IgnoreRules, recorded: Tuple[list, Optional
     manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules, hashed_files,
                         hashed_bytes)
     if not any(is_racy(st, started_ns) for _, st in files):  # else the old snapshot stays
-        save_snapshot(root, wires, manifest.digest, started_ns, cache_dir)
+        save_snapshot(root, wires, manifest.digest, started_ns, cache_dir, seen)
     return manifest
 
 
