@@ -25,11 +25,11 @@ from __future__ import annotations
 import os
 import shlex
 import stat
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ..errors import SyncError
-from .fastpath import (STAT_FORMAT, parse_stat_output, record_entries, record_names,
-                            verified_digest)
+from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_entries, record_names,
+                       verified_digest)
 from .manifest import FILE, Entry
 from .model import HostNeeds
 from ..transport import quote_path
@@ -46,8 +46,8 @@ class HostMoved(SyncError):
 # clean DIR: remove what a killed receiver left there (its pid is gone), as the helper does.
 # put SIZE MODE MTIME DIR NAME: the temporary file carries this shell's pid, and is
 # created exclusively (never through a link).
-_FUNCTIONS = r"""t=
-trap 'rm -f -- "$t"' EXIT
+_FUNCTIONS = r"""t= o=
+trap 'rm -f -- "$t" "$o"' EXIT
 trap 'exit 1' HUP INT TERM PIPE
 clean() {
   for f in "$1"/.mh-tmp.*; do
@@ -94,18 +94,25 @@ def _utf8(name: str) -> bool:
     return True
 
 
-def script(root: str, files: Sequence[Entry], check: Optional[Tuple[int, str]] = None) -> str:
-    """The shell command that writes ``files`` (their contents come first on its input,
-    then every recorded name). ``check``: (length, hash) of the recorded names that come
-    before everything else, and of the host's `stat` answer for them: nothing is written
-    unless the answer has that hash."""
+def script(root: str, files: Sequence[Entry], check: Optional[Tuple[int, str]] = None,
+           again: Sequence[str] = ()) -> str:
+    """The shell command that writes ``files``: their contents come first on its input,
+    then every recorded name, whose `stat` answer it prints at the end.
+
+    ``check``: (length, hash) of the recorded names, which then come first on the input,
+    and of the host's `stat` answer for them: nothing is written unless the answer has
+    that hash. That answer is then the one printed, followed by the answer for the paths
+    ``again`` (the files written and their directories) after the write: every recorded
+    path is `stat`ed once, not twice (see ``splice``)."""
     lines = [f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS]
+    answer = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
     if check is not None:
         size, digest = check
-        lines.append(f'[ "$(dd bs={size} count=1 iflag=fullblock status=none | '
-                     f'xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} -- | sha256sum)" '
-                     f'= {shlex.quote(digest + "  -")} ] || exit 3')
-        lines.append(f"printf {shlex.quote(CHECKED.decode())}")
+        lines += ["o=$(mktemp) || exit 1",
+                  f'dd bs={size} count=1 iflag=fullblock status=none | xargs -0 -r {answer} '
+                  f'> "$o" || exit 1',
+                  f'[ "$(sha256sum < "$o")" = {shlex.quote(digest + "  -")} ] || exit 3',
+                  f"printf {shlex.quote(CHECKED.decode())}"]
     for directory in sorted({os.path.dirname(e.path) or "." for e in files}):
         lines.append(f"clean {shlex.quote(directory)}")
     for entry in files:
@@ -113,9 +120,33 @@ def script(root: str, files: Sequence[Entry], check: Optional[Tuple[int, str]] =
         mtime = f"{entry.mtime_ns // 1_000_000_000}.{entry.mtime_ns % 1_000_000_000:09d}"
         lines.append("put " + " ".join(shlex.quote(word) for word in (
             str(entry.size), f"{entry.mode:o}", mtime, directory or ".", name)) + " || exit 1")
-    # The rest of the input is every recorded name: the answer the next fast path expects.
-    lines.append(f"exec xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} --")
+    if check is None:
+        # The rest of the input is every recorded name: the answer the next fast path expects.
+        lines.append(f"exec xargs -0 -r {answer}")
+    else:
+        lines.append(f'cat -- "$o" && {answer} ' + " ".join(shlex.quote(n) for n in again))
     return "\n".join(lines)
+
+
+def restated(names: Sequence[str], files: Sequence[Entry]) -> List[int]:
+    """The positions in ``names`` of the paths a write changes: each file, and the
+    directory it is renamed into (its mtime moves; the code directory itself is not a
+    recorded path)."""
+    moved = {e.path for e in files} | {os.path.dirname(e.path) for e in files}
+    return [index for index, name in enumerate(names) if name in moved]
+
+
+def splice(out: bytes, count: int, positions: Sequence[int]) -> Optional[bytes]:
+    """The answer for ``count`` names before the write with the answers for
+    ``positions`` after it put in their place: what one `stat` of every name after the
+    write would print. None if the host's answer does not have exactly those fields."""
+    fields = out.split(b"\0")
+    if fields.pop() != b"" or len(fields) != FIELDS * (count + len(positions)):
+        return None
+    whole, fresh = fields[:FIELDS * count], fields[FIELDS * count:]
+    for n, index in enumerate(positions):
+        whole[FIELDS * index:FIELDS * (index + 1)] = fresh[FIELDS * n:FIELDS * (n + 1)]
+    return b"\0".join(whole) + b"\0"
 
 
 def quick_send(transport, needs: HostNeeds, record: dict, code_root: str, *,
@@ -142,12 +173,16 @@ def quick_send(transport, needs: HostNeeds, record: dict, code_root: str, *,
         if len(data) != entry.size:
             return None  # changed since it was hashed: let the full path sort it out
         chunks.append(data)
-    names_bytes = record["names"]
-    check = None if checked else (len(names_bytes), record["stat"])
-    head = b"" if checked else names_bytes
+    names_bytes, names = record["names"], record_names(record)
+    if checked:
+        line, data = script(needs.root, files), b"".join(chunks) + names_bytes
+    else:
+        again = restated(names, files)
+        line = script(needs.root, files, (len(names_bytes), record["stat"]),
+                      [names[i] for i in again])
+        data = names_bytes + b"".join(chunks)
     try:
-        done = transport.run(script(needs.root, files, check), timeout=timeout,
-                             input=head + b"".join(chunks) + names_bytes)
+        done = transport.run(line, timeout=timeout, input=data)
     except Exception as exc:  # a lost or slow connection: whether it wrote is unknown
         if checked:
             raise SyncError(f"the quick write did not complete ({exc})",
@@ -161,10 +196,9 @@ def quick_send(transport, needs: HostNeeds, record: dict, code_root: str, *,
         if not out.startswith(CHECKED):
             raise HostMoved("the host is not as the last sync left it", host=transport.host.label,
                             fix="none needed: the sync compares by content")
-        out = out[len(CHECKED):]
+        out = splice(out[len(CHECKED):], len(names), again) or b""
     written = {e.path for e in files}
     expected = {entry[0]: entry[6] for entry in record_entries(record) if entry[0] not in written}
-    names = record_names(record)
     keys = parse_stat_output(out, names) if done.ok else None
     if keys is None or any(keys[e.path][:2] != [stat.S_IFREG, e.size] for e in files):
         raise SyncError("the quick write did not complete", host=transport.host.label,
