@@ -176,14 +176,14 @@ def test_a_failed_check_writes_nothing_and_says_nothing(env):
     entry = next(e for e in build_manifest(str(code)).entries if e.path == "pkg/model.py")
     record = load_record("127.0.0.1", workdirs[0], str(code))
     names = record["names"]
-    line = sync_quick.script(workdirs[0], [entry], (len(names), "0" * 64), ["pkg/model.py"])
-    done = LocalTransport(Host(name="127.0.0.1")).run(line, input=names + b"LAYERS = 48\n",
-                                                      timeout=30)
+    writes = sync_quick.probe_writes([entry], ["pkg", "pkg/model.py"]) + b"LAYERS = 48\n"
+    host = LocalTransport(Host(name="127.0.0.1"))
+    line = sync_quick.probe_script(workdirs[0], len(names), "0" * 64)
+    done = host.run(line, input=names + writes, timeout=30)
     assert done.exit_code == 3 and not done.stdout.startswith(sync_quick.CHECKED)
     assert open(target).read() == before
-    line = sync_quick.script(workdirs[0], [entry], (len(names), record["stat"]), ["pkg/model.py"])
-    done = LocalTransport(Host(name="127.0.0.1")).run(line, input=names + b"LAYERS = 48\n",
-                                                      timeout=30)
+    line = sync_quick.probe_script(workdirs[0], len(names), record["stat"])
+    done = host.run(line, input=names + writes, timeout=30)
     assert done.ok and done.stdout.startswith(sync_quick.CHECKED)
     assert open(target).read() == "LAYERS = 48\n"
 
@@ -194,7 +194,8 @@ def test_the_answer_after_a_write_is_the_one_a_full_stat_gives():
         [b"41ed", b"4096", b"1.000000000", b"1.000000000", b"8"], \
         [b"81a4", b"3", b"3.000000000", b"3.000000000", b"9"]
     b2, c2 = b[:2] + [b"5.000000000", b"5.000000000", b"8"], [b"81a4", b"4"] + c[2:]
-    assert sync_quick.splice(fields(a, b, c, b2, c2), 3, [1, 2]) == fields(a, b2, c2)
+    assert sync_quick.splice(fields(a, b, c, b2, c2), 3, [1, 2]) == (
+        fields(a, b, c), fields(b2, c2), fields(a, b2, c2))
     # a host that answers for more or fewer paths, or cuts its answer, is not believed
     assert sync_quick.splice(fields(a, b, c, b2), 3, [1, 2]) is None
     assert sync_quick.splice(fields(a, b, c, b2, c2, c2), 3, [1, 2]) is None
