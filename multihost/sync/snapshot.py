@@ -28,7 +28,7 @@ import stat
 from types import SimpleNamespace
 from typing import List, Optional, Sequence, Tuple
 
-from ..remote.sync_fs import CACHE_DIR, DIR, FILE, is_racy, tree_key
+from ..remote.sync_fs import CACHE_DIR, DIR, FILE, RACY_COARSE_NS, is_racy, tree_key
 from .ignore import GITIGNORE, MULTIHOSTIGNORE
 
 VERSION = 1
@@ -83,7 +83,7 @@ def save_snapshot(root: str, entries: Sequence[list], digest: str, walk_started_
         paths = watched_paths(root, entries)
         keys = stat_keys(root, paths)
     path = snapshot_path(root, cache_dir)
-    if any(key is not None and _racy(key, walk_started_ns) for key in keys):
+    if _any_racy(keys, walk_started_ns):
         # An older snapshot may stay: every key it holds is checked before it is believed.
         return False
     try:
@@ -135,8 +135,12 @@ def forget_snapshot(root: str, cache_dir: Optional[str] = None) -> None:
     _remove(snapshot_path(root, cache_dir))
 
 
-def _racy(key: Tuple[int, int, int, int, int], started_ns: int) -> bool:
-    return is_racy(SimpleNamespace(st_mtime_ns=key[2], st_ctime_ns=key[3]), started_ns)
+def _any_racy(keys: Sequence[Key], started_ns: int) -> bool:
+    """Whether a key is too fresh to trust. Only keys within the widest window of
+    ``is_racy`` are asked in full: the others (nearly all) cost one comparison."""
+    fresh = started_ns - RACY_COARSE_NS
+    return any(is_racy(SimpleNamespace(st_mtime_ns=key[2], st_ctime_ns=key[3]), started_ns)
+               for key in keys if key is not None and (key[2] >= fresh or key[3] >= fresh))
 
 
 def _remove(path: str) -> None:
