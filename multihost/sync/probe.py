@@ -24,6 +24,10 @@ from .transfer import close_process
 
 
 class Probe:
+    """One host's probe command: the recorded names go to it at once (a thread of its
+    own, so a host that stops reading holds up nothing), its output is read to the end
+    by another, and ``finish`` waits for that at most its timeout, then kills it."""
+
     def __init__(self, process, names: bytes):
         self.process = process
         self._names = names
