@@ -89,8 +89,6 @@ def hosts_from_args(args: argparse.Namespace) -> Tuple[Host, ...]:
 def inventory_from_args(args: argparse.Namespace) -> Tuple[Tuple[Host, ...], Tuple[Host, ...]]:
     """The job's hosts and the spares (the hostfile's, then --spares'); --include and
     --exclude choose among the job's hosts only."""
-    from ..spares import parse_spares
-
     for flag in ("user", "identity", "workdir", "python"):
         value = getattr(args, flag)
         if value is not None and not value.strip():
@@ -100,8 +98,13 @@ def inventory_from_args(args: argparse.Namespace) -> Tuple[Tuple[Host, ...], Tup
                           workdir=args.workdir, python=args.python,
                           data=tuple(getattr(args, "data", None) or ()))
     text = getattr(args, "spares", None)
-    hosts, spares = load_inventory(args.ips, args.hostfile, options,
-                                   parse_spares(text) if text is not None else ())
+    if text is not None:
+        from ..spares import parse_spares   # only then: its records cost every start-up
+
+        listed = parse_spares(text)
+    else:
+        listed = ()
+    hosts, spares = load_inventory(args.ips, args.hostfile, options, listed)
     hosts = select_hosts(hosts, getattr(args, "include", None), getattr(args, "exclude", None))
     for host in hosts + spares:
         # ssh would skip a missing key with a warning and then fail to log in: say why now.

@@ -16,7 +16,7 @@ import subprocess
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, SyncError
 from ..remote.sync_fs import (DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, is_racy,
@@ -67,8 +67,7 @@ class Manifest:
         """One hash of every entry (path, kind, size, mode, mtime, content hash)."""
         cached = self.__dict__.get("_digest")
         if cached is None:
-            body = json.dumps([e.wire() for e in self.entries], separators=(",", ":"))
-            cached = hashlib.sha256(body.encode("utf-8", "surrogateescape")).hexdigest()
+            cached = wires_digest([e.wire() for e in self.entries])
             object.__setattr__(self, "_digest", cached)
         return cached
 
@@ -76,6 +75,12 @@ class Manifest:
         """What a host's sync_plan reads on stdin: zlib-compressed JSON."""
         body = json.dumps({"entries": [e.wire() for e in self.entries]}, separators=(",", ":"))
         return zlib.compress(body.encode("utf-8", "surrogateescape"), 1)
+
+
+def wires_digest(wires: Sequence[list]) -> str:
+    """``Manifest.digest`` of the entries ``wires`` (as ``Entry.wire`` gives them)."""
+    body = json.dumps(wires, separators=(",", ":"))
+    return hashlib.sha256(body.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def build_manifest(code_dir: str, *, verify: bool = False,
@@ -123,11 +128,11 @@ def build_manifest(code_dir: str, *, verify: bool = False,
     return manifest
 
 
-def _from_snapshot(root: str, rules: IgnoreRules, recorded: Tuple[list, Optional[str], List[int]],
-                   cache_dir: Optional[str], started_ns: int) -> Optional[Manifest]:
+def _from_snapshot(root: str, rules: IgnoreRules, recorded: tuple, cache_dir: Optional[str],
+                   started_ns: int) -> Optional[Manifest]:
     """The recorded manifest, with the files that moved since hashed again (None if one
     cannot be read: the walk then reports it)."""
-    wires, digest, moved = recorded
+    wires, digest, moved, seen = recorded
     if not moved:
         manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules)
         object.__setattr__(manifest, "_digest", digest)
@@ -146,8 +151,9 @@ def _from_snapshot(root: str, rules: IgnoreRules, recorded: Tuple[list, Optional
         wires[index] = [rel, FILE, st.st_size, st.st_mode & MODE_BITS, st.st_mtime_ns, digests[rel]]
     manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules, hashed_files,
                         hashed_bytes)
+    object.__setattr__(manifest, "_digest", wires_digest(wires))  # not from the entries again
     if not any(is_racy(st, started_ns) for _, st in files):  # else the old snapshot stays
-        save_snapshot(root, wires, manifest.digest, started_ns, cache_dir)
+        save_snapshot(root, wires, manifest.digest, started_ns, cache_dir, seen)
     return manifest
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from ..errors import MultihostError
@@ -31,9 +31,10 @@ from ..fanout import Cluster, fan_out
 from .manifest import Manifest, build_manifest, code_revision, size_warnings
 from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result, needs_from_plan, sync_error)
 from .fastpath import (forget_record, host_digest, host_unchanged, load_record,
-                            matches_manifest, plan_from_record, remember_check, save_record,
-                            unchanged_keys)
-from .quick import quick_send
+                       matches_manifest, plan_from_record, remember_check, save_record,
+                       unchanged_keys)
+from .probe import Probe
+from .quick import HostMoved, quick_files, quick_send, read_files
 from .transfer import RELAY_MIN_BYTES, pipe_errors_raise, stream_to
 
 if TYPE_CHECKING:
@@ -45,7 +46,9 @@ if TYPE_CHECKING:
 __all__ = ["sync_code", "code_revision", "SyncReport", "HostSync", "HostNeeds", "SyncPlanned",
            "SyncProgress", "SyncHostDone", "SyncScanned"]
 
-QUICK_TIMEOUT = 5.0   # seconds for a `stat` through a reused connection (100k files: ~1 s)
+# Seconds for a `stat` through a reused connection (100k files: ~1 s), and for a check
+# with a small change (1 MB at most) written.
+THROUGH_MASTER = (5.0, 15.0)
 
 
 def _same_tree(transport, code_root: str, remote_root: str) -> bool:
@@ -102,6 +105,7 @@ class _CodeSync:
         # Hosts last synced from the same manifest have the same plan (but for their root):
         # worked out once, not once per host.
         self.plans: Dict[Optional[str], dict] = {}
+        self.needs: Dict[Optional[str], HostNeeds] = {}
         self.plans_lock = threading.Lock()
 
     def run(self) -> SyncReport:
@@ -131,26 +135,72 @@ class _CodeSync:
         return self.report(manifest, revision[0] if revision else (None, False))
 
     def begin(self, host):
-        """A host exactly as the last sync left it needs no helper to be compared (one
-        `stat`, see sync_fastpath), through the OpenSSH master an earlier command left
-        when there is one (no handshake), and a small change goes to it at once; any
-        other host gets its helper started right away, to compare by content."""
+        """A host exactly as the last sync left it needs no helper to be compared (see
+        sync_fastpath), through the OpenSSH master an earlier command left when there is
+        one (no handshake), and a small change goes to it in the same command as that
+        check (sync_probe); any other host gets its helper started right away, to
+        compare by content."""
         record = None if self.verify else load_record(host.label, self.workdirs[host.rank],
                                                       self.code_root)
         quick = None if record is None else self.cluster.reused(host)
         # Through a master, a host that does not answer within seconds is left to the
         # paramiko path (its connect timeout, its error), not waited for.
-        if quick is not None and host_unchanged(quick, record, QUICK_TIMEOUT):
-            self.used[host.rank] = quick
+        if quick is not None:
             try:
-                return self.as_known(host, quick, record)
+                known = self.check_and_send(host, quick, record, THROUGH_MASTER)
             except MultihostError:
-                pass  # the master went away half-way: the full path below redoes it
+                known = None  # the master went away half-way: the full path below redoes it
+            if known is not None:
+                return known
         transport = self.used[host.rank] = self.cluster.transport(host)
         self.cluster.leave_connection(host)
-        if record is None or quick is not None or not host_unchanged(transport, record):
+        if record is None or quick is not None:
             return self.start_session(host, transport)
-        return self.as_known(host, transport, record)
+        if transport.is_local:  # this machine: the probe is a local shell
+            known = self.check_and_send(host, transport, record)
+        else:
+            known = self.as_known(host, transport, record) if host_unchanged(transport, record) \
+                else None
+        return known if known is not None else self.start_session(host, transport)
+
+    def check_and_send(self, host, transport, record: dict,
+                       timeouts: Tuple[float, float] = (60, 60)) -> Optional[_Known]:
+        """The host as its record says, with what changed since sent; None when it is not
+        (or did not say so in time): then it is compared by content. One command checks
+        it while the manifest is built and, for a small change of files already there,
+        writes them (sync_probe, sync_quick)."""
+        probe = Probe.start(transport, record)
+        if probe is None:  # no hash of its answer recorded: one `stat`, parsed, first
+            if not host_unchanged(transport, record, timeouts[0]):
+                return None
+            self.used[host.rank] = transport
+            return self.as_known(host, transport, record)
+        self.ready.wait()
+        manifest = self.manifest
+        if manifest is None:  # the code could not be read: that error ends the sync
+            probe.abort()
+            return _Known(record)
+        files = data = None
+        if not matches_manifest(record, manifest) and not self.dry_run:
+            plan, needs = self.needs_for(host, record, manifest)
+            files = None if needs.bytes >= RELAY_MIN_BYTES else quick_files(needs, record)
+            data = None if files is None else read_files(manifest.root, files)
+        if files is None or data is None:  # a check, then as before
+            checked, _ = probe.finish(b"", timeouts[0])
+            if not checked:
+                return None
+            self.used[host.rank] = transport
+            return self.as_known(host, transport, record)
+        began = time.monotonic()
+        try:
+            nodes = probe.write(host.label, needs, record, files, data, timeouts[1])
+        except HostMoved:
+            return None
+        except MultihostError:  # checked, then not written: the helper's stream does it
+            nodes = _stream_small_change(transport, host, needs, manifest)
+        self.used[host.rank] = transport
+        self.emit(SyncPlanned(host.label, needs))
+        return _Known(record, needs, nodes, time.monotonic() - began, plan)
 
     def start_session(self, host, transport) -> HostSession:
         from .session import HostSession
@@ -166,8 +216,7 @@ class _CodeSync:
         manifest = self.manifest
         if manifest is None or matches_manifest(record, manifest):
             return _Known(record)
-        plan = self.plan_for(record, manifest)
-        needs = needs_from_plan(manifest, host.rank, plan)
+        plan, needs = self.needs_for(host, record, manifest)
         if self.dry_run or needs.bytes >= RELAY_MIN_BYTES:
             # Heavy: sent with the others (relays may serve).
             return _Known(record, needs, plan=plan)
@@ -175,6 +224,20 @@ class _CodeSync:
         began = time.monotonic()
         nodes = _send_small_change(transport, host, needs, record, manifest)
         return _Known(record, needs, nodes, time.monotonic() - began, plan)
+
+    def needs_for(self, host, record: dict, manifest: Manifest) -> Tuple[dict, HostNeeds]:
+        """The plan and needs of a host as its record says: the same (but for rank and
+        root) for every host last synced from the same manifest, so worked out once."""
+        plan = self.plan_for(record, manifest)
+        key = record.get("digest")
+        with self.plans_lock:
+            shared = self.needs.get(key) if key else None
+        if shared is None:
+            shared = needs_from_plan(manifest, host.rank, plan)
+            if key:
+                with self.plans_lock:
+                    self.needs[key] = shared
+        return plan, replace(shared, rank=host.rank, root=plan["root"])
 
     def plan_for(self, record: dict, manifest: Manifest) -> dict:
         key = record.get("digest")
@@ -257,12 +320,14 @@ def _send_small_change(transport, host, needs: HostNeeds, record: dict, manifest
         nodes = quick_send(transport, needs, record, manifest.root)
     except MultihostError:
         nodes = None  # the helper's stream below redoes it, whatever got written
-    if nodes is None:
-        from .deliver import direct_fill
+    return nodes if nodes is not None else _stream_small_change(transport, host, needs, manifest)
 
-        nodes = stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
-                          direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
-    return nodes
+
+def _stream_small_change(transport, host, needs: HostNeeds, manifest: Manifest) -> dict:
+    from .deliver import direct_fill
+
+    return stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
+                     direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
 
 
 def _ignore(*args) -> None:

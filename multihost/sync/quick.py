@@ -1,12 +1,21 @@
 """A small edit, written by the host's own shell: no Python started there.
 
-The usual loop is: edit a file or two, sync, run. When the fast path (sync_fastpath) has
-just found a host exactly as the last sync left it, and the change is new content for a
-few files that are already there as regular files, the host needs no comparison and no
-helper: one shell line writes each file to a temporary name next to it (`dd`, exactly
-its size), checks the size, sets mode and mtime, renames it over the old one, and
-`stat`s every recorded path for the next fast path. Starting the Python helper costs a host
-30-50 ms of CPU; this costs a few.
+The usual loop is: edit a file or two, sync, run. When a host's record (sync_fastpath)
+says the change is new content for a few files that are already there as regular files,
+the host needs no comparison and no helper: its shell writes each file to a temporary
+name next to it (`dd`, exactly its size), checks the size, sets mode and mtime, renames
+it over the old one, and answers the `stat` of every recorded path for the next fast
+path. Starting the Python helper costs a host 30-50 ms of CPU; this costs a few.
+
+Two ways in. Through a reused connection (and on this machine), one command does it all
+(``probe_script``, run by sync_probe): started as the sync starts, it checks the host
+against its record (the hash of its `stat` answer, the fast path's own check, done by
+the host's `sha256sum`) while the controller is still hashing, prints CHECKED, and then
+runs whatever the controller sends once it knows what changed: nothing, or the writes
+(``probe_writes``). One `ssh` client and one `stat` of the tree per host. A host that is
+not as recorded writes nothing and does not say CHECKED: it is compared by content.
+Otherwise (a fresh paramiko connection) the host was checked first by the fast path and
+``script`` writes and `stat`s.
 
 Atomic as the helper is: a host sees the old file or the new one. A stream cut short
 leaves a short temporary file, which fails the size check and is removed (the shell's
@@ -16,26 +25,30 @@ helper's way, which is always correct: this path only ever saves time.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import stat
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from ..errors import SyncError
-from .fastpath import (STAT_FORMAT, parse_stat_output, record_entries, record_names,
-                            verified_digest)
+from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_entries, record_names,
+                       verified_digest)
 from .manifest import FILE, Entry
 from .model import HostNeeds
 from ..transport import quote_path
 
 MAX_FILES = 16
 MAX_BYTES = 1 << 20
+# The line a host prints once it has found its tree exactly as recorded, before writing.
+CHECKED = b"checked\n"
+_ANSWER = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
 
 # clean DIR: remove what a killed receiver left there (its pid is gone), as the helper does.
 # put SIZE MODE MTIME DIR NAME: the temporary file carries this shell's pid, and is
 # created exclusively (never through a link).
-_FUNCTIONS = r"""t=
-trap 'rm -f -- "$t"' EXIT
+_FUNCTIONS = r"""t= o=
+trap 'rm -f -- "$t" "$o"' EXIT
 trap 'exit 1' HUP INT TERM PIPE
 clean() {
   for f in "$1"/.mh-tmp.*; do
@@ -55,6 +68,10 @@ put() {
     mv -f -T -- "$t" "$4/$5" && t=
 }
 """
+
+
+class HostMoved(SyncError):
+    """The host is not as its record says (or did not say it is): nothing was written."""
 
 
 def quick_files(needs: HostNeeds, record: dict) -> Optional[Sequence[Entry]]:
@@ -82,49 +99,143 @@ def _utf8(name: str) -> bool:
     return True
 
 
-def script(root: str, files: Sequence[Entry]) -> str:
-    lines = [f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS]
-    for directory in sorted({os.path.dirname(e.path) or "." for e in files}):
-        lines.append(f"clean {shlex.quote(directory)}")
+def _writes(files: Sequence[Entry]) -> List[str]:
+    lines = [f"clean {shlex.quote(directory)}"
+             for directory in sorted({os.path.dirname(e.path) or "." for e in files})]
     for entry in files:
         directory, name = os.path.split(entry.path)
         mtime = f"{entry.mtime_ns // 1_000_000_000}.{entry.mtime_ns % 1_000_000_000:09d}"
         lines.append("put " + " ".join(shlex.quote(word) for word in (
             str(entry.size), f"{entry.mode:o}", mtime, directory or ".", name)) + " || exit 1")
-    # The rest of the input is every recorded name: the answer the next fast path expects.
-    lines.append(f"exec xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} --")
-    return "\n".join(lines)
+    return lines
 
 
-def quick_send(transport, needs: HostNeeds, record: dict, code_root: str) -> Optional[dict]:
-    """Write a small change with the host's shell. Returns the reply a helper stream
-    would (``{rank: {"files", "bytes", "keys"}}``, and "stat": the hash of the host's
-    answer for every path, when it showed them all as recorded), None when it does not fit
-    this path; raises SyncError when the host could not do it (the caller then uses
-    the helper)."""
-    files = quick_files(needs, record)
-    if files is None:
+def script(root: str, files: Sequence[Entry]) -> str:
+    """Write ``files`` (their contents come first on the input, then every recorded name,
+    whose `stat` answer it prints): for a host the fast path has just checked."""
+    return "\n".join([f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, *_writes(files),
+                      f"exec xargs -0 -r {_ANSWER}"])
+
+
+def probe_script(root: str, names_size: int, digest: str) -> str:
+    """Check the host, then run what comes next on the input. The input: the recorded
+    names (``names_size`` bytes); then, once the controller knows what changed, nothing
+    (the host was only to be checked) or a length line and that many bytes of shell
+    (``probe_writes``), followed by what those read. Nothing runs unless the host's
+    `stat` answer for the names has the hash ``digest``; that answer is kept, to be
+    printed after the writes (every recorded path is `stat`ed once, not twice)."""
+    return "\n".join([
+        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, "o=$(mktemp) || exit 1",
+        f'dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER} '
+        f'> "$o" || exit 1',
+        f'[ "$(sha256sum < "$o")" = {shlex.quote(digest + "  -")} ] || exit 3',
+        f"printf {shlex.quote(CHECKED.decode())}",
+        "read -r n || exit 0",
+        "case $n in ''|*[!0-9]*) exit 1;; esac",
+        '[ "$n" -gt 0 ] || exit 0',
+        'rest=$(dd bs="$n" count=1 iflag=fullblock status=none) || exit 1',
+        'eval "$rest"'])
+
+
+def probe_writes(files: Sequence[Entry], again: Sequence[str]) -> bytes:
+    """What a probe runs to write ``files`` (their contents follow it on the input): then
+    the answer kept by the check, and the `stat` of ``again`` (see ``restated``)."""
+    text = "\n".join(_writes(files) + [
+        f'cat -- "$o" && {_ANSWER} ' + " ".join(shlex.quote(n) for n in again)]).encode()
+    return b"%d\n" % len(text) + text
+
+
+def restated(names: Sequence[str], files: Sequence[Entry]) -> List[int]:
+    """The positions in ``names`` of the paths a write changes: each file, and the
+    directory it is renamed into (its mtime moves; the code directory itself is not a
+    recorded path)."""
+    moved = {e.path for e in files} | {os.path.dirname(e.path) for e in files}
+    return [index for index, name in enumerate(names) if name in moved]
+
+
+def splice(out: bytes, count: int, positions: Sequence[int]
+           ) -> Optional[Tuple[bytes, bytes, bytes]]:
+    """A probe's answer cut in two: (the answer for ``count`` names before the write,
+    the answer for ``positions`` after it, and the first with the second put in their
+    places: what one `stat` of every name after the write would print). None if the
+    host's answer does not have exactly those fields."""
+    fields = out.split(b"\0")
+    if fields.pop() != b"" or len(fields) != FIELDS * (count + len(positions)):
         return None
+    whole, fresh = fields[:FIELDS * count], fields[FIELDS * count:]
+    before = b"\0".join(whole) + b"\0"
+    for n, index in enumerate(positions):
+        whole[FIELDS * index:FIELDS * (index + 1)] = fresh[FIELDS * n:FIELDS * (n + 1)]
+    return before, b"\0".join(fresh) + b"\0" if fresh else b"", b"\0".join(whole) + b"\0"
+
+
+def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entry],
+                out: Optional[bytes], again: Sequence[int]) -> dict:
+    """``written_reply`` for a probe's output. Its answer before the write has the
+    record's hash, so every path is as recorded but those at ``again``: only their
+    answers after the write are read here (a Python parse of 2,000 paths costs more
+    than the rest of the reply)."""
+    names, entries = record_names(record), record_entries(record)
+    parts = None if out is None else splice(out, len(names), again)
+    keys = None
+    if parts is not None and hashlib.sha256(parts[0]).hexdigest() == record["stat"] \
+            and len(entries) == len(names):
+        keys = parse_stat_output(parts[1], [names[i] for i in again])
+    if keys is None or any(keys.get(e.path, [None])[:2] != [stat.S_IFREG, e.size] for e in files):
+        raise SyncError("the quick write did not complete", host=label,
+                        fix="none needed: the full sync path takes over")
+    written = {e.path for e in files}
+    # A directory of a written file shows as recorded (only its times moved): then the
+    # answer is the record's, with the new keys of the files.
+    same = all(keys[names[i]] == entries[i][6] for i in again if names[i] not in written)
+    return {str(needs.rank): {"files": len(files), "bytes": sum(e.size for e in files),
+                              "keys": {path: keys[path] for path in written},
+                              "stat": hashlib.sha256(parts[2]).hexdigest() if same else None}}
+
+
+def read_files(code_root: str, files: Sequence[Entry]) -> Optional[bytes]:
+    """The files' contents, as hashed; None if one cannot be read or changed size (the
+    helper's path reports or sorts that out)."""
     chunks = []
     for entry in files:
         try:
             with open(os.path.join(code_root, entry.path), "rb") as handle:
                 data = handle.read(entry.size + 1)
         except OSError:
-            return None  # the helper's path reports an unreadable file properly
+            return None
         if len(data) != entry.size:
-            return None  # changed since it was hashed: let the full path sort it out
+            return None
         chunks.append(data)
-    done = transport.run(script(needs.root, files), input=b"".join(chunks) + record["names"],
-                         timeout=60)
+    return b"".join(chunks)
+
+
+def quick_send(transport, needs: HostNeeds, record: dict, code_root: str) -> Optional[dict]:
+    """Write a small change with the shell of a host the fast path has just checked.
+    Returns the reply a helper stream would (``{rank: {"files", "bytes", "keys"}}``, and
+    "stat": the hash of the host's answer for every path, when it showed them all as
+    recorded), None when it does not fit this path; raises SyncError when the host could
+    not do it (the caller then uses the helper)."""
+    files = quick_files(needs, record)
+    data = None if files is None else read_files(code_root, files)
+    if files is None or data is None:
+        return None
+    done = transport.run(script(needs.root, files), input=data + record["names"], timeout=60)
+    return written_reply(transport.host.label, needs, record, files,
+                         done.stdout if done.ok else None)
+
+
+def written_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entry],
+                  answer: Optional[bytes]) -> dict:
+    """The reply for ``files`` written, from the host's `stat` answer for every recorded
+    name after the write; SyncError when there is none or it does not show them."""
+    names = record_names(record)
+    keys = parse_stat_output(answer, names) if answer is not None else None
+    if keys is None or any(keys[e.path][:2] != [stat.S_IFREG, e.size] for e in files):
+        raise SyncError("the quick write did not complete", host=label,
+                        fix="none needed: the full sync path takes over")
     written = {e.path for e in files}
     expected = {entry[0]: entry[6] for entry in record_entries(record) if entry[0] not in written}
-    names = record_names(record)
-    keys = parse_stat_output(done.stdout, names) if done.ok else None
-    if keys is None or any(keys[e.path][:2] != [stat.S_IFREG, e.size] for e in files):
-        raise SyncError("the quick write did not complete", host=transport.host.label,
-                        fix="none needed: the full sync path takes over")
     expected.update((path, keys[path]) for path in written)
     return {str(needs.rank): {"files": len(files), "bytes": sum(e.size for e in files),
                               "keys": {path: keys[path] for path in written},
-                              "stat": verified_digest(done.stdout, names, expected, keys)}}
+                              "stat": verified_digest(answer, names, expected, keys)}}

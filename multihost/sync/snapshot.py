@@ -28,7 +28,7 @@ import stat
 from types import SimpleNamespace
 from typing import List, Optional, Sequence, Tuple
 
-from ..remote.sync_fs import CACHE_DIR, DIR, FILE, is_racy, tree_key
+from ..remote.sync_fs import CACHE_DIR, DIR, FILE, RACY_COARSE_NS, is_racy, tree_key
 from .ignore import GITIGNORE, MULTIHOSTIGNORE
 
 VERSION = 1
@@ -70,14 +70,20 @@ def watched_paths(root: str, entries: Sequence[list]) -> List[str]:
 
 
 def save_snapshot(root: str, entries: Sequence[list], digest: str, walk_started_ns: int,
-                  cache_dir: Optional[str] = None) -> bool:
+                  cache_dir: Optional[str] = None,
+                  seen: Optional[Tuple[List[str], List[Key]]] = None) -> bool:
     """Record a walk's manifest (entries as wire lists) with the keys of what it depended
     on; nothing when a key is too fresh to trust. A snapshot that cannot be written only
-    costs a walk next time."""
-    paths = watched_paths(root, entries)
-    keys = stat_keys(root, paths)
+    costs a walk next time. ``seen``: (paths, keys) as ``load_snapshot`` just read them,
+    when only files moved (the same paths; keys read before the files were hashed again,
+    so a write since then shows as a moved key next time): not read a second time."""
+    if seen is not None:
+        paths, keys = seen
+    else:
+        paths = watched_paths(root, entries)
+        keys = stat_keys(root, paths)
     path = snapshot_path(root, cache_dir)
-    if any(key is not None and _racy(key, walk_started_ns) for key in keys):
+    if _any_racy(keys, walk_started_ns):
         # An older snapshot may stay: every key it holds is checked before it is believed.
         return False
     try:
@@ -92,12 +98,11 @@ def save_snapshot(root: str, entries: Sequence[list], digest: str, walk_started_
     return True
 
 
-def load_snapshot(root: str, cache_dir: Optional[str] = None
-                  ) -> Optional[Tuple[list, Optional[str], List[int]]]:
-    """(entries as wire lists, manifest digest, indices of the files whose keys moved)
-    when the tree still has exactly the recorded entries: no directory, link or ignore
-    file moved. Files that moved are only to be hashed again (the digest is then None);
-    anything else is None: walk."""
+def load_snapshot(root: str, cache_dir: Optional[str] = None) -> Optional[tuple]:
+    """(entries as wire lists, manifest digest, indices of the files whose keys moved,
+    (the watched paths, their keys now)) when the tree still has exactly the recorded
+    entries: no directory, link or ignore file moved. Files that moved are only to be
+    hashed again (the digest is then None); anything else is None: walk."""
     try:
         with open(snapshot_path(root, cache_dir), "rb") as handle:
             data = marshal.loads(handle.read())
@@ -113,7 +118,7 @@ def load_snapshot(root: str, cache_dir: Optional[str] = None
         return None
     now = stat_keys(root, paths)
     if now == keys:   # marshal keeps the tuples
-        return entries, digest, []
+        return entries, digest, [], (paths, now)
     moved = []
     for index, (old, new) in enumerate(zip(keys, now)):
         if old == new:
@@ -123,15 +128,19 @@ def load_snapshot(root: str, cache_dir: Optional[str] = None
                 or not stat.S_ISREG(new[0]):
             return None
         moved.append(entry)
-    return entries, None, moved
+    return entries, None, moved, (paths, now)
 
 
 def forget_snapshot(root: str, cache_dir: Optional[str] = None) -> None:
     _remove(snapshot_path(root, cache_dir))
 
 
-def _racy(key: Tuple[int, int, int, int, int], started_ns: int) -> bool:
-    return is_racy(SimpleNamespace(st_mtime_ns=key[2], st_ctime_ns=key[3]), started_ns)
+def _any_racy(keys: Sequence[Key], started_ns: int) -> bool:
+    """Whether a key is too fresh to trust. Only keys within the widest window of
+    ``is_racy`` are asked in full: the others (nearly all) cost one comparison."""
+    fresh = started_ns - RACY_COARSE_NS
+    return any(is_racy(SimpleNamespace(st_mtime_ns=key[2], st_ctime_ns=key[3]), started_ns)
+               for key in keys if key is not None and (key[2] >= fresh or key[3] >= fresh))
 
 
 def _remove(path: str) -> None:

@@ -132,6 +132,12 @@ class Process(ABC):
     def close(self) -> None:
         """Stop reading. Over SSH this closes the channel; the remote command may live on."""
 
+    def kill(self) -> None:
+        """Stop the command now (a reply that does not come in time): a local process is
+        killed (an `ssh` client's remote command then gets a hangup); over SSH the
+        channel is closed."""
+        self.close()
+
     def set_timeout(self, seconds: Optional[float]) -> None:
         """Make a read that waits longer than this raise ``socket.timeout`` (an OSError),
         so a dead link is noticed; locally a pipe cannot go silent that way."""

@@ -60,6 +60,12 @@ class LocalProcess(Process):
             raise CommandTimeout(f"command still running after {timeout:.0f}s",
                                  host=self._label) from None
 
+    def kill(self) -> None:
+        try:
+            self._popen.kill()
+        except OSError:  # already gone
+            pass
+
     def close(self) -> None:
         for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
             if stream:

@@ -40,3 +40,26 @@ def test_asking_for_the_sync_entry_point_leaves_the_delivery_engine_unloaded():
     assert "multihost.sync.pipeline" in loaded
     assert not loaded & {"multihost.sync.deliver", "multihost.sync.session",
                          "multihost.sync.bulk", "multihost.data.verify"}, loaded
+
+
+def test_a_sync_creates_at_start_up_only_the_records_a_sync_uses():
+    # Creating a frozen dataclass costs 1-2 ms at every start: `multihost sync` must not
+    # pay for a run's events or the spares' records (a no-change sync is mostly start-up).
+    code = (
+        "import dataclasses\n"
+        "made = []\n"
+        "real = dataclasses._process_class\n"
+        "dataclasses._process_class = lambda cls, *a, **k: made.append(cls.__name__) or real(cls, *a, **k)\n"
+        "from multihost.cli import build_parser\n"
+        "from multihost.commands.common import hosts_from_args\n"
+        "from multihost.job import job_options_from_args\n"
+        "from multihost.sync.pipeline import sync_code\n"
+        "from multihost.views.sync_view import SyncView\n"
+        "args = build_parser('sync').parse_args(['sync', '--ips', '10.0.0.1,10.0.0.2'])\n"
+        "hosts_from_args(args), job_options_from_args(args)\n"
+        "print(' '.join(made))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    made = set(done.stdout.split())
+    assert {"SyncPlanned", "SyncHostDone", "HostSync", "Host"} <= made, made
+    assert not made & {"RunStarted", "NodeChanged", "LogLine", "LogBlock", "RootCause",
+                       "RunFinished", "GpuSample", "CheckStage", "Replacement", "SpareState"}, made

@@ -119,3 +119,84 @@ def test_quick_send_refuses_by_raising_and_never_half_reports(env):
         sync_quick.quick_send(Broken(Host(name="127.0.0.1")), needs, record, str(code))
     nodes = sync_quick.quick_send(LocalTransport(Host(name="127.0.0.1")), needs, record, str(code))
     assert nodes["0"]["files"] == 1 and set(nodes["0"]["keys"]) == {"train.py"}
+
+
+def commands_run(monkeypatch):
+    """Every command a sync runs on a host, by host (each one an `ssh` client on a real
+    host: the round trips a sync costs)."""
+    calls = []
+    real_run, real_start = LocalTransport.run, LocalTransport.start
+    monkeypatch.setattr(LocalTransport, "run", lambda self, line, **k: calls.append(
+        self.host.name) or real_run(self, line, **k))
+    monkeypatch.setattr(LocalTransport, "start", lambda self, line, **k: calls.append(
+        self.host.name) or real_start(self, line, **k))
+    return calls
+
+
+def test_a_one_file_change_costs_each_host_one_command(env, monkeypatch):
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    calls = commands_run(monkeypatch)
+    report = sync()
+    assert [h.files for h in report.hosts] == [1, 1]
+    assert sorted(calls) == ["127.0.0.1", "localhost"]
+    for root in workdirs.values():
+        same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
+    # what that one command recorded lets the next sync find both hosts with one hash
+    calls.clear()
+    assert [h.files for h in sync().hosts] == [0, 0] and len(calls) == 2
+    assert [h.files + h.meta for h in sync(verify=True).hosts] == [0, 0]
+
+
+def test_a_host_edited_behind_the_sync_gets_nothing_from_the_shell_and_is_compared(env, monkeypatch):
+    """The one-command write checks the host's whole tree first: a host that is not as
+    the last sync left it is compared by content, and ends identical."""
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    stray = os.path.join(workdirs[1], "train.py")
+    with open(stray, "w") as handle:
+        handle.write("print('edited on the host')\n")
+    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    streams = helper_streams(monkeypatch)
+    report = sync()
+    assert report.ok and streams == []
+    assert [h.files for h in report.hosts] == [1, 2]
+    for root in workdirs.values():
+        same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
+        same_file(code / "train.py", os.path.join(root, "train.py"))
+
+
+def test_a_failed_check_writes_nothing_and_says_nothing(env):
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    target = os.path.join(workdirs[0], "pkg", "model.py")
+    before = open(target).read()
+    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    entry = next(e for e in build_manifest(str(code)).entries if e.path == "pkg/model.py")
+    record = load_record("127.0.0.1", workdirs[0], str(code))
+    names = record["names"]
+    writes = sync_quick.probe_writes([entry], ["pkg", "pkg/model.py"]) + b"LAYERS = 48\n"
+    host = LocalTransport(Host(name="127.0.0.1"))
+    line = sync_quick.probe_script(workdirs[0], len(names), "0" * 64)
+    done = host.run(line, input=names + writes, timeout=30)
+    assert done.exit_code == 3 and not done.stdout.startswith(sync_quick.CHECKED)
+    assert open(target).read() == before
+    line = sync_quick.probe_script(workdirs[0], len(names), record["stat"])
+    done = host.run(line, input=names + writes, timeout=30)
+    assert done.ok and done.stdout.startswith(sync_quick.CHECKED)
+    assert open(target).read() == "LAYERS = 48\n"
+
+
+def test_the_answer_after_a_write_is_the_one_a_full_stat_gives():
+    fields = lambda *keys: b"".join(b"\0".join(k) + b"\0" for k in keys)
+    a, b, c = [b"81a4", b"1", b"2.000000000", b"2.000000000", b"7"], \
+        [b"41ed", b"4096", b"1.000000000", b"1.000000000", b"8"], \
+        [b"81a4", b"3", b"3.000000000", b"3.000000000", b"9"]
+    b2, c2 = b[:2] + [b"5.000000000", b"5.000000000", b"8"], [b"81a4", b"4"] + c[2:]
+    assert sync_quick.splice(fields(a, b, c, b2, c2), 3, [1, 2]) == (
+        fields(a, b, c), fields(b2, c2), fields(a, b2, c2))
+    # a host that answers for more or fewer paths, or cuts its answer, is not believed
+    assert sync_quick.splice(fields(a, b, c, b2), 3, [1, 2]) is None
+    assert sync_quick.splice(fields(a, b, c, b2, c2, c2), 3, [1, 2]) is None
+    assert sync_quick.splice(fields(a, b, c, b2, c2)[:-1], 3, [1, 2]) is None

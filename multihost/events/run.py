@@ -1,32 +1,17 @@
-"""Every event multihost emits, and the one type that takes them (Listener): small frozen
-records, produced by the engines (the run monitor, the log follower, sync, data sync,
-the check) and consumed by the views (dashboard, plain lines, JSON lines, progress).
-
-Data flows one way: hosts -> spec -> per-node records -> events -> views. A view never
-reaches back into the run; it only renders what it was told.
-
-They live in this one module rather than beside each engine so that a view, a test or
-an embedding program finds every event it may be handed in one place, and so that an
-engine and the views that render it never import each other. Events that carry a
-feature's result (SyncPlanned, SyncHostDone) name its type only for the type checker:
-this module imports no feature package.
-"""
+"""The events of a run: the states of a node and of a run, and what the run monitor, the
+log follower and the straggler watch tell the views (see ``multihost/events``)."""
 from __future__ import annotations
 
 import enum
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
-from .remote.run_states import FINAL_STATES
+from ..remote.run_states import FINAL_STATES
 
 if TYPE_CHECKING:
-    from .run.stragglers import Straggler
-    from .check.parsers import GpuUse
-    from .sync.model import HostNeeds, HostSync
-
-# Whatever takes events: a view, a filter in front of one, a test's list.append.
-Listener = Callable[[object], None]
+    from ..run.stragglers import Straggler
+    from ..check.parsers import GpuUse
 
 
 class NodeState(str, enum.Enum):
@@ -211,56 +196,3 @@ class Stragglers:
     stragglers: Tuple["Straggler", ...]
     text: str                       # as the views say it: "h3 rank 5 at 0.62x the median speed"
     time: float = 0.0
-
-
-# --- sync and data sync ----------------------------------------------------------------
-@dataclass(frozen=True)
-class SyncScanned:
-    files: int
-    bytes: int
-    hashed_files: int
-    hashed_bytes: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class SyncPlanned:
-    host: str
-    needs: HostNeeds
-
-
-@dataclass(frozen=True)
-class SyncHostDone:
-    result: HostSync
-
-
-@dataclass(frozen=True)
-class SyncProgress:
-    """Files and bytes delivered to one host so far (relayed files count on arrival at
-    the first host of the relay, which forwards them as it writes them)."""
-
-    host: str
-    rank: int
-    files_done: int
-    files_total: int
-    bytes_done: int
-    bytes_total: int
-
-
-@dataclass(frozen=True)
-class DataProgress:
-    host: str
-    rank: int
-    path: str
-    files: int
-    bytes: int
-
-
-# --- check -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CheckStage:
-    """Where the check of one host is: "connecting", "checking", "done"."""
-
-    host: str                       # label
-    rank: int
-    stage: str
