@@ -123,3 +123,20 @@ def hostfile(directory: Path, n: int, workdir: Optional[str] = None) -> Path:
     path = directory / f"hosts{n}{'-' + workdir.replace('/', '_') if workdir else ''}.ini"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+# A rank that writes numbered lines flat out for argv[1] seconds, then an END line with its
+# count: the log-following benchmarks check every line arrived once and in order.
+WRITER = '''\
+import os, sys, time
+rank = os.environ["RANK"]
+end = time.time() + float(sys.argv[1])
+write = sys.stdout.write
+count = 0
+while time.time() < end:
+    for _ in range(1000):
+        write("r%s %d\\n" % (rank, count))
+        count += 1
+write("END r%s %d\\n" % (rank, count))
+sys.stdout.flush()
+'''

@@ -24,21 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-from _lab import addresses, bench_lab, reexec_inside
+from _lab import WRITER, addresses, bench_lab, reexec_inside
 
-WRITER = '''\
-import os, sys, time
-rank = os.environ["RANK"]
-end = time.time() + float(sys.argv[1])
-write = sys.stdout.write
-count = 0
-while time.time() < end:
-    for _ in range(1000):
-        write("r%s %d\\n" % (rank, count))
-        count += 1
-write("END r%s %d\\n" % (rank, count))
-sys.stdout.flush()
-'''
 HOSTS, NPROC = 4, 2
 LINE = re.compile(rb"\br(\d+) (\d+)$")
 END = re.compile(rb"END r(\d+) (\d+)")

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _lab import (REPO, Measure, addresses, bench_lab, hostfile, measured,  # noqa: E402
+from _lab import (REPO, WRITER, Measure, addresses, bench_lab, hostfile, measured,  # noqa: E402
                   parallel_ssh, reexec_inside)
 
 LAB_HOSTS = 64
@@ -169,19 +169,6 @@ def bench_sync(work: Path, n: int) -> tuple:
     return (first, rfirst), (again, ragain)
 
 
-WRITER = """\
-import os, sys, time
-rank = os.environ["RANK"]
-end = time.time() + float(sys.argv[1])
-write = sys.stdout.write
-count = 0
-while time.time() < end:
-    for _ in range(1000):
-        write("r%s %d\\n" % (rank, count))
-        count += 1
-write("END r%s %d\\n" % (rank, count))
-sys.stdout.flush()
-"""
 NPROC_LOGS = 8
 LOG_SECONDS = 3.0
 LINE = re.compile(rb"\br(\d+) (\d+)$")
