@@ -1,9 +1,9 @@
 """Following a started run until it ends everywhere, and ending it everywhere.
 
-One thread per host follows a ``run.watch`` stream: a status line on every change and at
-least every second, so a silent stream means a dead link (it is reopened, and a host
-with no answer for LOST_AFTER seconds is lost). The main loop turns the answers into
-NodeChanged events and decides:
+One thread per host follows a ``run.watch`` stream (status_streams.py): a status line on
+every change and at least every second, so a silent stream means a dead link (it is
+reopened, and a host with no answer for LOST_AFTER seconds is lost). The main loop turns
+the answers into NodeChanged events and decides:
 
 - the first rank that exits non-zero (or a node that fails, or a host unreachable for
   LOST_AFTER seconds) ends the run on every host: ``run.stop`` with the grace period
@@ -17,7 +17,6 @@ The decisions themselves are pure (run_outcome.py); this module only does the ta
 """
 from __future__ import annotations
 
-import json
 import queue
 import signal
 import threading
@@ -26,17 +25,14 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .. import helper
-from ..errors import CommandTimeout, ConnectError, MultihostError, RemoteError
+from ..errors import CommandTimeout, ConnectError, MultihostError
 from ..events import Listener, NodeChanged, NodeState, RunFinished, RunState, RunStopping
 from .outcome import Failure, NodeView, conclude, failures_of, parse_status, refine, root_cause
 from .plan import RunPlan
 from .start import RecordKeeper
+from .status_streams import StatusStreams
 
 POLL_INTERVAL = 0.2     # how often a host looks at its node's records
-HEARTBEAT = 1.0         # a status line at least this often, changed or not
-WATCH_SILENCE = 5.0     # no line for this long: the stream is dead, reconnect
-MAX_RECORD = 8 << 20    # bytes of one status record line (tails included)
-RETRY_EVERY = 1.0
 STATUS_TIMEOUT = 5.0
 LOST_AFTER = 15.0
 TAIL_LINES = 20
@@ -115,101 +111,17 @@ class Monitor:
         self.teardown_at: Optional[float] = None
         self.trigger: Optional[Failure] = None
         self.handled_interrupts = 0
-        self.streams: Dict[int, object] = {}    # each host's live watch stream
-        self.stop_asked: Dict[int, Tuple[float, str]] = {}   # (grace, reason) sent to a host
-        self.streams_lock = threading.Lock()
+        self.status_streams = StatusStreams(cluster, plan.run_id, poll_interval,
+                                            self.queue, self.stop_polling)
         self.servers_stopped = False
 
-    # --- talking to hosts -------------------------------------------------------------
-    def _watch(self, host) -> None:
-        """Stream the node's status (``run.watch``); reconnect when the stream dies. A
-        heartbeat comes every second, so a read that waits WATCH_SILENCE is a dead link."""
-        while not self.stop_polling.is_set():
-            process = None
-            try:
-                transport = self.cluster.transport(host)
-                process = helper.start(transport, "run.watch", {
-                    "run_id": self.plan.run_id, "interval": self.poll_interval,
-                    "heartbeat": HEARTBEAT, "stoppable": True})
-                with self.streams_lock:
-                    self.streams[host.rank] = process
-                    asked = self.stop_asked.get(host.rank)
-                if asked is not None:  # the stream it was sent on broke: say it again
-                    self._send_stop(process, *asked)
-                process.set_timeout(WATCH_SILENCE)
-                # A record is a few kB; a host sending an endless line is not waited on.
-                for raw in iter(lambda: process.stdout.readline(MAX_RECORD), b""):
-                    reply = json.loads(raw.decode("utf-8", "replace"))
-                    if not isinstance(reply, dict) or not raw.endswith(b"\n"):
-                        raise ValueError("a status record that is not a JSON object line")
-                    if reply.get("ok") is False:
-                        raise RemoteError(str(reply.get("error")), host=host.label)
-                    self.queue.put(("status", host.rank, parse_status(reply), time.time()))
-                    if reply.get("final") or self.stop_polling.is_set():
-                        return
-                raise ConnectError("the status stream ended", host=host.label,
-                                   kind=ConnectError.LOST)
-            except (ConnectError, CommandTimeout, OSError, EOFError, ValueError) as err:
-                if self.stop_polling.is_set():
-                    return
-                if not isinstance(err, MultihostError):
-                    err = ConnectError(f"the status stream broke ({err or type(err).__name__})",
-                                       host=host.label, kind=ConnectError.LOST)
-                self.cluster.forget(host)
-                self.queue.put(("error", host.rank, err, time.time()))
-            except MultihostError as err:
-                self.queue.put(("error", host.rank, err, time.time()))
-            finally:
-                if process is not None:
-                    with self.streams_lock:
-                        if self.streams.get(host.rank) is process:
-                            del self.streams[host.rank]
-                    process.close()
-            self.stop_polling.wait(RETRY_EVERY)
-
-    @staticmethod
-    def _send_stop(process, grace: float, reason: str) -> None:
-        """A stop request on a watch stream's stdin (``run.watch`` acts on it); raises
-        BrokenStream (an OSError) when the stream is gone."""
-        line = json.dumps({"stop": {"grace": grace, "reason": reason}}) + "\n"
-        process.stdin.write(line.encode())
-        process.stdin.flush()
-
-    def _stop_by_stream(self, host, grace: float, reason: str) -> bool:
-        """Ask a host to stop through its watch stream: no new session, no new helper on
-        the host, no thread here (a teardown of 64 hosts spent seconds starting 64
-        threads on a busy controller); the stream then reports the stop. False when the
-        host has no live stream. A send waits at most the stream's read timeout."""
-        with self.streams_lock:
-            self.stop_asked[host.rank] = (grace, reason)  # a stream opened later says it too
-            process = self.streams.get(host.rank)
-        if process is None:
-            return False
-        try:
-            self._send_stop(process, grace, reason)
-            return True
-        except OSError:
-            return False  # the stream broke just now
-
-    def _stop_node(self, host, grace: float, reason: str) -> None:
-        """Stop the run on a host with no live watch stream: a ``run.stop`` call."""
-        try:
-            transport = self.cluster.transport(host)
-            reply = helper.call(transport, "run.stop", {"run_id": self.plan.run_id,
-                                                        "grace": grace, "reason": reason},
-                                timeout=grace + 30)
-            self.queue.put(("status", host.rank, parse_status(reply), time.time()))
-        except MultihostError as err:
-            self.queue.put(("error", host.rank, err, time.time()))
-
+    # --- asking hosts to stop ---------------------------------------------------------
     def _stop_all(self, grace: float, reason: str, interrupted: bool = False) -> None:
         """Ask every host still running to stop, and say so at once: the rows show
         "stopping" for the grace period, not the old state."""
         asked = [h for h in self.hosts if not self._finished(h.rank) and h.rank not in self.lost]
         for host in asked:
-            if not self._stop_by_stream(host, grace, reason):
-                threading.Thread(target=self._stop_node, args=(host, grace, reason),
-                                 name=f"stop-{host.label}", daemon=True).start()
+            self.status_streams.stop(host, grace, reason)
         now = time.time()
         self.listener(RunStopping(reason, len(asked), grace, interrupted, now))
         for host in asked:
@@ -351,8 +263,7 @@ class Monitor:
         now = time.time()
         for host in self.hosts:
             self.last_contact[host.rank] = now
-            threading.Thread(target=self._watch, args=(host,), name=f"watch-{host.label}",
-                             daemon=True).start()
+            self.status_streams.open(host)
 
     def follow(self) -> RunResult:
         self.watch_all()
@@ -368,10 +279,7 @@ class Monitor:
                 self._decide(time.time())
         finally:
             self.stop_polling.set()
-            with self.streams_lock:
-                streams = list(self.streams.values())
-            for process in streams:
-                process.close()
+            self.status_streams.close_all()
         if not self._done():  # detached: the record says running, the hosts go on
             states = tuple(self.states[h.rank] for h in self.hosts)
             return RunResult(0, None, states, False, detached=True)

@@ -246,7 +246,8 @@ def test_a_stop_asked_while_a_hosts_stream_is_down_goes_on_the_reopened_stream(h
     plan, record = plan_and_record(host, "sleep")
     monitor = Monitor(DeadCluster(host), plan, lambda event: None, RecordKeeper(record),
                       Interrupts())
-    assert not monitor._stop_by_stream(host, 2.0, "teardown: a host failed")  # no stream yet
+    streams = monitor.status_streams
+    assert not streams.stop_by_stream(host, 2.0, "teardown: a host failed")  # no stream yet
     opened = []
 
     def start(transport, op, request):
@@ -256,7 +257,7 @@ def test_a_stop_asked_while_a_hosts_stream_is_down_goes_on_the_reopened_stream(h
 
     monkeypatch.setattr(DeadCluster, "transport", lambda self, h: object())
     monkeypatch.setattr(helper, "start", start)
-    monitor._watch(host)
+    monitor.status_streams.watch(host)
     (op, request, stream), = opened
     assert op == "run.watch" and request["stoppable"] is True
     assert json.loads(stream.written) == {"stop": {"grace": 2.0, "reason": "teardown: a host failed"}}
