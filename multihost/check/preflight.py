@@ -123,7 +123,7 @@ def _resolve(cluster: Cluster, sessions: Sequence[Session]) -> None:
         session.local = is_local_host(host)
         name = host.name
         if not session.local:
-            from ..transport.ssh import load_ssh_config, resolve_target
+            from ..transport.ssh_login import load_ssh_config, resolve_target
 
             config = config or load_ssh_config(cluster.options.config_file)
             target = resolve_target(host, cluster.options, config)

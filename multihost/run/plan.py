@@ -97,7 +97,7 @@ def resolve_address(host: Host, ssh_config_file: str = "~/.ssh/config") -> str:
     (paddle matches its own address against --ips; a name could resolve to 127.0.1.1)."""
     if is_ip(host.name):
         return host.name
-    from ..transport.ssh import load_ssh_config
+    from ..transport.ssh_login import load_ssh_config
 
     name = load_ssh_config(ssh_config_file).lookup(host.name).get("hostname", host.name)
     if is_ip(name):

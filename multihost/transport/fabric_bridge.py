@@ -3,12 +3,12 @@
 fabric's ``Connection`` accepts any host key (it installs paramiko's ``AutoAddPolicy``
 and may rewrite ``~/.ssh/known_hosts``), which is why multihost's own transport uses
 paramiko directly. The connections handed out here are fabric connections whose login is
-multihost's: the same resolution of each host (``ssh.resolve_target``: the hostfile's or
+multihost's: the same resolution of each host (``ssh_login.resolve_target``: the hostfile's or
 ``--ips``' user, port and identity file over ssh_config's User, Port, IdentityFile,
 ProxyJump, known-hosts files and StrictHostKeyChecking), the same client
-(``ssh.checking_client``: those known_hosts files read only, an unknown key refused
+(``ssh_login.checking_client``: those known_hosts files read only, an unknown key refused
 unless accept-new, a changed key always refused) and the same login and errors
-(``ssh.login``: one ``ConnectError`` line naming the host, the cause and the fix). A
+(``ssh_login.login``: one ``ConnectError`` line naming the host, the cause and the fix). A
 ProxyJump becomes the connection's fabric ``gateway``, itself such a connection.
 
 Everything else is plain fabric: ``run``, ``sudo``, ``put``, ``get``, groups and their
@@ -51,7 +51,7 @@ def fabric_group(hosts: Any, accept_new_host_keys: bool = False, *,
     options = options or getattr(hosts, "options", None) or SshOptions()
     if accept_new_host_keys:
         options = replace(options, accept_new_host_keys=True)
-    from .ssh import load_ssh_config  # imports paramiko
+    from .ssh_login import load_ssh_config  # imports paramiko
 
     ssh_config = load_ssh_config(options.config_file)
     fabric_config = _fabric_config(fabric, config)
@@ -86,7 +86,7 @@ def _connection(host: Host, options: SshOptions, ssh_config: Any, fabric_config:
                 origin: Optional[str] = None, hops: int = 0) -> Any:
     """A checked connection to host; its ProxyJump, recursively, as its gateway (the
     same hops, and the same loop guard, as the SSH transport's)."""
-    from .ssh import jump_host, resolve_target
+    from .ssh_login import jump_host, resolve_target
 
     target = resolve_target(host, options, ssh_config)
     gateway = None
@@ -101,7 +101,7 @@ def _connection(host: Host, options: SshOptions, ssh_config: Any, fabric_config:
 def _checked_connection_class() -> type:
     """Defined on first use, so that importing this module never imports fabric."""
     fabric = _import_fabric()
-    from . import ssh
+    from . import ssh_login
 
     class CheckedConnection(fabric.Connection):
         """A fabric Connection that connects the way multihost's SSH transport does."""
@@ -126,21 +126,22 @@ def _checked_connection_class() -> type:
             self._target = target
             self._keepalive = options.keepalive
             # fabric's own client has AutoAddPolicy: replace it before anything connects.
-            self.client = ssh.checking_client(target)
+            self.client = ssh_login.checking_client(target)
 
         def open(self) -> None:
             if self.is_connected:
                 return None
             label = self.multihost_host.label
-            sock = self.open_gateway() if self.gateway else ssh.open_socket(self._target, label)
-            ssh.login(self.client, self._target, sock, label)
+            sock = self.open_gateway() if self.gateway \
+                else ssh_login.open_socket(self._target, label)
+            ssh_login.login(self.client, self._target, sock, label)
             self.transport = self.client.get_transport()
             self.transport.set_keepalive(self._keepalive)
             return None
 
         def open_gateway(self) -> Any:
             self.gateway.open()
-            return ssh.open_jump_channel(self.gateway.transport, self._target,
+            return ssh_login.open_jump_channel(self.gateway.transport, self._target,
                                          self.multihost_host.label)
 
         def close(self) -> None:

@@ -106,7 +106,7 @@ def test_through_a_socket_every_command_is_an_ssh_client_that_cannot_fall_back(h
 
 
 def bulk_target(port=22, accept_new=False):
-    from multihost.transport.ssh import SshTarget
+    from multihost.transport.ssh_login import SshTarget
 
     return SshTarget(hostname="10.0.0.7", port=port, user="ubuntu", identity_files=(),
                      proxy_jump=None, connect_timeout=10, known_hosts=("/kh",),
@@ -144,7 +144,7 @@ def test_a_relay_hop_checks_the_next_hosts_key_strictly():
 def test_fix_hints_spell_the_port_when_it_is_not_22():
     import paramiko
 
-    from multihost.transport.ssh import UnknownHostKey, _connect_error
+    from multihost.transport.ssh_login import UnknownHostKey, _connect_error
 
     key = paramiko.Ed25519Key.from_private_key_file(str(make_key()))
     target = bulk_target(port=2222)
