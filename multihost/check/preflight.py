@@ -29,7 +29,7 @@ from ..events import CheckStage, Listener
 from ..fanout import Cluster
 from ..hosts import Host
 from ..job import AUTO_PORT_RANGE, JobOptions, workdir_for
-from ..remote import ops_check_net as net
+from ..remote import net_ping, ops_check_net as net
 from ..run.records import run_ids
 
 FACT_PROBES = ("hostname", "python", "gpus", "ports", "net", "disk", "leftovers", "ping")
@@ -73,7 +73,7 @@ def run_checks(cluster: Cluster, job: JobOptions, *, workdirs: Optional[dict] = 
             Round(cluster, sessions, start_port, budget, notify, merge=True).run(second, None)
     # The controller's ping waits PING_RETRY more for a silent host (a slow first ARP
     # resolution), then knocks on its ssh port: the join allows for both.
-    reach.join(max(0.0, cluster.options.connect_timeout + 3 + net.PING_RETRY
+    reach.join(max(0.0, cluster.options.connect_timeout + 3 + net_ping.PING_RETRY
                    - (time.monotonic() - started)))
     # Hashing a big dataset the first time takes what it takes (its cache makes the next
     # time fast); the hours-long bound only guards against a hang.
@@ -167,7 +167,7 @@ def _probe_reach(cluster: Cluster, sessions: Sequence[Session]) -> None:
     targets = [s for s in targets if not s.proxied and s.address]
     if not targets:
         return
-    rtt, method = net.ping_many([s.address for s in targets], PING_TIMEOUT)
+    rtt, method = net_ping.ping_many([s.address for s in targets], PING_TIMEOUT)
     silent = [s for s in targets if rtt.get(s.address) is None]
     tcp: Dict[int, dict] = {}
 

@@ -5,8 +5,8 @@ pass, a warning, a failure?) happens on the controller, where every host is seen
 Facts: hostname resolution, the job's python and its torch/paddle/CUDA/NCCL versions
 (read from files, never by importing torch, which takes seconds), nvidia-smi, busy ports
 and who holds them, interfaces and the route to the first host, free disk in the
-workdir, processes left over by earlier multihost runs, ICMP to every other host, the
-clock, and (on request) the rendezvous test of ``ops_check_net``.
+workdir, processes left over by earlier multihost runs, ICMP to every other host
+(``net_ping``), the clock, and (on request) the rendezvous test of ``ops_check_net``.
 """
 import json
 import os
@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from . import ops_check_net as net
+from . import net_ping, ops_check_net as net
 from .ops_check_proc import leftover_facts, ports_facts
 from .proto import op, reply
 
@@ -205,7 +205,9 @@ def disk_facts(request):
 
 def ping_facts(request):
     peers = request.get("peers") or []
-    rtt, method = net.ping_many(peers, request.get("ping_timeout", 1.0)) if peers else ({}, "icmp")
+    if not peers:
+        return {"rtt": {}, "method": "icmp"}
+    rtt, method = net_ping.ping_many(peers, request.get("ping_timeout", 1.0))
     return {"rtt": rtt, "method": method}
 
 
@@ -280,7 +282,7 @@ def check_host_hold(request):
     own), gather facts, then hold the listener until the controller closes stdin (every
     other host has tried to connect), and reply like any operation."""
     listen = request["listen"]
-    family = net.family_of(listen.get("address", "0.0.0.0"))
+    family = net_ping.family_of(listen.get("address", "0.0.0.0"))
     listener = net.Listener(listen["port"], listen["token"], family)
     sys.stdout.write(json.dumps({"listening": listener.error is None,
                                  "error": listener.error}) + "\n")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from multihost.remote import ops_check, ops_check_net as net
+from multihost.remote import net_ping, ops_check, ops_check_net as net
 
 RUN_ID = "20261121-101500-3f2a"
 
@@ -160,8 +160,8 @@ def test_a_peer_silent_at_first_is_pinged_again(monkeypatch):
         rounds.append(list(addresses))
         return {a: (None if len(rounds) == 1 and a == "10.9.9.2" else 0.1) for a in addresses}
 
-    monkeypatch.setattr(net, "_icmp_ping", first_round_lost)
-    rtt, method = net.ping_many(["10.9.9.1", "10.9.9.2"], timeout=0.1)
+    monkeypatch.setattr(net_ping, "_icmp_ping", first_round_lost)
+    rtt, method = net_ping.ping_many(["10.9.9.1", "10.9.9.2"], timeout=0.1)
     assert rtt == {"10.9.9.1": 0.1, "10.9.9.2": 0.1} and method == "icmp"
     assert rounds == [["10.9.9.1", "10.9.9.2"], ["10.9.9.2"]]
 
@@ -175,7 +175,7 @@ def test_a_busy_port_stops_the_listener_with_the_reason():
 
 
 def test_ping_this_machine():
-    rtt, method = net.ping_many(["127.0.0.1"], timeout=1.0)
+    rtt, method = net_ping.ping_many(["127.0.0.1"], timeout=1.0)
     if method is None:
         pytest.skip("ICMP is not permitted here")
     assert rtt["127.0.0.1"] is not None and rtt["127.0.0.1"] < 1000
@@ -183,7 +183,7 @@ def test_ping_this_machine():
 
 def test_ping_reports_silence_not_an_error():
     # 198.18.0.0/15 is reserved for benchmarks: outside a lab nothing answers there.
-    rtt, method = net.ping_many(["198.18.255.254"], timeout=0.3, tries=1)
+    rtt, method = net_ping.ping_many(["198.18.255.254"], timeout=0.3, tries=1)
     assert rtt == {"198.18.255.254": None}
 
 
