@@ -111,6 +111,7 @@ def ps_python() -> str:
 PS_TRAIN = textwrap.dedent("""\
     import argparse
     import sys
+    import time
 
     import numpy as np
     import paddle
@@ -121,6 +122,7 @@ PS_TRAIN = textwrap.dedent("""\
     parser.add_argument("--fail-trainer", type=int, default=-1)
     parser.add_argument("--fail-step", type=int, default=5)
     parser.add_argument("--no-gloo", action="store_true", help="skip the mean over trainers")
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds a step")
     args = parser.parse_args()
 
     paddle.enable_static()
@@ -155,6 +157,7 @@ PS_TRAIN = textwrap.dedent("""\
         value, = exe.run(paddle.static.default_main_program(),
                          feed={"x": batch, "y": batch @ weights}, fetch_list=[loss])
         print("trainer %d step %d loss %.4f" % (me, step, float(np.mean(value))), flush=True)
+        time.sleep(args.step_sleep)
     fleet.barrier_worker()
     fixed = np.random.RandomState(1234).rand(64, 4).astype("float32")
     final, = exe.run(test_program, feed={"x": fixed, "y": fixed @ weights}, fetch_list=[loss])
@@ -208,7 +211,10 @@ def test_a_ps_trainer_that_fails_mid_run_fails_the_run_naming_it_and_leaves_noth
     a, b = lab.address(1), lab.address(2)
     result = fleetrun(lab, tmp_path, ps_python, ps_code, "--start_port", "17420",
                       f"--ips={a},{b}", "--server_num=1", "--worker_num=2",
-                      "ps_train.py", "--steps", "200", "--fail-trainer", "2", "--fail-step", "5")
+                      "ps_train.py", "--steps", "200", "--step-sleep", "0.05",
+                      "--fail-trainer", "2", "--fail-step", "5")
+    # The other trainers are still training when trainer 2 fails (0.05 s a step): none of
+    # them reaches the end-of-training barrier and fails there on its own, first.
     assert result.returncode == 3, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"multihost: {b}: ") and "rank 2" in last and "exit 3" in last, last
