@@ -21,7 +21,7 @@ from ..hosts import Host
 from ..job import JobOptions
 from . import launchers, plan as run_plan
 from .records import NodeRecord, RunRecord, host_to_dict, new_run_id
-from .steps import preflight, setup, sync_for_run  # noqa: F401 (the pipeline's steps)
+from .steps import setup, sync_for_run
 
 Notify = Callable[[str], None]
 

@@ -58,6 +58,8 @@ def check_spares(cluster: Cluster, spares: Sequence[Host], job: JobOptions,
 def checked_in_background(cluster: Cluster, spares: Sequence[Host], job: JobOptions,
                           notify: Notify) -> Callable[[], Tuple[str, ...]]:
     """``check_spares`` beside the job's own preflight; call the result to wait for it."""
+    if not spares:   # no thread for nothing to check (every run without spares)
+        return lambda: ()
     box = {"bad": ()}
 
     def work() -> None:
