@@ -20,9 +20,10 @@ import os
 import shlex
 import stat
 import threading
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
-from .manifest import Manifest
+if TYPE_CHECKING:  # a host's check starts before the manifest's modules are loaded
+    from .manifest import Manifest
 
 STATE_DIR = "~/.cache/multihost/sync-state"
 VERSION = 3
