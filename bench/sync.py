@@ -183,27 +183,34 @@ FAIR = ("multihost", "multihost, editable", "rsync, reused ssh")
 
 def inside_fair(runs: int, addresses, script: str) -> dict:
     """The fair fight alone, as the lab's controller: the installed multihost, the
-    editable one and rsync through its ControlMaster, each on a workdir of its own that
-    a first (untimed) sync filled; per run, the order turning, each tool finds nothing
-    to do, then one file changed. Returns {measurement: {tool: [samples]}}."""
+    editable one and rsync through its ControlMaster, each from a copy of the tree of
+    its own (a multihost's hash cache and snapshot are per tree: one variant must not
+    hash for the other) to a workdir of its own that a first (untimed) sync filled. Per
+    run, the order turning: each tool finds nothing to do; then one file is changed in
+    every copy at once and each tool syncs it. Returns {measurement: {tool: [samples]}}."""
     times = {m: {tool: [] for tool in FAIR} for m in ("nochange", "onefile")}
     scratch = Path(tempfile.mkdtemp(prefix="mhbench-"))
     try:
-        code = scratch / "code"
-        make_tree(code, big=False)
+        trees = {tool: scratch / f"code{i}" for i, tool in enumerate(FAIR)}
+        for tree in trees.values():
+            make_tree(tree, big=False)
         ssh = reused_ssh(scratch, addresses)
-        commands = {"multihost": (multihost_sync(addresses, code, "/root/fair-mh", script), {}),
-                    "multihost, editable": (multihost_sync(addresses, code, "/root/fair-mhe"),
-                                            EDITABLE),
-                    "rsync, reused ssh": (rsync_all(addresses, code, "/root/fair-rs", ssh), {})}
+        commands = {
+            "multihost": (multihost_sync(addresses, trees["multihost"], "/root/fair-mh", script),
+                          {}),
+            "multihost, editable": (multihost_sync(addresses, trees["multihost, editable"],
+                                                   "/root/fair-mhe"), EDITABLE),
+            "rsync, reused ssh": (rsync_all(addresses, trees["rsync, reused ssh"],
+                                            "/root/fair-rs", ssh), {})}
         for argv, env in commands.values():   # the first sync, and the masters it leaves
             run_timed(argv, env)
         for run in range(runs):
             order = FAIR[run % 3:] + FAIR[:run % 3]
             for tool in order:
                 times["nochange"][tool].append(run_timed(*commands[tool]))
+            for tree in trees.values():
+                change(tree, f"run {run}")
             for tool in order:
-                change(code, f"run {run} {tool}")
                 times["onefile"][tool].append(run_timed(*commands[tool]))
             print(f"bench: run {run + 1}/{runs} done", file=sys.stderr, flush=True)
     finally:
