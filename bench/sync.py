@@ -23,6 +23,14 @@ Each figure: the median wall time, the controller's CPU seconds (the command and
 process it waited for: ssh clients, rsync) and its largest process's peak memory. All
 lab hosts share this machine's cores (2 here): read the ratios and the controller's CPU.
 
+multihost is timed as a user has it after `pip install multihost` (bench/_install.py:
+a wheel of this tree in a venv of its own, made once); `--fair` also times the working
+tree through the editable install (`pip install -e`), which pays about 30 ms more at
+start-up.
+
+    sudo python bench/sync.py --fair --runs 12   # the fair fight alone: 2,000 small
+                                                 # files, no 200 MB file, no first sync timed
+
 The controller's own link is shaped to 1 Gbit/s too (a tbf on the lab bridge, for
 traffic the controller sends): a controller has one network port, which every host's
 copy crosses when files go from the controller to each host directly.
@@ -43,6 +51,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _install import installed_multihost  # noqa: E402
 from _lab import bench_lab, measured, reexec_inside  # noqa: E402
 
 HOSTS = 4
@@ -69,16 +78,16 @@ def shape_uplink(lab) -> str:
     return "shaped by this benchmark"
 
 
-def make_tree(root: Path) -> None:
+def make_tree(root: Path, big: bool = True) -> None:
     rng = random.Random(4)
     for i in range(SMALL_FILES):
         path = root / f"pkg{i % 40}" / f"sub{i % 7}" / f"mod{i}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(rng.randbytes(rng.randint(1024, 16 * 1024)))
     with open(root / "weights.bin", "wb") as handle:
-        for _ in range(BIG_FILE // (1 << 20)):
+        for _ in range(BIG_FILE // (1 << 20) if big else 0):
             handle.write(os.urandom(1 << 20))
-        handle.write(os.urandom(BIG_FILE % (1 << 20)))
+        handle.write(os.urandom(BIG_FILE % (1 << 20) if big else 1000))
     old = time.time() - 3600   # a checkout that is not brand new
     for dirpath, _, names in os.walk(root):
         for name in names:
@@ -86,8 +95,11 @@ def make_tree(root: Path) -> None:
 
 
 # As on a user's machine, Python may cache bytecode (some CI images forbid it, which
-# would make every multihost command compile itself from source).
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+# would make every multihost command compile itself from source), and nothing on
+# PYTHONPATH stands in front of the installed package.
+ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
+# The working tree through the editable install, for comparison (--fair).
+EDITABLE = {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 
 
 def run_timed(argv, env=None) -> list:
@@ -113,15 +125,18 @@ def reused_ssh(scratch: Path, addresses) -> str:
     return ssh
 
 
-def multihost_sync(addresses, code: Path, workdir: str):
-    return [sys.executable, "-m", "multihost", "sync", "--ips", ",".join(addresses),
-            "--code", str(code), "--workdir", workdir, "--plain"]
+def multihost_sync(addresses, code: Path, workdir: str, script: str = ""):
+    """The `multihost` script of the regular install (``script``), else the working
+    tree through this Python (the editable install)."""
+    command = [script] if script else [sys.executable, "-m", "multihost"]
+    return command + ["sync", "--ips", ",".join(addresses), "--code", str(code),
+                      "--workdir", workdir, "--plain"]
 
 
 REFERENCE = ("multihost, no reuse", "rsync, reused ssh")
 
 
-def inside(runs: int, addresses) -> dict:
+def inside(runs: int, addresses, script: str) -> dict:
     """Runs as the lab's controller. Returns {measurement: {tool: [seconds]}}."""
     times = {m: {"multihost": [], "rsync": []} for m in GOALS}
     for name in ("nochange", "onefile"):
@@ -133,13 +148,13 @@ def inside(runs: int, addresses) -> dict:
         warm = scratch / "warm"
         warm.mkdir()
         (warm / "x").write_text("x")
-        run_timed(multihost_sync(addresses, warm, "/root/bench-warm"))  # the helper, once
+        run_timed(multihost_sync(addresses, warm, "/root/bench-warm", script))  # the helper
         ssh = reused_ssh(scratch, addresses)
         cache = Path.home() / ".cache" / "multihost" / "hashes"
         for run in range(runs):
             mine, theirs = f"/root/bench-mh{run}", f"/root/bench-rs{run}"
             order = ["multihost", "rsync"] if run % 2 == 0 else ["rsync", "multihost"]
-            commands = {"multihost": multihost_sync(addresses, code, mine),
+            commands = {"multihost": multihost_sync(addresses, code, mine, script),
                         "rsync": rsync_all(addresses, code, theirs)}
             shutil.rmtree(cache, ignore_errors=True)   # a first sync hashes from scratch
             for measurement in ("first", "nochange", "onefile"):
@@ -149,7 +164,7 @@ def inside(runs: int, addresses) -> dict:
                     times[measurement][tool].append(run_timed(commands[tool]))
             # For reference, on the same trees (in sync again by now): one more change
             # each, then nothing.
-            reference = {"multihost, no reuse": (multihost_sync(addresses, code, mine),
+            reference = {"multihost, no reuse": (multihost_sync(addresses, code, mine, script),
                                                  {"MULTIHOST_CONTROL_PERSIST": "0"}),
                          "rsync, reused ssh": (rsync_all(addresses, code, theirs, ssh), {})}
             change(code, f"reference {run}")
@@ -161,6 +176,63 @@ def inside(runs: int, addresses) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return times
+
+
+FAIR = ("multihost", "multihost, editable", "rsync, reused ssh")
+
+
+def inside_fair(runs: int, addresses, script: str) -> dict:
+    """The fair fight alone, as the lab's controller: the installed multihost, the
+    editable one and rsync through its ControlMaster, each from a copy of the tree of
+    its own (a multihost's hash cache and snapshot are per tree: one variant must not
+    hash for the other) to a workdir of its own that a first (untimed) sync filled. Per
+    run, the order turning: each tool finds nothing to do; then one file is changed in
+    every copy at once and each tool syncs it. Returns {measurement: {tool: [samples]}}."""
+    times = {m: {tool: [] for tool in FAIR} for m in ("nochange", "onefile")}
+    scratch = Path(tempfile.mkdtemp(prefix="mhbench-"))
+    try:
+        trees = {tool: scratch / f"code{i}" for i, tool in enumerate(FAIR)}
+        for tree in trees.values():
+            make_tree(tree, big=False)
+        ssh = reused_ssh(scratch, addresses)
+        commands = {
+            "multihost": (multihost_sync(addresses, trees["multihost"], "/root/fair-mh", script),
+                          {}),
+            "multihost, editable": (multihost_sync(addresses, trees["multihost, editable"],
+                                                   "/root/fair-mhe"), EDITABLE),
+            "rsync, reused ssh": (rsync_all(addresses, trees["rsync, reused ssh"],
+                                            "/root/fair-rs", ssh), {})}
+        for argv, env in commands.values():   # the first sync, and the masters it leaves
+            run_timed(argv, env)
+        for run in range(runs):
+            order = FAIR[run % 3:] + FAIR[:run % 3]
+            for tool in order:
+                times["nochange"][tool].append(run_timed(*commands[tool]))
+            for tree in trees.values():
+                change(tree, f"run {run}")
+            for tool in order:
+                times["onefile"][tool].append(run_timed(*commands[tool]))
+            print(f"bench: run {run + 1}/{runs} done", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return times
+
+
+def report_fair(times: dict) -> int:
+    header = f"{'':<11}{'wall':>10}{'cpu':>8}{'peak':>7}{'wall':>10}{'cpu':>8}{'peak':>7}{'ratio':>7}"
+    print(f"sync to {HOSTS} hosts, {SMALL_FILES} files of 1-16 KB; both reuse connections; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    missed = 0
+    for tool in ("multihost", "multihost, editable"):
+        what = "regular install (a wheel)" if tool == "multihost" else \
+            "the working tree, editable install"
+        print(f"{tool}: {what}\n{'':<11}{tool:>25}{'rsync, ControlMaster':>25}\n{header}")
+        for name in ("nochange", "onefile"):
+            met = line(name, times[name][tool], times[name]["rsync, reused ssh"], FAIR_GOAL)
+            missed += tool == "multihost" and not met
+    runs = len(times["nochange"]["multihost"])
+    print(f"(medians of {runs} runs, interleaved; all [wall, cpu, peak MiB]: {json.dumps(times)})")
+    return 1 if missed else 0
 
 
 def change(code: Path, text: str) -> None:
@@ -209,22 +281,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="runs of each measurement")
+    parser.add_argument("--fair", action="store_true",
+                        help="only the small cases against rsync through its ControlMaster")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--script", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
         from multihost.lab import host_address
 
-        times = inside(args.runs, [host_address(i) for i in range(1, HOSTS + 1)])
+        measure = inside_fair if args.fair else inside
+        times = measure(args.runs, [host_address(i) for i in range(1, HOSTS + 1)], args.script)
         Path(args.out).write_text(json.dumps(times))
         return 0
+    script = str(installed_multihost())
     with bench_lab(HOSTS, rate=RATE) as lab, tempfile.TemporaryDirectory() as tmp:
         uplink = shape_uplink(lab)
         out = os.path.join(tmp, "times.json")
-        code = reexec_inside(lab, os.path.abspath(__file__), ["--runs", str(args.runs), "--out", out])
+        code = reexec_inside(lab, os.path.abspath(__file__), [
+            "--runs", str(args.runs), "--out", out, "--script", script,
+            *(["--fair"] if args.fair else [])])
         if code != 0:
             return code
         times = json.loads(Path(out).read_text())
+    if args.fair:
+        return report_fair(times)
+    print("multihost: a regular install of this tree (a wheel, bench/_install.py)")
     return report(times, uplink)
 
 

@@ -23,7 +23,6 @@ import json
 import shlex
 import socket
 import weakref
-from pathlib import Path
 from typing import Any, Dict, Optional
 
 from .errors import CommandTimeout, ConnectError, RemoteError
@@ -47,6 +46,8 @@ _BOOT = "from mhremote.main import main\nmain()\n"
 
 
 def _sources() -> "list[tuple[str, bytes]]":
+    from pathlib import Path  # here: pathlib (with urllib and ipaddress) costs start-up
+
     source = Path(__file__).with_name("remote")
     return [("__main__.py", _BOOT.encode())] + [
         (f"mhremote/{path.name}", path.read_bytes()) for path in sorted(source.glob("*.py"))]

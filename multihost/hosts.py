@@ -6,13 +6,14 @@ item or the hostfile line, the cause and the fix.
 """
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 HOST_KEYS = ("user", "port", "identity_file", "workdir", "python", "gpus", "iface", "data",
              "slots", "launcher", "spare")
@@ -162,6 +163,8 @@ def check_user(user: str, where: str) -> None:
 
 
 def _require_ipv6(name: str, original: str, where: str) -> None:
+    import ipaddress  # here: every command starts by reading hosts, few have IPv6 ones
+
     try:
         ipaddress.IPv6Address(name.split("%", 1)[0])
     except ValueError:
@@ -337,6 +340,8 @@ def load_inventory(ips: Optional[str], hostfile: Optional[str],
     if ips is not None and hostfile is not None:
         raise ConfigError("both --ips and --hostfile were given", fix="use one of them")
     if hostfile is not None:
+        from pathlib import Path  # only for a hostfile: pathlib costs every start-up
+
         entries = parse_hostfile(Path(hostfile).expanduser())
     elif ips is not None:
         entries = parse_ips(ips)

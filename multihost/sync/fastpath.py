@@ -20,9 +20,10 @@ import os
 import shlex
 import stat
 import threading
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
-from .manifest import Manifest
+if TYPE_CHECKING:  # a host's check starts before the manifest's modules are loaded
+    from .manifest import Manifest
 
 STATE_DIR = "~/.cache/multihost/sync-state"
 VERSION = 3
@@ -70,10 +71,11 @@ def save_record(host_label: str, workdir: str, code_root: str, remote_root: str,
     """Record the host's state after a complete sync; only when every entry has a key.
     ``stat_digest``: the hash of the host's `stat` answer for exactly this state, when it
     was checked against ``keys`` (the next sync then compares one hash, parsing nothing)."""
-    if any(entry.path not in keys for entry in manifest.entries):
+    try:
+        entries = [wire + [keys[wire[0]]] for wire in manifest.wires()]
+    except KeyError:
         forget_record(host_label, workdir, code_root)
         return False
-    entries = [entry.wire() + [keys[entry.path]] for entry in manifest.entries]
     return _write(host_label, workdir, code_root, {
         "v": VERSION, "root": remote_root, "digest": manifest.digest, "stat": stat_digest,
         "names": b"\0".join(e.path.encode("utf-8", "surrogateescape") for e in manifest.entries),

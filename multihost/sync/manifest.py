@@ -27,6 +27,8 @@ from .snapshot import load_snapshot, save_snapshot
 # Above these, data has probably got into the code directory: say so (never refuse).
 WARN_FILES = 20_000
 WARN_BYTES = 500 * 1024 * 1024
+# Up to this many files edited since the last walk are hashed without the hash cache.
+FEW_MOVED = 64
 
 
 @dataclass(frozen=True)
@@ -62,18 +64,27 @@ class Manifest:
     def paths(self) -> Dict[str, Entry]:
         return {e.path: e for e in self.entries}
 
+    def wires(self) -> List[list]:
+        """Every entry as ``Entry.wire`` gives it, made once (the digest, the snapshot,
+        the host records and the plan's payload all want them). Not to be changed."""
+        cached = self.__dict__.get("_wires")
+        if cached is None:
+            cached = [e.wire() for e in self.entries]
+            object.__setattr__(self, "_wires", cached)
+        return cached
+
     @property
     def digest(self) -> str:
         """One hash of every entry (path, kind, size, mode, mtime, content hash)."""
         cached = self.__dict__.get("_digest")
         if cached is None:
-            cached = wires_digest([e.wire() for e in self.entries])
+            cached = wires_digest(self.wires())
             object.__setattr__(self, "_digest", cached)
         return cached
 
     def encode(self) -> bytes:
         """What a host's sync_plan reads on stdin: zlib-compressed JSON."""
-        body = json.dumps({"entries": [e.wire() for e in self.entries]}, separators=(",", ":"))
+        body = json.dumps({"entries": self.wires()}, separators=(",", ":"))
         return zlib.compress(body.encode("utf-8", "surrogateescape"), 1)
 
 
@@ -124,7 +135,7 @@ def build_manifest(code_dir: str, *, verify: bool = False,
         else:
             entries.append(Entry(rel, DIR, 0, mode, 0, ""))
     manifest = Manifest(root, tuple(entries), rules, hashed_files, hashed_bytes)
-    save_snapshot(root, [e.wire() for e in entries], manifest.digest, walk_started_ns, cache_dir)
+    save_snapshot(root, manifest.wires(), manifest.digest, walk_started_ns, cache_dir)
     return manifest
 
 
@@ -136,22 +147,28 @@ def _from_snapshot(root: str, rules: IgnoreRules, recorded: tuple, cache_dir: Op
     if not moved:
         manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules)
         object.__setattr__(manifest, "_digest", digest)
+        object.__setattr__(manifest, "_wires", wires)
         return manifest
     try:
         files = [(wires[i][0], os.lstat(os.path.join(root, wires[i][0]))) for i in moved]
     except OSError:
         return None
-    cache = HashCache(root, cache_dir).load()
+    # A moved file's key (ctime, inode) is new, so the hash cache cannot answer it: it is
+    # not read (every entry of the tree) for a few files, only merged into for many, so
+    # that a later walk finds them.
+    cache = HashCache(root, cache_dir) if len(moved) > FEW_MOVED else None
     digests, errors, (hashed_files, hashed_bytes) = hash_files(root, files, cache)
     if errors:
         return None
-    cache.save()
+    if cache is not None:
+        cache.save()
     wires = list(wires)
     for index, (rel, st) in zip(moved, files):
         wires[index] = [rel, FILE, st.st_size, st.st_mode & MODE_BITS, st.st_mtime_ns, digests[rel]]
     manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules, hashed_files,
                         hashed_bytes)
-    object.__setattr__(manifest, "_digest", wires_digest(wires))  # not from the entries again
+    object.__setattr__(manifest, "_wires", wires)  # not from the entries again
+    object.__setattr__(manifest, "_digest", wires_digest(wires))
     if not any(is_racy(st, started_ns) for _, st in files):  # else the old snapshot stays
         save_snapshot(root, wires, manifest.digest, started_ns, cache_dir, seen)
     return manifest

@@ -19,6 +19,7 @@ The engine only emits events (SyncPlanned, SyncProgress, SyncHostDone): views re
 """
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
@@ -26,25 +27,39 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from ..errors import MultihostError
-from ..events import Listener, SyncHostDone, SyncPlanned, SyncProgress, SyncScanned
 from ..fanout import Cluster, fan_out
-from .manifest import Manifest, build_manifest, code_revision, size_warnings
-from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result, needs_from_plan, sync_error)
+from ..transport.base import pipe_errors_raise
 from .fastpath import (forget_record, host_digest, host_unchanged, load_record,
                        matches_manifest, plan_from_record, remember_check, save_record,
                        unchanged_keys)
 from .probe import Probe
 from .quick import HostMoved, quick_files, quick_send, read_files
-from .transfer import RELAY_MIN_BYTES, pipe_errors_raise, stream_to
 
 if TYPE_CHECKING:
+    from ..events import Listener
+    from .manifest import Manifest
+    from .model import HostNeeds, HostSync, SyncReport
     from .session import HostSession
     from ..transport import Transport
 
-# What a sync that finds nothing (or little) to do never needs is imported where it is
-# used (sync_session, sync_deliver): a no-change sync is mostly Python's own start-up.
-__all__ = ["sync_code", "code_revision", "SyncReport", "HostSync", "HostNeeds", "SyncPlanned",
-           "SyncProgress", "SyncHostDone", "SyncScanned"]
+# A sync that finds nothing (or little) to do is mostly Python's own start-up, and its
+# hosts' checks wait for none of it: this module loads only what starts them (the
+# records, the probes), so they run while the manifest's, the model's and the events'
+# modules are imported (each where it is first used); what such a sync never needs
+# (sync_session, sync_deliver) is never imported.
+_ELSEWHERE = {"code_revision": ".manifest", "SyncReport": ".model", "HostSync": ".model",
+              "HostNeeds": ".model", "needs_from_plan": ".model", "SyncPlanned": "..events",
+              "SyncProgress": "..events", "SyncHostDone": "..events", "SyncScanned": "..events"}
+__all__ = ["sync_code", *_ELSEWHERE]
+
+
+def __getattr__(name: str) -> object:
+    """The names this module has always offered, from their modules on first use."""
+    where = _ELSEWHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(where, __package__), name)
+
 
 # Seconds for a `stat` through a reused connection (100k files: ~1 s), and for a check
 # with a small change (1 MB at most) written.
@@ -113,6 +128,8 @@ class _CodeSync:
         starting: List = []
         connecting = _in_background(lambda: starting.extend(
             fan_out(self.cluster.hosts, self.begin, self.cluster.workers)))
+        from .manifest import code_revision  # the hosts' checks have started: now load
+
         revision: List[Tuple[Optional[str], bool]] = []
         git = _in_background(lambda: revision.append(code_revision(self.code_dir)))
         manifest = self.scan(connecting, starting)
@@ -180,6 +197,9 @@ class _CodeSync:
         if manifest is None:  # the code could not be read: that error ends the sync
             probe.abort()
             return _Known(record)
+        from ..events import SyncPlanned
+        from .transfer import RELAY_MIN_BYTES
+
         files = data = None
         if not matches_manifest(record, manifest) and not self.dry_run:
             plan, needs = self.needs_for(host, record, manifest)
@@ -216,6 +236,9 @@ class _CodeSync:
         manifest = self.manifest
         if manifest is None or matches_manifest(record, manifest):
             return _Known(record)
+        from ..events import SyncPlanned
+        from .transfer import RELAY_MIN_BYTES
+
         plan, needs = self.needs_for(host, record, manifest)
         if self.dry_run or needs.bytes >= RELAY_MIN_BYTES:
             # Heavy: sent with the others (relays may serve).
@@ -228,6 +251,8 @@ class _CodeSync:
     def needs_for(self, host, record: dict, manifest: Manifest) -> Tuple[dict, HostNeeds]:
         """The plan and needs of a host as its record says: the same (but for rank and
         root) for every host last synced from the same manifest, so worked out once."""
+        from .model import needs_from_plan
+
         plan = self.plan_for(record, manifest)
         key = record.get("digest")
         with self.plans_lock:
@@ -250,6 +275,9 @@ class _CodeSync:
     def scan(self, connecting: threading.Thread, starting: List) -> Manifest:
         """The manifest of the code directory; if it cannot be built, the sessions
         started meanwhile are ended before the error goes on."""
+        from ..events import SyncScanned
+        from .manifest import build_manifest
+
         try:
             manifest = build_manifest(self.code_dir, verify=self.verify)
         except BaseException:
@@ -267,6 +295,8 @@ class _CodeSync:
 
     def sort_out(self, result) -> None:
         """One host's start: failed, a session waiting for the manifest, or known."""
+        from .model import HostSync, failed_result, merge_result
+
         host = result.host
         if not result.ok:
             self.results[host.rank] = failed_result(host.label, host.rank, result.error)
@@ -296,6 +326,10 @@ class _CodeSync:
                 self.keys[rank] = {**unchanged_keys(item.record, manifest, plan), **self.keys[rank]}
 
     def report(self, manifest: Manifest, revision: Tuple[Optional[str], bool]) -> SyncReport:
+        from ..events import SyncHostDone
+        from .manifest import size_warnings
+        from .model import SyncReport, sync_error
+
         commit, dirty = revision
         report = SyncReport(manifest.root, manifest.files, manifest.bytes,
                             tuple(self.results[h.rank] for h in self.cluster.hosts), commit, dirty,
@@ -325,6 +359,7 @@ def _send_small_change(transport, host, needs: HostNeeds, record: dict, manifest
 
 def _stream_small_change(transport, host, needs: HostNeeds, manifest: Manifest) -> dict:
     from .deliver import direct_fill
+    from .transfer import stream_to
 
     return stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
                      direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
@@ -339,6 +374,9 @@ def _compare_and_send(cluster: Cluster, manifest, sessions: Dict[int, HostSessio
                       emit: Listener) -> Dict[int, Dict[str, list]]:
     """Each session's plan, then what differs (with what ``known`` hosts need); fills
     ``results``, returns the hosts' stat keys of what is in sync."""
+    from ..events import SyncPlanned
+    from .model import HostSync, dry_result, failed_result, merge_result, needs_from_plan
+
     payload = manifest.encode() if sessions else b""
     needs: Dict[int, HostNeeds] = dict(known)
     for rank, host_needs in known.items():

@@ -20,7 +20,6 @@ from typing import List, Optional, Tuple
 from ..transport.base import BrokenStream
 from .fastpath import record_names
 from .quick import CHECKED, HostMoved, probe_reply, probe_script, probe_writes, restated
-from .transfer import close_process
 
 
 class Probe:
@@ -76,7 +75,7 @@ class Probe:
             code = self.process.wait(timeout)
         except Exception:
             code = None
-        close_process(self.process)
+        _close(self.process)
         out = self._out[0] if self._out else b""
         if not out.startswith(CHECKED):
             return False, None
@@ -105,7 +104,13 @@ class Probe:
             self.process.wait(5)
         except Exception:  # gone already, or a channel that only closes
             pass
-        close_process(self.process)
+        _close(self.process)
+
+
+def _close(process) -> None:
+    from .transfer import close_process  # here: the probe starts before transfer is loaded
+
+    close_process(process)
 
 
 def _background(work) -> threading.Thread:

@@ -29,14 +29,17 @@ import hashlib
 import os
 import shlex
 import stat
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..errors import SyncError
+from ..remote.sync_fs import FILE
 from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_entries, record_names,
                        verified_digest)
-from .manifest import FILE, Entry
-from .model import HostNeeds
 from ..transport import quote_path
+
+if TYPE_CHECKING:  # the probe starts before the manifest's modules are loaded
+    from .manifest import Entry
+    from .model import HostNeeds
 
 MAX_FILES = 16
 MAX_BYTES = 1 << 20

@@ -9,9 +9,7 @@ relay could not reach, or a file the relay could not deliver, is then sent direc
 """
 from __future__ import annotations
 
-import contextlib
 import shlex
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -24,7 +22,7 @@ from ..hosts import Host
 from ..remote.sync_fs import FILE, LINK
 from ..remote.sync_wire import Writer
 from .manifest import Entry
-from ..transport.base import BrokenStream
+from ..transport.base import BrokenStream, pipe_errors_raise  # noqa: F401 (its old home)
 from ..transport.openssh import known_hosts_name, ssh_base
 
 # A group of files goes through a relay when at least two hosts need it and it weighs
@@ -131,22 +129,6 @@ def write_entries(writer: Writer, root: str, entries: Sequence[Entry],
                 continue
         on_file()
     return unreadable
-
-
-@contextlib.contextmanager
-def pipe_errors_raise():
-    """While streams are written: a write to a reader that died must raise (and be
-    reported as that host's failure), not end multihost. The CLI gives SIGPIPE its default
-    action so that `multihost logs | head` exits quietly; during a sync that would kill
-    the controller silently the moment one `ssh` or host went away."""
-    if not hasattr(signal, "SIGPIPE") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGPIPE, previous)
 
 
 def stop_process(process) -> None:

@@ -11,7 +11,10 @@ translated here, at the edge), so nothing above the transport catches ``Exceptio
 """
 from __future__ import annotations
 
+import contextlib
 import shlex
+import signal
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import IO, Optional, Sequence, Tuple, Type, Union
@@ -165,3 +168,19 @@ class Transport(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def pipe_errors_raise():
+    """While streams are written: a write to a reader that died must raise (and be
+    reported as that host's failure), not end multihost. The CLI gives SIGPIPE its default
+    action so that `multihost logs | head` exits quietly; during a sync that would kill
+    the controller silently the moment one `ssh` or host went away."""
+    if not hasattr(signal, "SIGPIPE") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGPIPE, previous)

@@ -12,15 +12,22 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Dict, List, Optional
 
-from ..events import DataProgress, SyncHostDone, SyncPlanned, SyncProgress, SyncScanned
-from ..sync.model import HostSync, SyncReport
-from ..sync.manifest import human_bytes
 from .terminal import wants_plain
 
 if TYPE_CHECKING:  # the data side is imported only when data is checked
     from ..data import DataReport, DataSyncReport
+    from ..events import SyncProgress
+    from ..sync.model import HostSync, SyncReport
 
 PLAIN_EVERY = 2.0   # seconds between progress lines per host when not on a terminal
+
+
+def human_bytes(count: float) -> str:
+    """The sync's own way of writing sizes, from its module when first needed: the view
+    is made before a sync starts its hosts' checks, which wait for no more imports."""
+    from ..sync.manifest import human_bytes as written
+
+    return written(count)
 
 
 def _count(n: int, word: str) -> str:
@@ -153,6 +160,8 @@ class SyncView:
 
     # -- events, from the engine's threads ----------------------------------------------
     def __call__(self, event: object) -> None:
+        from ..events import SyncHostDone, SyncPlanned, SyncProgress, SyncScanned
+
         with self._lock:
             if isinstance(event, SyncScanned):
                 self._say(f"code: {_count(event.files, 'file')}, {human_bytes(event.bytes)}"
@@ -172,6 +181,8 @@ class SyncView:
                 self._data_progress(event)
 
     def _data_progress(self, event: object) -> None:
+        from ..events import DataProgress
+
         if isinstance(event, DataProgress):
             if self.plain:
                 if self._due(f"data {event.host}"):

@@ -15,11 +15,11 @@ from multihost.transport import LocalTransport
 
 def helper_streams(monkeypatch):
     """Count the helper streams a sync starts (the quick path starts none)."""
-    import multihost.sync.pipeline as engine
+    import multihost.sync.transfer as streams  # where the engine takes stream_to from, when used
 
     calls = []
-    real = engine.stream_to
-    monkeypatch.setattr(engine, "stream_to", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = streams.stream_to
+    monkeypatch.setattr(streams, "stream_to", lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
 
 
