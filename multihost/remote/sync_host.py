@@ -20,7 +20,7 @@ import time
 from .sync_apply import ApplyError, SafeRoot
 from .sync_fs import (FILE, LINK, HashCache, UnsafePath, check_relpath, grow_pipe, resolve_root,
                       stat_key)
-from .sync_plan import make_plan, write_tracked
+from .sync_plan import NO_MANIFEST, absent_plan, make_plan, workdir_absent, write_tracked
 from .sync_wire import MAGIC, Reader, StreamError, Writer
 from .proto import OpError, reply
 
@@ -191,15 +191,25 @@ def plan(request):
 
 
 def session(request):
-    """The whole sync of one host in one process: stdin carries the manifest (4-byte
-    length, then zlib JSON); the plan is replied as one line; then stdin carries the
-    sync stream, or ends (nothing to send, or a dry run)."""
+    """The whole sync of one host in one process: a first line says whether the workdir
+    exists; stdin carries the manifest (4-byte length, then zlib JSON), or for a workdir
+    that does not exist only the number of its entries (NO_MANIFEST, then 4 bytes: every
+    entry is added, nothing to compare); the plan is replied as one line; then stdin
+    carries the sync stream, or ends (nothing to send, or a dry run)."""
     _catch_signals()
     stdin = _stdin()
+    reply({"absent": workdir_absent(request)})
     try:
         head = stdin.read(4)
-        payload = stdin.read(struct.unpack(">I", head)[0]) if len(head) == 4 else b""
-        plan = make_plan(request, payload)
+        length = struct.unpack(">I", head)[0] if len(head) == 4 else 0
+        if length == NO_MANIFEST:
+            count = stdin.read(4)
+            if len(count) != 4:
+                raise OpError("the controller stopped before its plan",
+                              fix="run the sync again")
+            plan = absent_plan(request, struct.unpack(">I", count)[0])
+        else:
+            plan = make_plan(request, stdin.read(length) if length else b"")
     except OpError as err:
         reply({"ok": False, "error": err.error, "fix": err.fix})
         return 1

@@ -19,6 +19,7 @@ The engine only emits events (SyncPlanned, SyncProgress, SyncHostDone): views re
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -339,12 +340,12 @@ def _compare_and_send(cluster: Cluster, manifest, sessions: Dict[int, HostSessio
                       emit: Listener) -> Dict[int, Dict[str, list]]:
     """Each session's plan, then what differs (with what ``known`` hosts need); fills
     ``results``, returns the hosts' stat keys of what is in sync."""
-    payload = manifest.encode() if sessions else b""
+    payload = functools.lru_cache(maxsize=1)(manifest.encode)  # only for hosts that compare
     needs: Dict[int, HostNeeds] = dict(known)
     for rank, host_needs in known.items():
         emit(SyncPlanned(cluster.hosts[rank].label, host_needs))
     planned_hosts = [h for h in cluster.hosts if h.rank in sessions]
-    for planned in cluster.map(lambda host, t: sessions[host.rank].plan(payload), planned_hosts):
+    for planned in cluster.map(lambda host, t: sessions[host.rank].plan(len(manifest.entries), payload), planned_hosts):
         host = planned.host
         if not planned.ok:
             results[host.rank] = failed_result(host.label, host.rank, planned.error)
