@@ -69,7 +69,9 @@ class Receiver(object):
             if kind == "end":
                 return
             if kind == "begin":
-                self.tracked = header.get("tracked")
+                continue
+            if kind == "tracked":
+                self.tracked = reader.tracked(header)
                 continue
             try:
                 self._one(reader, kind, rel, header)
