@@ -1,7 +1,8 @@
 """The host side of `multihost sync` (registered in ops_sync.py): compare, receive,
 and push. Stdlib only, Python 3.6+.
 
-  sync.session   the sync of one host in one process: reads the controller's manifest,
+  sync.session   the sync of one host in one process: reads the controller's manifest
+                 (only its length for a workdir that is not there yet),
                  answers the plan (sync_plan: what differs, by content), then reads
                  and applies the stream of what differs. One process, one round trip.
   sync_plan      the plan alone (stdin: the manifest; for dry runs and tests).
