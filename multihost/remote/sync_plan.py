@@ -65,7 +65,7 @@ def make_plan(request, payload):
         if os.path.lexists(root):
             raise OpError("%s exists and is not a directory" % root,
                           fix="move it away or choose another --workdir")
-        return absent_plan(request, len(entries), result["gone"])
+        return absent_plan(request, len(entries))
     result["exists"] = True
     tree = SafeRoot(root, create=False)
     cache = HashCache(root).load()
@@ -118,15 +118,13 @@ def make_plan(request, payload):
     return result
 
 
-def absent_plan(request, count, gone=None):
+def absent_plan(request, count):
     """The plan of a workdir that is not there: add all ``count`` entries. It needs no
-    manifest, so a first sync is planned without one (the controller sends its length
-    only). ``gone``: what a sync once put here; by default all of it (the controller
-    keeps only what is no longer in its manifest)."""
+    manifest, so a first sync is planned without one (the controller sends their number
+    only). Nothing is gone: what a sync once put there went with the workdir."""
     root = resolve_root(request["root"], request.get("base"))
     result = {"root": root, "add": list(range(count)), "change": [], "retype": [], "meta": [],
-              "errors": [], "gone": sorted(read_tracked(root)) if gone is None else gone,
-              "hashed_files": 0, "hashed_bytes": 0, "exists": False}
+              "errors": [], "gone": [], "hashed_files": 0, "hashed_bytes": 0, "exists": False}
     if request.get("keys"):
         result["keys"] = {}
     return result
