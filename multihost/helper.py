@@ -1,7 +1,7 @@
 """Ship and call the remote helper (``multihost/remote``) on a host.
 
-The helper is named by a hash of its files and shipped as a zip made in memory; it is
-unpacked on each host into ``~/.cache/multihost/helper-<hash>/`` (unpacked, not run as a
+The helper is named by a hash of its files and shipped as a gzipped tar made in memory;
+it is unpacked on each host into ``~/.cache/multihost/helper-<hash>/`` (unpacked, not run as a
 zip, so that Python caches its bytecode: a zip is compiled again on every run, tens of
 milliseconds of CPU per call). A call runs it directly and only
 uploads it when the host answers that it is missing (exit 97): a warm host pays one
@@ -41,7 +41,7 @@ MARKER = b"=multihost-helper-output="
 FIRST_OUTPUT_WITHIN = 60.0
 MAX_NOISE = 1 << 20
 HELPER_DIR = "$HOME/.cache/multihost"
-_ZIP_DATE = (2020, 1, 1, 0, 0, 0)
+_ARCHIVE_TIME = 1577836800  # 2020-01-01: the same bytes from every checkout
 _BOOT = "from mhremote.main import main\nmain()\n"
 
 
@@ -56,8 +56,8 @@ def _sources() -> "list[tuple[str, bytes]]":
 @functools.lru_cache(maxsize=1)
 def helper_id() -> str:
     """The first 16 hex digits of a hash of the helper's files: it names the directory
-    on the hosts, so a changed helper is a new one. Hashed, not zipped: a call on a
-    warm host needs only this name, and zipping costs milliseconds."""
+    on the hosts, so a changed helper is a new one. Hashed, not archived: a call on a
+    warm host needs only this name, and archiving costs milliseconds."""
     digest = hashlib.sha256()
     for name, data in _sources():
         digest.update(b"%s\0%d\0" % (name.encode(), len(data)))
@@ -65,24 +65,34 @@ def helper_id() -> str:
     return digest.hexdigest()[:16]
 
 
-def helper_zip() -> bytes:
-    """The helper as zip bytes (fixed timestamps), for installing it on a host."""
-    import zipfile  # only when a host lacks the helper
-    
+def helper_archive() -> bytes:
+    """The helper as a gzipped tar (fixed times and owners), for installing it on a
+    host. Compressed as one stream, not file by file as a zip is: every host's first
+    contact uploads it (57 KB against a zip's 73 KB, 193 KB as it was stored)."""
+    import gzip  # only when a host lacks the helper
+    import tarfile
+
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
         for name, data in _sources():
-            archive.writestr(zipfile.ZipInfo(name, _ZIP_DATE), data)
-    return buffer.getvalue()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, _ARCHIVE_TIME
+            archive.addfile(info, io.BytesIO(data))
+    return gzip.compress(buffer.getvalue(), 9, mtime=_ARCHIVE_TIME)
 
 
-# Unpacks the zip from stdin next to where it will live, then renames it into place, so
-# a helper directory is always whole; a concurrent install that loses the race cleans up.
+# Unpacks the archive from stdin next to where it will live, then renames it into place,
+# so a helper directory is always whole; a concurrent install that loses the race cleans
+# up. Our own archive, but the "data" filter where Python has it (3.12 warns without).
 _UNPACK = """\
-import io, os, shutil, sys, zipfile
+import io, os, shutil, sys, tarfile
 final = sys.argv[1]
 temp = "%s.%d.tmp" % (final, os.getpid())
-zipfile.ZipFile(io.BytesIO(sys.stdin.buffer.read())).extractall(temp)
+with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read()), mode="r:gz") as archive:
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(temp, filter="data")
+    else:
+        archive.extractall(temp)
 try:
     os.rename(temp, final)
 except OSError:
@@ -170,7 +180,7 @@ class HelperOutput:
 
 
 def install(transport: Transport) -> None:
-    data = helper_zip()
+    data = helper_archive()
     python = shlex.quote(transport.host.python)
     line = (f'mkdir -p "{HELPER_DIR}" && exec {python} -S -c {shlex.quote(_UNPACK)} '
             f'"{helper_path()}"')

@@ -1,7 +1,8 @@
 """The host side of `multihost sync` (registered in ops_sync.py): compare, receive,
 and push. Stdlib only, Python 3.6+.
 
-  sync.session   the sync of one host in one process: reads the controller's manifest,
+  sync.session   the sync of one host in one process: reads the controller's manifest
+                 (only its length for a workdir that is not there yet),
                  answers the plan (sync_plan: what differs, by content), then reads
                  and applies the stream of what differs. One process, one round trip.
   sync_plan      the plan alone (stdin: the manifest; for dry runs and tests).
@@ -20,7 +21,7 @@ import time
 from .sync_apply import ApplyError, SafeRoot
 from .sync_fs import (FILE, LINK, HashCache, UnsafePath, check_relpath, grow_pipe, resolve_root,
                       stat_key)
-from .sync_plan import make_plan, write_tracked
+from .sync_plan import NO_MANIFEST, absent_plan, make_plan, workdir_absent, write_tracked
 from .sync_wire import MAGIC, Reader, StreamError, Writer
 from .proto import OpError, reply
 
@@ -69,7 +70,9 @@ class Receiver(object):
             if kind == "end":
                 return
             if kind == "begin":
-                self.tracked = header.get("tracked")
+                continue
+            if kind == "tracked":
+                self.tracked = reader.tracked(header)
                 continue
             try:
                 self._one(reader, kind, rel, header)
@@ -191,15 +194,25 @@ def plan(request):
 
 
 def session(request):
-    """The whole sync of one host in one process: stdin carries the manifest (4-byte
-    length, then zlib JSON); the plan is replied as one line; then stdin carries the
-    sync stream, or ends (nothing to send, or a dry run)."""
+    """The whole sync of one host in one process: a first line says whether the workdir
+    exists; stdin carries the manifest (4-byte length, then zlib JSON), or for a workdir
+    that does not exist only the number of its entries (NO_MANIFEST, then 4 bytes: every
+    entry is added, nothing to compare); the plan is replied as one line; then stdin
+    carries the sync stream, or ends (nothing to send, or a dry run)."""
     _catch_signals()
     stdin = _stdin()
+    reply({"absent": workdir_absent(request)})
     try:
         head = stdin.read(4)
-        payload = stdin.read(struct.unpack(">I", head)[0]) if len(head) == 4 else b""
-        plan = make_plan(request, payload)
+        length = struct.unpack(">I", head)[0] if len(head) == 4 else 0
+        if length == NO_MANIFEST:
+            count = stdin.read(4)
+            if len(count) != 4:
+                raise OpError("the controller stopped before its plan",
+                              fix="run the sync again")
+            plan = absent_plan(request, struct.unpack(">I", count)[0])
+        else:
+            plan = make_plan(request, stdin.read(length) if length else b"")
     except OpError as err:
         reply({"ok": False, "error": err.error, "fix": err.fix})
         return 1

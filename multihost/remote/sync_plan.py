@@ -16,6 +16,8 @@ from .sync_fs import (DIR, FILE, LINK, MODE_BITS, STATE_DIR, HashCache, UnsafePa
 from .proto import OpError
 
 _IFMT = {FILE: stat.S_IFREG, LINK: stat.S_IFLNK, DIR: stat.S_IFDIR}
+# In place of a manifest's length: the workdir is not there, the entries' count follows.
+NO_MANIFEST = 0xFFFFFFFF
 
 
 def _state_path(root):
@@ -63,11 +65,7 @@ def make_plan(request, payload):
         if os.path.lexists(root):
             raise OpError("%s exists and is not a directory" % root,
                           fix="move it away or choose another --workdir")
-        result["add"] = list(range(len(entries)))
-        result["exists"] = False
-        if request.get("keys"):
-            result["keys"] = {}
-        return result
+        return absent_plan(request, len(entries))
     result["exists"] = True
     tree = SafeRoot(root, create=False)
     cache = HashCache(root).load()
@@ -118,6 +116,26 @@ def make_plan(request, payload):
     finally:
         tree.close()
     return result
+
+
+def absent_plan(request, count):
+    """The plan of a workdir that is not there: add all ``count`` entries. It needs no
+    manifest, so a first sync is planned without one (the controller sends their number
+    only). Nothing is gone: what a sync once put there went with the workdir."""
+    root = resolve_root(request["root"], request.get("base"))
+    result = {"root": root, "add": list(range(count)), "change": [], "retype": [], "meta": [],
+              "errors": [], "gone": [], "hashed_files": 0, "hashed_bytes": 0, "exists": False}
+    if request.get("keys"):
+        result["keys"] = {}
+    return result
+
+
+def workdir_absent(request):
+    """True when the request's workdir does not exist at all (a first sync)."""
+    try:
+        return not os.path.lexists(resolve_root(request["root"], request.get("base")))
+    except (KeyError, TypeError, ValueError, OSError):
+        return False  # the full plan reports what is wrong with the request
 
 
 def _readlink(root, rel):

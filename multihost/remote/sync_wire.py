@@ -5,6 +5,8 @@ The stream is the magic line, then records. A record is a 4-byte big-endian leng
 JSON header of that length, and for a file exactly ``s`` bytes of content:
 
   {"t": "begin", ...}                            options for the receiver
+  {"t": "tracked", "s": SIZE} + content          the paths a sync owns on the receiver
+                                                 from now on: zlib of "\0"-joined paths
   {"t": "d", "p": PATH, "m": MODE}               a directory
   {"t": "x", "p": PATH}                          delete (file, link, or empty directory)
   {"t": "f", "p": PATH, "s": SIZE, "m": MODE, "mt": MTIME_NS, "h": SHA256} + content
@@ -18,6 +20,7 @@ drops the file it was writing and keeps every file it had already renamed into p
 import json
 import os
 import struct
+import zlib
 
 MAGIC = b"MHSYNC1\n"
 MAX_HEADER = 1 << 20
@@ -79,6 +82,14 @@ class Writer(object):
             if progress is not None:
                 progress(len(pad))
 
+    def tracked(self, paths):
+        """The paths a sync owns on the receiver (only those are ever deleted there).
+        Compressed, as content: 100,000 paths would not fit in a header (MAX_HEADER), and
+        every host of a first sync gets the same list."""
+        body = zlib.compress("\0".join(paths).encode("utf-8", "surrogateescape"), 6)
+        self.record({"t": "tracked", "s": len(body)})
+        self._write(body)
+
     def end(self):
         self.record({"t": "end"})
 
@@ -129,6 +140,17 @@ class Reader(object):
             data = self._read(min(CHUNK, left))
             left -= len(data)
             yield data
+
+    def tracked(self, header):
+        """The paths of a "tracked" record (after its header)."""
+        size = header.get("s")
+        if not isinstance(size, int) or size < 0:
+            raise StreamError("a list of tracked paths without a size: the stream is corrupt")
+        try:
+            text = zlib.decompress(b"".join(self.content(size))).decode("utf-8", "surrogateescape")
+        except zlib.error:
+            raise StreamError("unreadable list of tracked paths: the stream is corrupt")
+        return text.split("\0") if text else []
 
     def skip(self, size):
         for _ in self.content(size):

@@ -24,20 +24,26 @@ from .transfer import (ProgressBoard, RelayGroup, file_header, group_for_relay, 
 
 def direct_fill(needs: HostNeeds, code_root: str, entries: Sequence[Entry],
                 on_bytes: Callable[[int], None], on_file: Callable[[], None],
-                first: bool = True) -> Callable[[Writer], None]:
+                first: bool = True, tracked: Optional[bool] = None,
+                dirs: Optional[bool] = None) -> Callable[[Writer], None]:
     """What one host's direct stream holds: the first (deletions, directories, files,
-    links, mode and time fixes) or a later one (only the given files)."""
+    links, mode and time fixes) or a later one (only the given files). ``tracked`` and
+    ``dirs``: whether it carries the list of paths the sync owns (default: a first stream
+    that changes it) and the directories (default: a first stream), when a relay does."""
+    if tracked is None:
+        tracked = first and changes_owned(needs)
+    if dirs is None:
+        dirs = first
+
     def fill(writer: Writer) -> None:
+        writer.record({"t": "begin"})
+        if tracked:
+            writer.tracked(needs.tracked)
         if first:
-            # Which paths are ours changes only with additions and deletions (a plan has
-            # already noted additions; the fast lane has not): else the host keeps its list.
-            changes_ours = bool(needs.added or needs.deletes or needs.dirs)
-            writer.record({"t": "begin", "tracked": list(needs.tracked)} if changes_ours
-                          else {"t": "begin"})
             for path in needs.deletes:
                 writer.record({"t": "x", "p": path})
-            for entry in needs.dirs:
-                writer.record({"t": "d", "p": entry.path, "m": entry.mode})
+        if dirs:
+            write_dirs(writer, needs.dirs)
         unreadable = write_entries(writer, code_root, entries, on_bytes, on_file)
         if first:
             for entry in needs.meta:
@@ -46,6 +52,19 @@ def direct_fill(needs: HostNeeds, code_root: str, entries: Sequence[Entry],
             raise SyncError(f"cannot read {unreadable[0][0]} here: {unreadable[0][1]}",
                             fix="fix the file's permissions, or ignore it, then sync again")
     return fill
+
+
+def write_dirs(writer: Writer, dirs: Sequence[Entry]) -> None:
+    """Directories come before what goes into them; the receiver gives each its mode
+    once everything is written (``finish_dir``)."""
+    for entry in dirs:
+        writer.record({"t": "d", "p": entry.path, "m": entry.mode})
+
+
+def changes_owned(needs: HostNeeds) -> bool:
+    """Which paths are ours changes only with additions and deletions (a plan has already
+    noted additions; the fast lane has not): else the host keeps its list."""
+    return bool(needs.added or needs.deletes or needs.dirs)
 
 
 def deliver(cluster: Cluster, manifest: Manifest, needs: Dict[int, HostNeeds],
@@ -74,11 +93,27 @@ class _Delivery:
         relayable = [r for r in needs if not cluster.transport(self.hosts[r]).is_local]
         self.relays, _ = group_for_relay({r: n.relayable for r, n in needs.items()}, relayable)
         self.relayed = {(r, e.path) for g in self.relays for r in g.ranks for e in g.entries}
+        # The list of paths the sync owns is the manifest's, the same for every host: a
+        # relay whose hosts all take a new one and delete nothing (so keep nothing back:
+        # a first sync) carries it once for all of them, and their own streams do not.
+        self.listing = [g for g in self.relays
+                        if all(changes_owned(needs[r]) and not needs[r].deletes for r in g.ranks)]
+        self.listed = {r for g in self.listing for r in g.ranks}
+        # Such a relay that is all of its hosts' first streams (no links, mode fixes or
+        # files of their own; the same directories) carries their directories too: the
+        # relay's receiver alone then writes into them, and gives them their modes last.
+        self.whole = [g for g in self.listing if self.relay_is_all(g)]
+        self.dirs_relayed = {r for g in self.whole for r in g.ranks}
         self.outcomes: Dict[int, List[dict]] = {rank: [] for rank in needs}
         self.errors: Dict[int, MultihostError] = {}
         self.lock = threading.Lock()
         self.in_flight: List[object] = []
         self.cancelled = threading.Event()
+
+    def relay_is_all(self, group: RelayGroup) -> bool:
+        dirs = self.needs[group.ranks[0]].dirs
+        return all(not self.direct_part(r) and not self.needs[r].meta and self.needs[r].dirs == dirs
+                   and sum(r in g.ranks for g in self.relays) == 1 for r in group.ranks)
 
     def run(self) -> Tuple[Dict[int, HostSync], Dict[int, Dict[str, list]]]:
         started = time.monotonic()
@@ -145,9 +180,15 @@ class _Delivery:
 
     def direct_stream(self, rank: int, entries: Sequence[Entry], first: bool) -> None:
         host_needs = self.needs[rank]
+        # A later stream repeats what a relay carried: that relay may not have got there.
+        if first:
+            tracked = changes_owned(host_needs) and rank not in self.listed
+            dirs = rank not in self.dirs_relayed
+        else:
+            tracked, dirs = rank in self.listed, rank in self.dirs_relayed
         fill = direct_fill(host_needs, self.manifest.root, entries,
                            lambda n: self.board.add([rank], count=n),
-                           lambda: self.board.add([rank], files=1), first)
+                           lambda: self.board.add([rank], files=1), first, tracked, dirs)
         if first and rank in self.sessions:  # into the session that made the plan
             nodes = self.sessions[rank].send(fill)
         else:
@@ -192,6 +233,11 @@ class _Delivery:
         return nodes
 
     def write_group(self, group: RelayGroup, writer: Writer) -> None:
+        if group in self.listing:
+            writer.record({"t": "begin"})
+            writer.tracked(self.needs[group.ranks[0]].tracked)
+        if group in self.whole:
+            write_dirs(writer, self.needs[group.ranks[0]].dirs)
         write_entries(writer, self.manifest.root, group.entries,
                       lambda n: self.board.add(group.ranks, count=n),
                       lambda: self.board.add(group.ranks, files=1))

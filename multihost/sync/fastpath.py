@@ -14,6 +14,7 @@ no record) falls back to the full comparison by content, which records anew.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import marshal
 import os
@@ -107,9 +108,12 @@ def matches_manifest(record: dict, manifest: Manifest) -> bool:
     return record.get("digest") == manifest.digest
 
 
-def stat_command(remote_root: str) -> str:
+def stat_command(remote_root: str, names_through: str = "") -> str:
+    """`stat` of the NUL-separated names on stdin (``names_through``: a command that
+    reads stdin and gives them, such as "gzip -dc")."""
+    feed = f"{names_through} | " if names_through else ""
     return (f"cd -- {shlex.quote(remote_root)} && "
-            f"xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} --")
+            f"{feed}xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} --")
 
 
 def parse_stat_output(out: bytes, names: Sequence[str]) -> Optional[Dict[str, list]]:
@@ -184,14 +188,22 @@ def remember_check(host_label: str, workdir: str, code_root: str, record: dict) 
 
 def host_digest(transport, root: str, manifest: Manifest, keys: Dict[str, list]) -> Optional[str]:
     """After a sync by the helper: the hash of the host's `stat` answer, if it shows the
-    keys the helper reported (one more round trip, so the next sync's check is one hash)."""
+    keys the helper reported (one more round trip, so the next sync's check is one hash).
+    The names go gzipped (a sixth of the bytes, and every host gets them); a host without
+    gzip answers nothing and is sent them plain."""
     names = [entry.path for entry in manifest.entries]
-    try:
-        done = transport.run(stat_command(root), timeout=60,
-                             input=b"\0".join(n.encode("utf-8", "surrogateescape") for n in names))
-    except Exception:  # no hash: the next check parses, nothing worse
-        return None
-    return verified_digest(done.stdout, names, keys) if done.ok else None
+    listed = b"\0".join(n.encode("utf-8", "surrogateescape") for n in names)
+    for command, data in ((stat_command(root, "gzip -dc"), gzip.compress(listed, 6, mtime=0)),
+                          (stat_command(root), listed)):
+        try:
+            done = transport.run(command, timeout=60, input=data)
+        except Exception:  # no hash: the next check parses, nothing worse
+            return None
+        if not done.ok:
+            return None
+        if done.stdout or not names:
+            return verified_digest(done.stdout, names, keys)
+    return None
 
 
 def _tracked(path: str, kind: str) -> str:

@@ -19,6 +19,7 @@ The engine only emits events (SyncPlanned, SyncProgress, SyncHostDone): views re
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import threading
@@ -377,12 +378,12 @@ def _compare_and_send(cluster: Cluster, manifest, sessions: Dict[int, HostSessio
     from ..events import SyncPlanned
     from .model import HostSync, dry_result, failed_result, merge_result, needs_from_plan
 
-    payload = manifest.encode() if sessions else b""
+    payload = functools.lru_cache(maxsize=1)(manifest.encode)  # only for hosts that compare
     needs: Dict[int, HostNeeds] = dict(known)
     for rank, host_needs in known.items():
         emit(SyncPlanned(cluster.hosts[rank].label, host_needs))
     planned_hosts = [h for h in cluster.hosts if h.rank in sessions]
-    for planned in cluster.map(lambda host, t: sessions[host.rank].plan(payload), planned_hosts):
+    for planned in cluster.map(lambda host, t: sessions[host.rank].plan(len(manifest.entries), payload), planned_hosts):
         host = planned.host
         if not planned.ok:
             results[host.rank] = failed_result(host.label, host.rank, planned.error)

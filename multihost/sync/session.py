@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 from .. import helper
 from ..errors import ConnectError, MultihostError, RemoteError
+from ..remote.sync_plan import NO_MANIFEST
 from ..remote.sync_wire import Writer
 from ..transport.base import BrokenStream
 from .transfer import SendBuffer, close_process
@@ -36,16 +37,26 @@ class HostSession:
         session.request = request
         return session
 
-    def plan(self, manifest: bytes) -> dict:
-        """Send the manifest; return the host's plan. Installs the helper if missing."""
+    def plan(self, count: int, manifest: Callable[[], bytes]) -> dict:
+        """Send the manifest (``manifest()``: its bytes, made once for all hosts), or only
+        ``count``, its number of entries, to a host that said its workdir is not there
+        (a first sync: everything is added, the manifest is not needed); return the
+        host's plan. Installs the helper if missing."""
         for attempt in (1, 2):
             process = self.process
-            try:
-                process.stdin.write(struct.pack(">I", len(manifest)) + manifest)
-                process.stdin.flush()
-            except BrokenStream:  # the helper exited before reading (missing): its status says why
-                pass
             line = process.stdout.readline()
+            absent = _said_absent(line)
+            if absent is not None:
+                head = struct.pack(">II", NO_MANIFEST, count) if absent else None
+                try:
+                    if head is None:
+                        body = manifest()
+                        head = struct.pack(">I", len(body)) + body
+                    process.stdin.write(head)
+                    process.stdin.flush()
+                except BrokenStream:  # it ended: its status says why
+                    pass
+                line = process.stdout.readline()
             if line:
                 try:
                     reply = json.loads(line)
@@ -118,3 +129,15 @@ class HostSession:
         if not self.closed:
             self.closed = True
             close_process(self.process)
+
+
+def _said_absent(line: bytes) -> Optional[bool]:
+    """The session's first line: whether the host's workdir is missing; None when the
+    line is something else (an error reply, or nothing: the helper is not there)."""
+    try:
+        hello = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(hello, dict) or "absent" not in hello:
+        return None
+    return hello["absent"] is True

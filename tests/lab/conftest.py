@@ -166,6 +166,13 @@ def lab() -> Iterator[LabHandle]:
 
 
 @pytest.fixture(scope="module")
+def lab6() -> Iterator[LabHandle]:
+    """Six hosts: more than the session lab, for what grows with the number of hosts."""
+    with running_lab(6) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
 def lab64() -> Iterator[LabHandle]:
     """A 64-host lab (the top of our users' range) for one test module, down after it."""
     with running_lab(64) as handle:

@@ -4,7 +4,7 @@ import io
 import json
 import socket
 import sys
-import zipfile
+import tarfile
 
 import pytest
 
@@ -20,13 +20,25 @@ def local(tmp_path, monkeypatch):
     return LocalTransport(Host(name="127.0.0.1", python=sys.executable))
 
 
-def test_zip_is_deterministic_and_holds_only_the_remote_package():
-    data, digest = helper.helper_zip(), helper.helper_id()
+def archive_names(data: bytes) -> list:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+        return archive.getnames()
+
+
+def test_archive_is_deterministic_and_holds_only_the_remote_package():
+    data, digest = helper.helper_archive(), helper.helper_id()
     helper.helper_id.cache_clear()
-    assert (helper.helper_zip(), helper.helper_id()) == (data, digest)
-    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert (helper.helper_archive(), helper.helper_id()) == (data, digest)
+    names = archive_names(data)
     assert "__main__.py" in names and "mhremote/proto.py" in names
     assert all(n == "__main__.py" or n.startswith("mhremote/") for n in names)
+
+
+def test_archive_is_compressed_as_one_stream():
+    """Every host's first contact uploads it: stored file by file (a zip whose entries
+    were not compressed) it cost 193 KB, compressed file by file 73 KB."""
+    sources = sum(len(data) for _, data in helper._sources())
+    assert len(helper.helper_archive()) < sources / 3
 
 
 def test_helper_name_changes_with_its_code(monkeypatch):

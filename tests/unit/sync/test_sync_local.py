@@ -1,9 +1,12 @@
 """The sync engine end to end on this machine: two "hosts" that are local transports
 (127.0.0.1 and localhost) with their own workdirs, so the real helper runs in real
 subprocesses (the ``env`` fixture, in conftest.py). The lab tests do the same over SSH."""
+import json
 import marshal
 import os
 import stat
+import sys
+import zlib
 
 import pytest
 
@@ -229,3 +232,28 @@ def test_a_bug_while_sending_is_not_disguised_as_a_lost_connection():
 
     with pytest.raises(KeyError):
         stream_to(_DeadOnArrival(Host(name="127.0.0.1")), {}, buggy)
+
+
+def test_a_host_whose_workdir_is_not_there_is_planned_without_the_manifest(tmp_path, monkeypatch):
+    """A first sync sends each host only the number of entries, not the manifest (every
+    path and hash); a workdir that exists still gets the manifest, and is compared."""
+    from multihost.sync.session import HostSession
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    transport = LocalTransport(Host(name="127.0.0.1", python=sys.executable))
+
+    def no_manifest() -> bytes:
+        raise AssertionError("the manifest was sent to a host whose workdir is not there")
+
+    session = HostSession.start(transport, {"root": str(tmp_path / "new"), "rank": 0, "keys": True})
+    plan = session.plan(3, no_manifest)
+    assert plan["add"] == [0, 1, 2] and plan["exists"] is False
+    session.abort()
+
+    (tmp_path / "old").mkdir()
+    sent = []
+    session = HostSession.start(transport, {"root": str(tmp_path / "old"), "rank": 0, "keys": True})
+    manifest = zlib.compress(json.dumps({"entries": [["a.txt", "f", 1, 0o644, 1, "0" * 64]]}).encode())
+    plan = session.plan(1, lambda: sent.append(1) or manifest)
+    assert sent == [1] and plan["add"] == [0] and plan["exists"] is True
+    session.abort()

@@ -125,3 +125,29 @@ def test_the_host_side_parses_as_python_3_6():
     for name in names:
         source = (Path(remote.__file__).parent / f"{name}.py").read_text()
         ast.parse(source, filename=name, feature_version=(3, 6))
+
+
+def test_a_list_of_100000_owned_paths_reaches_the_host(tmp_path, local):
+    """The paths a sync owns once went in the stream's first header, which a receiver
+    refuses above 1 MB: a first sync of some 25,000 files or more failed on every host."""
+    from multihost.remote.sync_plan import read_tracked
+    from multihost.sync.deliver import direct_fill
+    from multihost.sync.model import HostNeeds
+
+    owned = tuple(sorted(f"package_{i % 100}/module_with_a_long_name_{i}.py"
+                         for i in range(100_000)))
+    needs = HostNeeds(rank=0, root=str(tmp_path / "w"), send=(), relayable=(), dirs=(),
+                      meta=(), deletes=(), added=owned, changed=(), tracked=owned)
+    out = io.BytesIO()
+    writer = Writer(out)
+    direct_fill(needs, str(tmp_path), (), lambda n: None, lambda: None)(writer)
+    writer.end()
+    code, reply = receive(local, tmp_path / "w", out.getvalue())
+    assert code == 0 and reply["ok"], reply
+    assert read_tracked(str(tmp_path / "w")) == list(owned)
+
+
+def test_a_corrupt_list_of_owned_paths_is_refused(tmp_path, local):
+    raw = MAGIC + encode({"t": "tracked", "s": 5}) + b"12345" + encode({"t": "end"})
+    code, reply = receive(local, tmp_path / "w", raw)
+    assert code == 1 and "tracked paths" in reply["error"]
