@@ -239,7 +239,10 @@ def receive(request):
     except relay.RelayError as exc:
         reply({"ok": False, "error": str(exc), "fix": "the controller sends this host its files itself"})
         return 1
-    return _receive(root, rank, stream, [node.downstream], keys=keys)
+    try:
+        return _receive(root, rank, stream, [node.downstream], keys=keys)
+    finally:
+        node.close()
 
 
 def push(request):

@@ -64,7 +64,9 @@ def rendezvous_path(token):
 class Rendezvous(object):
     """Where this node's upstream connects. Several may connect (a host the chain went
     around may still have started its own hop here): the first that sends a byte is
-    the upstream; one that ends without sending any is dropped."""
+    the upstream; one that ends without sending any is dropped. It listens until the
+    node ends (``close``): a late hop connects and is dropped then, instead of waiting
+    for a node that seems never to have started."""
 
     def __init__(self, token):
         self.path = rendezvous_path(token)
@@ -116,7 +118,6 @@ class Rendezvous(object):
         finally:
             for conn in conns:
                 conn.close()
-            self.close()
 
 
 class _SocketStream(object):
@@ -282,7 +283,11 @@ class Node(object):
     def __init__(self, spec):
         token = spec.get("token")
         self.rendezvous = Rendezvous(token) if spec.get("listen") else None
-        self.downstream = Downstream(spec.get("next") or [], token)
+        try:
+            self.downstream = Downstream(spec.get("next") or [], token)
+        except (KeyError, TypeError, AttributeError):
+            self.close()
+            raise RelayError("bad relay request: run the sync again")
 
     def stream(self, stdin):
         if self.rendezvous is None:
@@ -292,7 +297,13 @@ class Node(object):
         except RelayError:
             self.downstream.end_input()  # the next node drops a hop that sent nothing
             self.downstream.finish()
+            self.close()
             raise
+
+    def close(self):
+        """The socket file removed: nothing of this node is left on the host."""
+        if self.rendezvous is not None:
+            self.rendezvous.close()
 
 
 def join(request):
