@@ -122,14 +122,20 @@ class Rendezvous(object):
 
 class _SocketStream(object):
     """The upstream socket as the Reader's stream: a silent or broken upstream is a
-    StreamError (this node's failure), never a hang or a traceback."""
+    StreamError (this node's failure), never a hang or a traceback. Before it waits for
+    more, what the node gathered for the next host is passed on (``before_wait``): a
+    chain of 64 hops must not hold back 256 KB at each, on a slow link that is seconds
+    before the last host gets a byte."""
 
     def __init__(self, conn):
         conn.settimeout(IDLE)
         self.conn = conn
+        self.before_wait = None
 
     def read(self, count):
         try:
+            if self.before_wait is not None and not select.select([self.conn], [], [], 0)[0]:
+                self.before_wait()
             return self.conn.recv(count)
         except socket.timeout:
             raise StreamError("the upstream host sent nothing for %d s" % IDLE)
@@ -293,7 +299,9 @@ class Node(object):
         if self.rendezvous is None:
             return stdin
         try:
-            return self.rendezvous.upstream(stdin)
+            stream = self.rendezvous.upstream(stdin)
+            stream.before_wait = self.downstream.flush
+            return stream
         except RelayError:
             self.downstream.end_input()  # the next node drops a hop that sent nothing
             self.downstream.finish()

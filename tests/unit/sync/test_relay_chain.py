@@ -120,3 +120,24 @@ def test_a_skipped_hop_is_named_and_the_chain_goes_on_to_the_next(home, tmp_path
     assert nodes == {"1": {"error": "host-to-host ssh to h1 failed: ssh: connect to host h1 "
                                     "port 22: Connection refused", "relay": True}}
     assert (tmp_path / "got").read_bytes() == b"data"
+
+
+def test_a_node_passes_on_what_it_gathered_before_it_waits_for_more():
+    """Small records are gathered into big writes to the next host, but never held
+    while the node waits: down a chain of 64 slow hops that would add up to seconds."""
+    import threading
+
+    ours, upstream = socket.socketpair()
+    stream = sync_relay._SocketStream(ours)
+    flushed = []
+    stream.before_wait = lambda: flushed.append(True)
+    upstream.sendall(b"0123456789")
+    assert stream.read(4) == b"0123" and stream.read(6) == b"456789"
+    assert flushed == []                       # more was there: no flush yet
+    later = threading.Timer(0.2, lambda: upstream.sendall(b"more"))
+    later.start()
+    assert stream.read(4) == b"more"
+    later.join()
+    assert flushed == [True]                   # nothing there: passed on before waiting
+    upstream.close()
+    ours.close()
