@@ -8,6 +8,7 @@ links and the controller's own port are shaped, against two anchors in the same 
 
     sudo python bench/sync_scale.py                        # 4,16,64 hosts, 1 Gbit/s
     sudo python bench/sync_scale.py --sizes 4,16 --runs 3 --rate 500mbit --big-mb 64
+    sudo python bench/sync_scale.py --sizes 64 --runs 1 --rate 40mbit --tools multihost,pipelined
 
 For each, the wall time, the controller's CPU seconds and peak memory (wait4() of the
 command: it and every process it waited for), and the bytes that left the controller:
@@ -18,7 +19,10 @@ size: 1.0 is one copy on the uplink, N is one per host.
 
 Every lab host runs on this machine's cores (2 here) and writes to its disk: wall times
 are the cores' as much as the links', so the ratios (each beside its anchor, in turn,
-in the same run) and the controller's CPU and bytes are the figures to read.
+in the same run) and the controller's CPU and bytes are the figures to read. A rate low
+enough that the links, not the cores, decide shows what a real network would: the "busy"
+column is the whole machine's CPU use during the command (100% = every core), which
+must stay well below 100% for the wall times to be the links'.
 Goals: multihost's uplink bytes about one copy at every N; wall time nearly flat in N
 and at most 1.2x the pipelined anchor.
 """
@@ -64,6 +68,14 @@ def make_tree(root: Path, big_mb: int, small: int) -> int:
     return total
 
 
+def cpu_jiffies() -> tuple:
+    """(busy, total) CPU time of the whole machine so far (/proc/stat)."""
+    with open("/proc/stat") as handle:
+        values = [int(v) for v in handle.readline().split()[1:9]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
 def uplink_bytes() -> int:
     """What the controller's stack has sent into the lab switch (netlink: exact, and
     independent of /sys)."""
@@ -101,6 +113,7 @@ def rsync_all(tree: Path, hosts: Sequence[str], dest: str) -> List[str]:
 
 
 def one_run(work: Path, tree: Path, n: int, order: Sequence[str]) -> Dict[str, tuple]:
+    """{tool: (Measure, bytes sent by the controller, the machine's CPU busy fraction)}"""
     hosts = addresses(n)
     commands = {
         "multihost": MH + ["sync", "--hostfile", str(hostfile(work, n, DEST["multihost"])),
@@ -115,31 +128,35 @@ def one_run(work: Path, tree: Path, n: int, order: Sequence[str]) -> Dict[str, t
         if tool == "multihost":   # a first sync: nothing known of the tree or the hosts
             shutil.rmtree(cache / "hashes", ignore_errors=True)
             shutil.rmtree(cache / "sync-state", ignore_errors=True)
-        before = uplink_bytes()
+        before, cpu_before = uplink_bytes(), cpu_jiffies()
         measure = measured(commands[tool])
-        out[tool] = (measure, uplink_bytes() - before)
+        cpu_after = cpu_jiffies()
+        busy = (cpu_after[0] - cpu_before[0]) / max(1, cpu_after[1] - cpu_before[1])
+        out[tool] = (measure, uplink_bytes() - before, busy)
         measured(parallel_ssh(hosts, f"test -s {DEST[tool]}/weights.bin"))  # it arrived
         measured(parallel_ssh(hosts, f"rm -rf {DEST[tool]}"))  # the disk is this machine's
     return out
 
 
 def inside(sizes: Sequence[int], runs: int, big_mb: int, small: int, rate: str,
-           warmup: bool) -> None:
+           warmup: bool, tools: Sequence[str]) -> None:
     # In the checkout: the hosts see the chain's script at the same path.
     work = Path(tempfile.mkdtemp(prefix=".scale-sync-", dir=REPO / "bench"))
     try:
         (work / "chain.sh").write_text(CHAIN.replace("HOP_SSH", HOP_SSH))
         tree = work / "tree"
         size = make_tree(tree, big_mb, small)
+        print(f"bench: load average at the start: {os.getloadavg()[0]:.1f}", file=sys.stderr,
+              flush=True)
         rows: Dict[int, List[Dict[str, tuple]]] = {}
         for n in sizes:
             if warmup:   # the helper on the hosts, the page cache
-                one_run(work, tree, n, TOOLS)
+                one_run(work, tree, n, tools)
             for run in range(runs):
-                order = TOOLS if run % 2 == 0 else tuple(reversed(TOOLS))
+                order = tuple(tools) if run % 2 == 0 else tuple(reversed(tools))
                 rows.setdefault(n, []).append(one_run(work, tree, n, order))
                 print(f"bench: {n} hosts, run {run + 1}/{runs} done", file=sys.stderr, flush=True)
-        report(rows, size, big_mb, small, rate)
+        report(rows, size, big_mb, small, rate, tools)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -149,24 +166,28 @@ def median_of(values) -> float:
 
 
 def report(rows: Dict[int, List[Dict[str, tuple]]], size: int, big_mb: int, small: int,
-           rate: str) -> None:
+           rate: str, tools: Sequence[str]) -> None:
     print(f"first sync of {size / 1e6:.0f} MB (1 file of {big_mb} MB + {small} files of 1-16 KB), "
           f"every link and the controller's port shaped to {rate}")
     print("medians; cpu and peak memory are the controller's; copies = bytes sent by the "
           "controller / tree size; ratio = multihost / pipelined over runs made back to back")
     print(f"{'hosts':>5} {'tool':<10}{'wall s':>8}{'cpu s':>8}{'peak MiB':>9}{'MB sent':>9}"
-          f"{'copies':>7}{'ratio':>7}")
+          f"{'copies':>7}{'busy':>6}{'ratio':>7}")
     for n, runs in rows.items():
-        for tool in TOOLS:
+        for tool in tools:
             measures: List[Measure] = [r[tool][0] for r in runs]
             sent = median_of(r[tool][1] for r in runs)
-            ratio = median_of(r[tool][0].wall / r["pipelined"][0].wall for r in runs)
+            busy = median_of(r[tool][2] for r in runs)
+            ratio = (median_of(r[tool][0].wall / r["pipelined"][0].wall for r in runs)
+                     if "pipelined" in tools else float("nan"))
             print(f"{n:>5} {tool:<10}{median_of(m.wall for m in measures):>8.2f}"
                   f"{median_of(m.cpu for m in measures):>8.2f}{max(m.peak_mib for m in measures):>9.0f}"
-                  f"{sent / 1e6:>9.1f}{sent / size:>7.2f}{ratio:>7.2f}")
+                  f"{sent / 1e6:>9.1f}{sent / size:>7.2f}{busy:>6.0%}{ratio:>7.2f}")
     print("All lab hosts and the controller share this machine's cores: read the ratios, "
           "the controller's CPU and the bytes, not the wall times alone.")
-    print("all: " + json.dumps({n: [{t: [round(m.wall, 3), round(m.cpu, 3), b] for t, (m, b) in r.items()}
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    print("all: " + json.dumps({n: [{t: [round(m.wall, 3), round(m.cpu, 3), b, round(c, 2)]
+                                     for t, (m, b, c) in r.items()}
                                     for r in runs] for n, runs in rows.items()}))
 
 
@@ -178,18 +199,23 @@ def main() -> int:
     parser.add_argument("--rate", default="1gbit", help="every link and the controller's port")
     parser.add_argument("--big-mb", type=int, default=64, help="the big file, MB")
     parser.add_argument("--small", type=int, default=2000, help="small files of 1-16 KB")
+    parser.add_argument("--tools", default=",".join(TOOLS),
+                        help="which of multihost,pipelined,rsync to run (rsync sends N copies: "
+                             "at 64 hosts over slow links it takes long)")
     parser.add_argument("--no-warmup", action="store_true",
                         help="no warm-up round (the first run then installs the helper)")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    tools = [t for t in TOOLS if t in args.tools.split(",")]
     if args.inside:
-        inside(sizes, args.runs, args.big_mb, args.small, args.rate, not args.no_warmup)
+        inside(sizes, args.runs, args.big_mb, args.small, args.rate, not args.no_warmup, tools)
         return 0
     with bench_lab(max(sizes), rate=args.rate) as lab:
         return reexec_inside(lab, os.path.abspath(__file__),
                              ["--sizes", args.sizes, "--runs", str(args.runs), "--rate", args.rate,
-                              "--big-mb", str(args.big_mb), "--small", str(args.small)]
+                              "--big-mb", str(args.big_mb), "--small", str(args.small),
+                              "--tools", ",".join(tools)]
                              + (["--no-warmup"] if args.no_warmup else []))
 
 

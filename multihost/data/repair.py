@@ -21,7 +21,7 @@ from ..errors import MultihostError, SyncError
 from ..fanout import Cluster
 from ..remote.sync_fs import FILE
 from ..events import Listener, SyncProgress
-from ..sync import call_streaming, hop_spec, pipe_errors_raise, relay_fanout
+from ..sync import call_streaming, hop_spec, pipe_errors_raise
 
 
 
@@ -158,7 +158,7 @@ def _push(cluster: Cluster, first, ref_state: PathState, plans, tally: _Tally, e
             for rank in ranks:
                 emit(SyncProgress(hosts[rank].label, rank, 0, total[0], int(sent), total[1]))
 
-        request = {"root": root, "hops": hops, "fanout": relay_fanout(len(hops))}
+        request = {"root": root, "hops": hops}
         try:
             result = call_streaming(source, "sync.push", request,
                                     json.dumps(files).encode("utf-8", "surrogateescape"), progress)

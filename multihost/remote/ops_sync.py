@@ -5,6 +5,7 @@ only when one of these runs, so that every other helper call stays quick to star
   sync_plan      the plan alone (stdin: the manifest)
   sync.receive   apply a sync stream; forward it to the next hosts of a relay
   sync.push      send files of this host to a relay of other hosts (--sync-data)
+  sync.join      a relay hop: copy stdin into this host's node of the chain
 """
 from .proto import op
 
@@ -31,3 +32,9 @@ def sync_receive(request):
 def sync_push(request):
     from .sync_host import push
     return push(request)
+
+
+@op("sync.join", stream=True)
+def sync_join(request):
+    from .sync_relay import join
+    return join(request)

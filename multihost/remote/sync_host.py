@@ -242,18 +242,31 @@ def receive(request):
         reply({"ok": False, "error": "bad sync.receive request", "fix": "run the sync again"})
         return 1
     keys = {} if request.get("keys") else None
-    return _receive(root, rank, _stdin(), relay.start_children(request), keys=keys)
+    spec = request.get("relay")
+    if not isinstance(spec, dict):  # a direct stream, or a hop of sync.push's chain
+        from .sync_push_chain import start_children
+        return _receive(root, rank, _stdin(), start_children(request), keys=keys)
+    try:
+        node = relay.Node(spec)
+        stream = node.stream(_stdin())
+    except relay.RelayError as exc:
+        reply({"ok": False, "error": str(exc), "fix": "the controller sends this host its files itself"})
+        return 1
+    try:
+        return _receive(root, rank, stream, [node.downstream], keys=keys)
+    finally:
+        node.close()
 
 
 def push(request):
     """Send files of this host's tree to the relay ``hops`` (head first).
     stdin: JSON [[rel, size, mode, mtime_ns, sha256] or [rel, "l", target], ...]. Progress lines
     {"progress": bytes} go to stdout while sending, then the reply."""
-    from . import sync_relay as relay
+    from .sync_push_chain import Child
 
     root = resolve_root(request["root"], request.get("base"))
     files = json.loads(sys.stdin.buffer.read().decode("utf-8", "surrogateescape"))
-    head = relay.Child(request["hops"], 0, int(request.get("fanout", 1)))
+    head = Child(request["hops"], 0)
     writer = Writer(_Feed(head))
     state = {"sent": 0, "last": time.time()}
 

@@ -1,81 +1,205 @@
-"""Host-to-host relays: a receiver forwards the stream it reads to the next hosts, so big
+"""Host-to-host relays: a receiver forwards the stream it reads to the next host, so big
 files leave the controller (or the first host) once, whatever the number of hosts.
 
-The hosts of a relay form a tree in heap order: node i forwards to nodes
-``fanout*i+1 .. fanout*i+fanout``. Fanout 1 is a chain (each link carries the data
-once: the fastest for a handful of hosts); fanout 2 keeps the depth at log2(n) for
-many. Each node starts its children with the host's own ``ssh`` (the hosts of a
-cluster can ssh each other), running this same helper there. A child that cannot be
-reached, or breaks off, is reported with its cause and its whole subtree as not
-reached; the controller then sends those hosts their files itself.
+A relay is a chain: every host sends one copy on its own link, so each link runs at full
+rate. Its hops are set up all at once, not one after the other: the controller starts a
+node on every host of the chain over its own open connection, and each node listens on
+a unix socket (its *rendezvous*, named by a token the controller made, in a private
+directory) while it starts ``ssh NEXT`` running ``sync.join``, which connects to the next
+node's rendezvous and copies its stdin into it. Setting up a chain of any length costs
+about one handshake. Each node answers the controller itself, over its own channel.
+
+Nothing is lost: a next host that cannot be reached (its sshd down, no key, no node
+there) is skipped, the chain goes on to the one after it, and the skipped host is
+reported with its cause; the controller sends it its files itself. A node nobody
+connected to gives up when the controller says the nodes before it are done (its stdin
+ends). Every wait is bounded.
 """
+import errno
 import json
+import os
+import re
+import select
 import shlex
+import socket
 import subprocess
+import sys
 import threading
+import time
 
 from .sync_fs import grow_pipe
+from .sync_wire import StreamError
 
-OP = "sync.receive"
 FLUSH_AT = 256 * 1024
+RELAY_DIR = os.path.join("~", ".cache", "multihost", "relay")
+JOIN_WAIT = 20.0         # sync.join: for the node to appear on its host
+HOP_READY = 40.0         # ssh's connect timeout (10 s) + JOIN_WAIT, with room to spare
+UPSTREAM_WAIT = 900.0    # a node for its upstream, when the controller never says
+IDLE = 300.0             # no byte from the upstream for this long: it is gone
+MAX_NOISE = 1 << 20      # what a host's shell may print before the join's answer
+READY = b'{"ready":true}'
+_TOKEN = re.compile(r"^[0-9a-f]{16,64}$")
 
 
-def children(index, fanout, count):
-    first = fanout * index + 1
-    return [j for j in range(first, first + fanout) if j < count]
+class RelayError(Exception):
+    pass
 
 
-def subtree(index, fanout, count):
-    """index and every node below it."""
-    nodes, todo = [], [index]
-    while todo:
-        node = todo.pop(0)
-        nodes.append(node)
-        todo.extend(children(node, fanout, count))
-    return nodes
+def rendezvous_path(token):
+    """The socket of the node with this token, in the user's own 0700 directory."""
+    if not isinstance(token, str) or not _TOKEN.match(token):
+        raise RelayError("bad relay token")
+    directory = os.path.expanduser(RELAY_DIR)
+    try:
+        os.makedirs(directory, 0o700, exist_ok=True)
+        st = os.lstat(directory)
+    except OSError as exc:
+        raise RelayError("cannot make %s: %s" % (directory, exc.strerror))
+    import stat
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise RelayError("%s is not a private directory of this user" % directory)
+    return os.path.join(directory, token + ".sock")
 
 
-def hop_request(hops, index, fanout, extra=None):
-    request = {"hops": hops, "index": index, "fanout": fanout}
-    if extra:
-        request.update(extra)
-    return request
+class Rendezvous(object):
+    """Where this node's upstream connects. Several may connect (a host the chain went
+    around may still have started its own hop here): the first that sends a byte is
+    the upstream; one that ends without sending any is dropped. It listens until the
+    node ends (``close``): a late hop connects and is dropped then, instead of waiting
+    for a node that seems never to have started."""
 
-
-class Child(object):
-    """The helper on the next host, started over ssh, fed with every byte we read."""
-
-    def __init__(self, hops, index, fanout, extra=None):
-        self.hops = hops
-        self.index = index
-        self.fanout = fanout
-        hop = hops[index]
-        self.rank = hop["rank"]
-        self.name = hop.get("name", str(hop["rank"]))
-        request = json.dumps(hop_request(hops, index, fanout, extra), separators=(",", ":"))
-        argv = list(hop["ssh"]) + [hop["line"] + " " + shlex.quote(request)]
-        self.failure = None
-        self.stderr = b""
+    def __init__(self, token):
+        self.path = rendezvous_path(token)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, bufsize=0)
+            self.sock.bind(self.path)
+            self.sock.listen(8)
         except OSError as exc:
-            self.proc = None
-            self.failure = "cannot start ssh to %s: %s" % (self.name, exc.strerror)
-            return
-        self.pending = bytearray()
-        grow_pipe(self.proc.stdin)  # we write a whole chunk and go on with our own
-        self._stderr_reader = threading.Thread(target=self._read_stderr)
-        self._stderr_reader.daemon = True
-        self._stderr_reader.start()
+            self.sock.close()
+            raise RelayError("cannot listen on %s: %s" % (self.path, exc.strerror or exc))
 
-    def _read_stderr(self):
-        self.stderr = self.proc.stderr.read()
+    def close(self):
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def upstream(self, control, wait=UPSTREAM_WAIT):
+        """The upstream's stream; ``control`` (the controller's stdin) ending means no
+        upstream will come. Raises RelayError when none came."""
+        conns = []
+        deadline = time.monotonic() + wait
+        closing = False
+        try:
+            while True:
+                left = 0 if closing else deadline - time.monotonic()
+                if left < 0:
+                    raise RelayError("no upstream host connected within %d s" % wait)
+                watch = [self.sock] + conns + ([] if closing else [control])
+                ready = select.select(watch, [], [], left)[0]
+                for conn in [c for c in conns if c in ready]:
+                    try:
+                        first = conn.recv(1, socket.MSG_PEEK)
+                    except OSError:
+                        first = b""
+                    if first:
+                        conns.remove(conn)
+                        return _SocketStream(conn)
+                    conns.remove(conn)
+                    conn.close()
+                if self.sock in ready:
+                    conns.append(self.sock.accept()[0])
+                    continue  # look at what it sends before anything else
+                if closing and not ready:
+                    raise RelayError("no upstream: the relay went around this host")
+                if control in ready and not os.read(control.fileno(), 65536):
+                    closing = True
+        finally:
+            for conn in conns:
+                conn.close()
+
+
+class _SocketStream(object):
+    """The upstream socket as the Reader's stream: a silent or broken upstream is a
+    StreamError (this node's failure), never a hang or a traceback. Before it waits for
+    more, what the node gathered for the next host is passed on (``before_wait``): a
+    chain of 64 hops must not hold back 256 KB at each, on a slow link that is seconds
+    before the last host gets a byte."""
+
+    def __init__(self, conn):
+        conn.settimeout(IDLE)
+        self.conn = conn
+        self.before_wait = None
+
+    def read(self, count):
+        try:
+            if self.before_wait is not None and not select.select([self.conn], [], [], 0)[0]:
+                self.before_wait()
+            return self.conn.recv(count)
+        except socket.timeout:
+            raise StreamError("the upstream host sent nothing for %d s" % IDLE)
+        except OSError as exc:
+            raise StreamError("the upstream host broke off (%s)" % (exc.strerror or exc))
+
+    def close(self):
+        self.conn.close()
+
+
+class Downstream(object):
+    """``ssh NEXT sync.join`` fed with every byte this node reads. The first of ``hops``
+    that answers is the next node; those before it are skipped, each with its cause."""
+
+    def __init__(self, hops, token):
+        self.skipped = {}
+        self.hop = None
+        self.proc = None
+        self.failure = None
+        self.pending = bytearray()
+        self.stderr = b""
+        for hop in hops:
+            cause = self._start(hop, token)
+            if cause is None:
+                self.hop = hop
+                break
+            self.skipped[str(hop["rank"])] = cause
+
+    def _start(self, hop, token):
+        name = hop.get("name", str(hop["rank"]))
+        argv = list(hop["ssh"]) + [hop["line"] + " " + shlex.quote(json.dumps({"token": token}))]
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, bufsize=0)
+        except OSError as exc:
+            return "cannot start ssh to %s: %s" % (name, exc.strerror)
+        errors = []
+        reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()))
+        reader.daemon = True
+        reader.start()
+        seen = _wait_ready(proc.stdout, HOP_READY)
+        if seen is True:
+            self.proc, self._errors, self._reader = proc, errors, reader
+            grow_pipe(proc.stdin)  # we write a whole chunk and go on with our own
+            return None
+        proc.kill()  # ours: never left behind
+        code = proc.wait()
+        reader.join(5)
+        last = _last_line(b"".join(errors))
+        answer = _last_json(seen or b"")
+        if isinstance(answer, dict) and answer.get("error"):
+            return "%s: %s" % (name, answer["error"])
+        if code == 97:
+            return "the multihost helper is not installed on %s" % name
+        if code == 255:
+            return "host-to-host ssh to %s failed: %s" % (name, last or "exit 255")
+        if code == -9:
+            return "host-to-host ssh to %s: no answer within %d s" % (name, HOP_READY)
+        return "relay to %s ended with exit %s%s" % (name, code, (": " + last) if last else "")
 
     def feed(self, data):
         """Forward bytes; small pieces (record headers, small files) are gathered into
         large writes, so the next host sees a few big ssh packets, not many tiny ones."""
-        if self.failure is not None:
+        if self.proc is None or self.failure is not None:
             return
         if not self.pending and len(data) >= FLUSH_AT:
             self._write(data)
@@ -93,10 +217,10 @@ class Child(object):
         try:
             self.proc.stdin.write(data)
         except (OSError, ValueError):
-            self.failure = "the relay to %s broke off" % self.name
+            self.failure = "the relay to %s broke off" % self.hop.get("name")
 
     def end_input(self):
-        """Everything is sent: let the child finish while we finish our own writes."""
+        """Everything is sent: let the next node finish while we finish our own writes."""
         if self.proc is not None and not self.proc.stdin.closed:
             self.flush()
             try:
@@ -105,46 +229,48 @@ class Child(object):
                 pass
 
     def finish(self):
-        """{rank: result or {"error": ...}} for this child and everything below it."""
-        out = b""
-        code = None
-        if self.proc is not None:
-            self.end_input()
-            out = self.proc.stdout.read()
-            code = self.proc.wait()
-            self._stderr_reader.join(5)
-        reply = _last_json(out)
-        if isinstance(reply, dict) and reply.get("ok") and isinstance(reply.get("result"), dict):
-            nodes = reply["result"].get("nodes")
-            if isinstance(nodes, dict):
-                return nodes
-        cause = self._cause(code, reply)
-        if self.failure and code not in (97, 255):
-            detail = self._stderr_line()
-            cause = self.failure + (": " + detail if detail else " (exit %s)" % code)
-        nodes = {}
-        for j in subtree(self.index, self.fanout, len(self.hops)):
-            hop = self.hops[j]
-            if j == self.index:
-                nodes[str(hop["rank"])] = {"error": cause, "relay": True}
+        """{rank: {"error": ...}} for the hosts this node could not pass the stream to."""
+        nodes = dict((rank, {"error": cause, "relay": True}) for rank, cause in self.skipped.items())
+        if self.proc is None:
+            return nodes
+        self.end_input()
+        out = self.proc.stdout.read()
+        code = self.proc.wait()
+        self._reader.join(5)
+        answer = _last_json(out)
+        if code != 0 or not (isinstance(answer, dict) and answer.get("ok")):
+            name = self.hop.get("name")
+            if isinstance(answer, dict) and answer.get("error"):
+                cause = "%s: %s" % (name, answer["error"])
             else:
-                nodes[str(hop["rank"])] = {"error": "not reached: the relay through %s failed"
-                                           % self.name, "relay": True}
+                last = _last_line(b"".join(self._errors))
+                cause = (self.failure or "the relay to %s broke off" % name) + (
+                    ": " + last if last else " (exit %s)" % code)
+            nodes[str(self.hop["rank"])] = {"error": cause, "relay": True}
         return nodes
 
-    def _stderr_line(self):
-        err = self.stderr.decode("utf-8", "replace").strip().splitlines()
-        return err[-1] if err else ""
 
-    def _cause(self, code, reply):
-        if isinstance(reply, dict) and reply.get("error"):
-            return "%s: %s" % (self.name, reply["error"])
-        last = self._stderr_line()
-        if code == 97:
-            return "the multihost helper is not installed on %s" % self.name
-        if code == 255:
-            return "host-to-host ssh to %s failed: %s" % (self.name, last or "exit 255")
-        return "relay to %s ended with exit %s%s" % (self.name, code, (": " + last) if last else "")
+def _wait_ready(stdout, wait):
+    """True once the join says it is connected; else what it printed (its error)."""
+    deadline = time.monotonic() + wait
+    seen = b""
+    fd = stdout.fileno()
+    while len(seen) < MAX_NOISE:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return seen
+        data = os.read(fd, 65536)
+        if not data:
+            return seen
+        seen += data
+        if b"\n" + READY + b"\n" in seen:
+            return True
+    return seen
+
+
+def _last_line(data):
+    lines = data.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 def _last_json(out):
@@ -156,12 +282,81 @@ def _last_json(out):
     return None
 
 
-def start_children(request):
-    """The children of this node, started (none for a direct, non-relayed stream)."""
-    hops = request.get("hops")
-    if not hops:
-        return []
-    fanout = int(request.get("fanout", 1))
-    index = int(request.get("index", 0))
-    extra = dict((k, v) for k, v in request.items() if k not in ("hops", "index", "fanout"))
-    return [Child(hops, j, fanout, extra) for j in children(index, fanout, len(hops))]
+class Node(object):
+    """This host's place in a chain (``request["relay"]``): the head reads the
+    controller's stream from stdin; any other node listens for its upstream."""
+
+    def __init__(self, spec):
+        token = spec.get("token")
+        self.rendezvous = Rendezvous(token) if spec.get("listen") else None
+        try:
+            self.downstream = Downstream(spec.get("next") or [], token)
+        except (KeyError, TypeError, AttributeError):
+            self.close()
+            raise RelayError("bad relay request: run the sync again")
+
+    def stream(self, stdin):
+        if self.rendezvous is None:
+            return stdin
+        try:
+            stream = self.rendezvous.upstream(stdin)
+            stream.before_wait = self.downstream.flush
+            return stream
+        except RelayError:
+            self.downstream.end_input()  # the next node drops a hop that sent nothing
+            self.downstream.finish()
+            self.close()
+            raise
+
+    def close(self):
+        """The socket file removed: nothing of this node is left on the host."""
+        if self.rendezvous is not None:
+            self.rendezvous.close()
+
+
+def join(request):
+    """sync.join: connect to this host's node of the chain and copy stdin into it."""
+    try:
+        path = rendezvous_path(request.get("token"))
+    except RelayError as exc:
+        return _answer(False, str(exc))
+    deadline = time.monotonic() + JOIN_WAIT
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            break
+        except OSError as exc:
+            sock.close()
+            if exc.errno not in (errno.ENOENT, errno.ECONNREFUSED):
+                return _answer(False, "cannot reach the relay node: %s" % exc.strerror)
+            if time.monotonic() > deadline:
+                return _answer(False, "no relay node started here within %d s" % JOIN_WAIT)
+            time.sleep(0.05)
+    _write_line(READY)
+    stdin = sys.stdin.buffer
+    grow_pipe(stdin)
+    try:
+        while True:
+            data = os.read(stdin.fileno(), FLUSH_AT)
+            if not data:
+                break
+            sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError as exc:
+        return _answer(False, "the relay node here went away (%s)" % (exc.strerror or exc))
+    finally:
+        sock.close()
+    return _answer(True, None)
+
+
+def _write_line(data):
+    sys.stdout.buffer.write(data + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _answer(ok, error):
+    payload = {"ok": True, "result": None} if ok else {
+        "ok": False, "error": error, "fix": "the controller sends this host its files itself"}
+    _write_line(json.dumps(payload, separators=(",", ":")).encode())
+    return 0 if ok else 1

@@ -11,7 +11,7 @@ _LAZY = {
     "sync_code": "pipeline", "SyncReport": "model", "HostSync": "model", "HostNeeds": "model",
     "build_manifest": "manifest", "code_revision": "manifest", "human_bytes": "manifest",
     "call_streaming": "transfer", "hop_spec": "transfer",
-    "pipe_errors_raise": "transfer", "relay_fanout": "transfer", "stream_to": "transfer",
+    "pipe_errors_raise": "transfer", "stream_to": "transfer",
     "MIRROR_MARKER": "ignore",
 }
 __all__ = sorted(_LAZY)

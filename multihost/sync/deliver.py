@@ -18,8 +18,9 @@ from .model import HostNeeds, HostSync, merge_result
 from ..remote.sync_wire import Writer
 from .bulk import openssh_argv, stream_openssh
 from .session import HostSession
+from .relay import Chain, head_failure
 from .transfer import (ProgressBoard, RelayGroup, file_header, group_for_relay, hop_spec,
-                            relay_fanout, stop_process, stream_to, write_entries)
+                       stop_process, stream_to, write_entries)
 
 
 def direct_fill(needs: HostNeeds, code_root: str, entries: Sequence[Entry],
@@ -210,27 +211,33 @@ class _Delivery:
                 self.outcomes[rank].append(node)
 
     def relay_nodes(self, group: RelayGroup, head) -> Optional[dict]:
-        """The relay's answer for each of its hosts: through OpenSSH's C crypto when it
-        can (sync_bulk), else paramiko; None when the delivery was stopped."""
-        hops = [hop_spec(self.hosts[r], self.cluster.transport(self.hosts[r]), self.needs[r].root)
-                for r in group.ranks]
-        request = {"hops": hops, "index": 0, "fanout": relay_fanout(len(hops)), "keys": True}
-        transport = self.cluster.transport(head)
+        """The relay's answer for each of its hosts (sync/relay.py: a chain whose nodes
+        are all started at once); None when the delivery was stopped."""
+        hosts = [self.hosts[r] for r in group.ranks]
+        transports = [self.cluster.transport(h) for h in hosts]
+        hops = [hop_spec(h, t, self.needs[h.rank].root, op="sync.join")
+                for h, t in zip(hosts, transports)]
+        chain = Chain(transports, [h.label for h in hosts], group.ranks, hops,
+                      {r: self.needs[r].root for r in group.ranks}, self.register)
+        nodes = chain.run(functools.partial(self.head_stream, group, head, transports[0]))
+        return None if self.cancelled.is_set() else nodes
+
+    def head_stream(self, group: RelayGroup, head, transport, request: dict) -> dict:
+        """The stream to the head: through OpenSSH's C crypto when it can (sync_bulk),
+        else paramiko."""
         fill = functools.partial(self.write_group, group)
-        nodes = None
         argv = openssh_argv(transport, self.cluster.options.config_file)
         if argv is not None:
             try:
-                nodes = stream_openssh(transport, argv, request, fill, register=self.register)
+                return stream_openssh(transport, argv, request, fill, register=self.register)
             except ConnectError:
-                nodes = None  # `ssh` would not: paramiko will
-        if nodes is None and not self.cancelled.is_set():
-            try:
-                nodes = stream_to(transport, request, fill, register=self.register)
-            except MultihostError as err:
-                nodes = {str(r): {"error": f"relay via {head.label} failed: {err.cause}"}
-                         for r in group.ranks}
-        return nodes
+                pass  # `ssh` would not: paramiko will
+        if self.cancelled.is_set():
+            return head_failure(group.ranks, head.label, "stopped")
+        try:
+            return stream_to(transport, request, fill, register=self.register)
+        except MultihostError as err:
+            return head_failure(group.ranks, head.label, err.cause)
 
     def write_group(self, group: RelayGroup, writer: Writer) -> None:
         if group in self.listing:

@@ -28,7 +28,6 @@ from ..transport.openssh import known_hosts_name, ssh_base
 # A group of files goes through a relay when at least two hosts need it and it weighs
 # this much: below, the relay's extra ssh hops cost more than they save.
 RELAY_MIN_BYTES = 16 * 1024 * 1024
-CHAIN_MAX_HOSTS = 8          # a chain up to here; a binary tree beyond (depth log2 n)
 # AES-GCM first: several times faster than OpenSSH's default chacha20 where the CPU has AES.
 HOP_CIPHERS = ("aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,"
                "aes128-ctr,aes256-ctr")
@@ -193,7 +192,7 @@ def stream_to(transport, request: dict, fill: Callable[[Writer], None], timeout:
                       fix="run `multihost check` on this host")
 
 
-def hop_spec(host: Host, transport, root: str) -> dict:
+def hop_spec(host: Host, transport, root: str, op: str = "sync.receive") -> dict:
     """How a host reaches ``host`` with its own ssh: the address, port and user the
     controller itself connected to (an alias of the controller's ssh config means
     nothing on the hosts)."""
@@ -210,7 +209,7 @@ def hop_spec(host: Host, transport, root: str) -> dict:
     if user:
         ssh += ["-l", user]
     ssh += ["--", name]
-    return {"rank": host.rank, "name": host.label, "ssh": ssh, "line": hop_line(host),
+    return {"rank": host.rank, "name": host.label, "ssh": ssh, "line": hop_line(host, op),
             "root": root}
 
 
@@ -219,19 +218,15 @@ class _HostOnly:
         self.host = host
 
 
-def hop_line(host: Host) -> str:
-    """The shell line that starts the receiver on ``host``, without its request: the
-    relay appends that (quoted) as the last word. Made by helper_command itself, so it
-    always runs the helper the way every other call does."""
-    line = helper.helper_command(_HostOnly(host), "sync.receive", {})
+def hop_line(host: Host, op: str = "sync.receive") -> str:
+    """The shell line that starts ``op`` on ``host`` (a receiver, or a relay's join),
+    without its request: the relay appends that (quoted) as the last word. Made by
+    helper_command itself, so it always runs the helper the way every other call does."""
+    line = helper.helper_command(_HostOnly(host), op, {})
     empty = " " + shlex.quote("{}")
     if not line.endswith(empty):
         raise AssertionError("helper_command no longer ends with its request")
     return line[: -len(empty)]
-
-
-def relay_fanout(count: int) -> int:
-    return 1 if count <= CHAIN_MAX_HOSTS else 2
 
 
 @dataclass(frozen=True)

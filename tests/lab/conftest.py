@@ -173,6 +173,13 @@ def lab6() -> Iterator[LabHandle]:
 
 
 @pytest.fixture(scope="module")
+def lab9() -> Iterator[LabHandle]:
+    """9 hosts for one test module: one more than a sync relay used to keep as a chain."""
+    with running_lab(9) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
 def lab64() -> Iterator[LabHandle]:
     """A 64-host lab (the top of our users' range) for one test module, down after it."""
     with running_lab(64) as handle:

@@ -1,16 +1,15 @@
 """Pure parts of the sync planner: what a host needs from its plan reply, how files are
-grouped for relays, relay trees, and how a host reaches another with its own ssh."""
+grouped for relays, and how a host reaches another with its own ssh."""
 import json
 import shlex
 
 from multihost import helper
 
 from multihost.hosts import Host
-from multihost.remote.sync_relay import children, subtree
 from multihost.sync.pipeline import needs_from_plan
 from multihost.sync.ignore import IgnoreRules
 from multihost.sync.manifest import Entry, Manifest
-from multihost.sync.transfer import group_for_relay, hop_spec, relay_fanout
+from multihost.sync.transfer import group_for_relay, hop_spec
 
 MB = 1 << 20
 
@@ -56,13 +55,6 @@ def test_light_groups_and_local_hosts_do_not_relay():
     assert relays == []
 
 
-def test_relay_trees_chain_few_hosts_and_branch_for_many():
-    assert relay_fanout(8) == 1 and relay_fanout(9) == 2
-    assert children(0, 1, 4) == [1] and children(3, 1, 4) == []
-    assert children(0, 2, 7) == [1, 2] and children(2, 2, 7) == [5, 6]
-    assert subtree(1, 2, 7) == [1, 3, 4]
-
-
 class Transport2:
     def __init__(self, host):
         self.host = host
@@ -82,7 +74,7 @@ def test_a_hop_uses_the_address_the_controller_reached_and_quotes_the_python():
     assert "BatchMode=yes" in hop["ssh"]
     assert hop["root"] == "/home/ubuntu/work" and hop["rank"] == 6
     # The relay appends the quoted request: the result is exactly the helper's own line.
-    request = {"hops": [hop], "index": 0, "fanout": 1}
+    request = {"hops": [hop], "index": 0}
     line = hop["line"] + " " + shlex.quote(json.dumps(request, separators=(",", ":")))
     assert line == helper.helper_command(Transport2(host), "sync.receive", request)
     assert "'/opt/my python/bin/python3'" in line

@@ -1,0 +1,143 @@
+"""The relay chain's pure parts and its rendezvous, on this machine: who a node takes
+as its upstream, when it gives up, how the answers of a chain's nodes are merged."""
+import os
+import socket
+
+import pytest
+
+from multihost.remote import sync_relay
+from multihost.remote.sync_relay import RelayError, Rendezvous
+from multihost.sync.relay import SKIP_AHEAD, chain_requests, merge_answers
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return tmp_path
+
+
+def connect(path):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    return sock
+
+
+def test_every_node_is_started_at_once_with_the_hosts_it_may_go_around():
+    hops = [{"rank": r} for r in range(10)]
+    requests = chain_requests(list(range(10)), hops, {r: f"/w{r}" for r in range(10)}, "ab" * 8)
+    assert "listen" not in requests[0]["relay"]          # the head reads the controller
+    assert all(r["relay"]["listen"] for r in requests[1:])
+    assert [h["rank"] for h in requests[0]["relay"]["next"]] == list(range(1, 1 + SKIP_AHEAD))
+    assert requests[9]["relay"]["next"] == [] and requests[3]["root"] == "/w3"
+
+
+def test_a_host_is_synced_only_by_its_own_answer_and_a_skipped_one_gets_the_cause():
+    ranks = [0, 1, 2, 3]
+    answers = [
+        {"0": {"files": 3}, "1": {"error": "host-to-host ssh to h1 failed: refused"},
+         "3": {"files": 99}},                               # a lie about another host
+        {"1": {"error": "no upstream: the relay went around this host"}},
+        {"2": {"files": 3}},
+        {"3": {"error": "the stream ended early"}},
+    ]
+    merged = merge_answers(ranks, answers)
+    assert merged["0"] == {"files": 3} and merged["2"] == {"files": 3}
+    assert merged["1"]["error"] == "host-to-host ssh to h1 failed: refused"
+    assert merged["3"]["error"] == "the stream ended early"
+    assert merge_answers([5], [{}])["5"]["error"] == "no answer from the relay"
+
+
+def test_the_upstream_is_the_connection_that_sends_and_a_silent_one_is_dropped(home):
+    node = Rendezvous("0123456789abcdef")
+    assert oct(os.stat(os.path.dirname(node.path)).st_mode & 0o777) == "0o700"
+    idle = connect(node.path)          # a host the chain went around: connects, sends nothing
+    idle.shutdown(socket.SHUT_WR)
+    real = connect(node.path)
+    real.sendall(b"stream bytes")
+    real.shutdown(socket.SHUT_WR)
+    control_r, control_w = os.pipe()
+    with os.fdopen(control_r, "rb", buffering=0) as control:
+        stream = node.upstream(control, wait=10)
+        assert stream.read(100) == b"stream bytes"
+    os.close(control_w)
+    late = connect(node.path)          # a hop that comes late is not left waiting
+    late.close()
+    node.close()
+    assert not os.path.exists(node.path)  # nothing left on the host
+
+
+def test_a_node_nobody_reaches_gives_up_when_the_controller_ends_its_stdin(home):
+    node = sync_relay.Node({"token": "0123456789abcdef", "listen": True, "next": []})
+    control_r, control_w = os.pipe()
+    os.close(control_w)
+    with os.fdopen(control_r, "rb", buffering=0) as control:
+        with pytest.raises(RelayError, match="went around this host"):
+            node.stream(control)
+    assert os.listdir(home / ".cache" / "multihost" / "relay") == []
+
+
+def test_a_node_waits_a_bounded_time_for_its_upstream(home):
+    node = Rendezvous("0123456789abcdef")
+    control_r, control_w = os.pipe()
+    with os.fdopen(control_r, "rb", buffering=0) as control:
+        with pytest.raises(RelayError, match="within 0 s"):
+            node.upstream(control, wait=0.2)
+    os.close(control_w)
+
+
+def test_a_rendezvous_refuses_a_bad_token_and_a_directory_others_can_enter(home):
+    with pytest.raises(RelayError, match="bad relay token"):
+        Rendezvous("../../etc/x")
+    relay_dir = home / ".cache" / "multihost" / "relay"
+    relay_dir.mkdir(parents=True)
+    relay_dir.chmod(0o755)
+    with pytest.raises(RelayError, match="not a private directory"):
+        Rendezvous("0123456789abcdef")
+
+
+def test_a_join_waits_a_bounded_time_for_its_node(home, monkeypatch, capsys):
+    monkeypatch.setattr(sync_relay, "JOIN_WAIT", 0.2)
+    assert sync_relay.join({"token": "0123456789abcdef"}) == 1
+    assert "no relay node started here within" in capsys.readouterr().out
+
+
+def test_a_skipped_hop_is_named_and_the_chain_goes_on_to_the_next(home, tmp_path):
+    """Downstream tries each next host in order: one whose ssh fails at once is skipped
+    with its cause, the next that answers ready is the next node."""
+    fail = tmp_path / "fail.sh"
+    fail.write_text("#!/bin/sh\necho 'ssh: connect to host h1 port 22: Connection refused' >&2\n"
+                    "exit 255\n")
+    ready = tmp_path / "ready.sh"
+    ready.write_text("#!/bin/sh\nprintf '\\n=multihost-helper-output=\\n{\"ready\":true}\\n'\n"
+                     "cat > \"$(dirname \"$0\")/got\"\necho '{\"ok\":true,\"result\":null}'\n")
+    fail.chmod(0o755)
+    ready.chmod(0o755)
+    hops = [{"rank": 1, "name": "h1", "ssh": [str(fail)], "line": "x"},
+            {"rank": 2, "name": "h2", "ssh": [str(ready)], "line": "x"}]
+    down = sync_relay.Downstream(hops, "0123456789abcdef")
+    down.feed(b"data")
+    nodes = down.finish()
+    assert nodes == {"1": {"error": "host-to-host ssh to h1 failed: ssh: connect to host h1 "
+                                    "port 22: Connection refused", "relay": True}}
+    assert (tmp_path / "got").read_bytes() == b"data"
+
+
+def test_a_node_passes_on_what_it_gathered_before_it_waits_for_more():
+    """Small records are gathered into big writes to the next host, but never held
+    while the node waits: down a chain of 64 slow hops that would add up to seconds."""
+    import threading
+
+    ours, upstream = socket.socketpair()
+    stream = sync_relay._SocketStream(ours)
+    flushed = []
+    stream.before_wait = lambda: flushed.append(True)
+    upstream.sendall(b"0123456789")
+    assert stream.read(4) == b"0123" and stream.read(6) == b"456789"
+    assert flushed == []                       # more was there: no flush yet
+    later = threading.Timer(0.2, lambda: upstream.sendall(b"more"))
+    later.start()
+    assert stream.read(4) == b"more"
+    later.join()
+    assert flushed == [True]                   # nothing there: passed on before waiting
+    upstream.close()
+    ours.close()
