@@ -108,7 +108,8 @@ def test_a_first_sync_is_recorded_and_owned_on_every_host(lab6, code):
 
 
 def receiver_of(lab, i, workdir):
-    """The pid of host i's relay receiver (its helper, started by the host before it)."""
+    """The pid of host i's relay node (the helper that writes its files and passes the
+    stream on; the controller started it, the host before it feeds it)."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -116,15 +117,14 @@ def receiver_of(lab, i, workdir):
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"sync.receive" not in argv or not argv[-2:-1]:
+        if b"sync.receive" not in argv:
             continue
         try:
             request = json.loads(argv[argv.index(b"sync.receive") + 1])
         except (ValueError, IndexError):
             continue
-        hops = request.get("hops") or []
-        index = request.get("index", 0)
-        if hops and hops[index]["name"] == lab.address(i) and hops[index]["root"] == workdir:
+        # node ranks follow the --ips order: host i is rank i - 1
+        if request.get("relay") and request.get("root") == workdir and request.get("rank") == i - 1:
             return int(pid)
     return None
 
