@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..errors import SyncError
 from ..remote.sync_fs import FILE
-from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_entries, record_names,
-                       verified_digest)
+from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_keys, record_kinds,
+                       record_names, recorded_keys, verified_digest)
 from ..transport import quote_path
 
 if TYPE_CHECKING:  # the probe starts before the manifest's modules are loaded
@@ -84,7 +84,7 @@ def quick_files(needs: HostNeeds, record: dict) -> Optional[Sequence[Entry]]:
     files = needs.send
     if not files or len(files) > MAX_FILES or sum(e.size for e in files) > MAX_BYTES:
         return None
-    recorded = {entry[0]: entry[1] for entry in record_entries(record)}
+    recorded = record_kinds(record)
     if len(needs.tracked) != len(recorded):
         return None  # not the same paths (one is ignored now, say)
     if any(e.kind != FILE or recorded.get(e.path) != FILE for e in files):
@@ -178,11 +178,11 @@ def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entr
     record's hash, so every path is as recorded but those at ``again``: only their
     answers after the write are read here (a Python parse of 2,000 paths costs more
     than the rest of the reply)."""
-    names, entries = record_names(record), record_entries(record)
+    names, keys_before = record_names(record), record_keys(record)
     parts = None if out is None else splice(out, len(names), again)
     keys = None
     if parts is not None and hashlib.sha256(parts[0]).hexdigest() == record["stat"] \
-            and len(entries) == len(names):
+            and len(keys_before) == len(names):
         keys = parse_stat_output(parts[1], [names[i] for i in again])
     if keys is None or any(keys.get(e.path, [None])[:2] != [stat.S_IFREG, e.size] for e in files):
         raise SyncError("the quick write did not complete", host=label,
@@ -190,7 +190,7 @@ def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entr
     written = {e.path for e in files}
     # A directory of a written file shows as recorded (only its times moved): then the
     # answer is the record's, with the new keys of the files.
-    same = all(keys[names[i]] == entries[i][6] for i in again if names[i] not in written)
+    same = all(keys[names[i]] == keys_before[i] for i in again if names[i] not in written)
     return {str(needs.rank): {"files": len(files), "bytes": sum(e.size for e in files),
                               "keys": {path: keys[path] for path in written},
                               "stat": hashlib.sha256(parts[2]).hexdigest() if same else None}}
@@ -237,7 +237,7 @@ def written_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[En
         raise SyncError("the quick write did not complete", host=label,
                         fix="none needed: the full sync path takes over")
     written = {e.path for e in files}
-    expected = {entry[0]: entry[6] for entry in record_entries(record) if entry[0] not in written}
+    expected = recorded_keys(record)
     expected.update((path, keys[path]) for path in written)
     return {str(needs.rank): {"files": len(files), "bytes": sum(e.size for e in files),
                               "keys": {path: keys[path] for path in written},
