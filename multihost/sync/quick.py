@@ -73,6 +73,14 @@ put() {
 """
 
 
+# Where the check's answer is kept until the writes are done: a file of this shell's own,
+# created exclusively (noclobber: never through a link, never one already there), without
+# a `mktemp` process; `true`, not `:`, so that a name taken fails the command instead of
+# ending the shell. Named in $o only once it is ours (the EXIT trap removes $o).
+_ANSWER_FILE = ('p="${TMPDIR:-/tmp}/mh-probe.$$"; set -C; { true > "$p"; } 2>/dev/null || exit 1; '
+                'set +C; o=$p')
+
+
 class HostMoved(SyncError):
     """The host is not as its record says (or did not say it is): nothing was written."""
 
@@ -128,7 +136,7 @@ def probe_script(root: str, names_size: int, digest: str) -> str:
     `stat` answer for the names has the hash ``digest``; that answer is kept, to be
     printed after the writes (every recorded path is `stat`ed once, not twice)."""
     return "\n".join([
-        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, "o=$(mktemp) || exit 1",
+        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, _ANSWER_FILE,
         f'dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER} '
         f'> "$o" || exit 1',
         f'[ "$(sha256sum < "$o")" = {shlex.quote(digest + "  -")} ] || exit 3',
