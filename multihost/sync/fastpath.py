@@ -322,33 +322,36 @@ def _tracked(path: str, kind: str) -> str:
 
 def plan_from_record(record: dict, manifest: Manifest) -> dict:
     """The plan a host would answer, worked out here: its tree is the recorded one (its
-    keys were just checked), so comparing manifests is comparing trees."""
-    old = {wire[0]: wire for wire in record_wires(record)}
+    keys were just checked), so comparing manifests is comparing trees. Also "kept":
+    the positions in the record of the entries it leaves as they are (see
+    ``unchanged_keys``), worked out here once for every host that shares the plan."""
+    old = {wire[0]: (position, wire) for position, wire in enumerate(record_wires(record))}
     plan: Dict[str, list] = {"add": [], "change": [], "retype": [], "meta": [], "errors": []}
+    kept = []
     for index, entry in enumerate(manifest.entries):
-        prev = old.get(entry.path)
+        position, prev = old.get(entry.path, (None, None))
         if prev is None:
             plan["add"].append(index)
         elif prev[1] != entry.kind:
             plan["retype"].append(index)
-        elif entry.kind == "d":
-            if prev[3] != entry.mode:
-                plan["meta"].append(index)
-        elif prev[5] != entry.value or prev[2] != entry.size:
+        elif entry.kind == "d" and prev[3] != entry.mode:
+            plan["meta"].append(index)
+        elif entry.kind != "d" and (prev[5] != entry.value or prev[2] != entry.size):
             plan["change"].append(index)
         elif entry.kind == "f" and (prev[3] != entry.mode or prev[4] != entry.mtime_ns):
             plan["meta"].append(index)
+        else:
+            kept.append(position)
     names = {_tracked(e.path, e.kind) for e in manifest.entries}
-    plan["gone"] = sorted(_tracked(p[0], p[1]) for p in old.values()
+    plan["gone"] = sorted(_tracked(p[0], p[1]) for _, p in old.values()
                           if _tracked(p[0], p[1]) not in names)
-    plan["root"] = record["root"]
+    plan["root"], plan["kept"] = record["root"], kept
     return plan
 
 
-def unchanged_keys(record: dict, manifest: Manifest, plan: dict) -> Dict[str, list]:
-    """The recorded keys of the entries a plan leaves as they are."""
-    touched = {manifest.entries[i].path for name in ("add", "change", "retype", "meta")
-               for i in plan.get(name, [])}
-    wanted = {e.path for e in manifest.entries}
-    return {path: key for path, key in zip(record_names(record), record_keys(record))
-            if path in wanted and path not in touched}
+def unchanged_keys(record: dict, plan: dict) -> Dict[str, list]:
+    """The recorded keys of the entries a plan (``plan_from_record``'s) leaves as they are."""
+    names, keys = record_names(record), record_keys(record)
+    if len(keys) != len(names):
+        return {}   # a damaged record: these entries go without keys (no record is made)
+    return {names[position]: keys[position] for position in plan["kept"]}
