@@ -4,9 +4,9 @@ recognised with one `stat` command, without starting Python there.
 After each complete sync of a host, the controller records, per (host, workdir, code
 directory), every manifest entry with the host's stat key of it (type, size, mtime,
 ctime, inode; see ``remote/sync_fs.stat_key``), the same key the host's own hash cache
-trusts, and the hash of the `stat` answer that showed them. The entries themselves are
-recorded once for every host synced from the same manifest (see ``save_record``). The next sync first asks
-the host for those keys with coreutils' `stat` (one round trip, no interpreter) while
+trusts, and the hash of the `stat` answer that showed them (the entries themselves once
+for every host synced from the same manifest: see ``save_record``). The next sync first
+asks the host for those keys with coreutils' `stat` (one round trip, no interpreter) while
 the code is hashed here, and compares the answer's hash (or, without one, every key):
 if nothing moved and the manifest equals the recorded one, the host is identical and
 nothing else runs.
