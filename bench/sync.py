@@ -1,5 +1,6 @@
 """Benchmark: `multihost sync` against `rsync -a` over ssh to every host in parallel (the
-anchor), in one run, on a lab of 4 hosts whose links are shaped to 1 Gbit/s.
+anchor), in one run, on a lab of 4 hosts (--hosts N: 1-64) whose links are shaped to
+1 Gbit/s.
 
     sudo python bench/sync.py              # its own lab, torn down at the end
     sudo python bench/sync.py --runs 5
@@ -30,6 +31,9 @@ start-up.
 
     sudo python bench/sync.py --fair --runs 12   # the fair fight alone: 2,000 small
                                                  # files, no 200 MB file, no first sync timed
+    sudo python bench/sync.py --fair --hosts 64  # the same at 64 hosts: rsync pays an rsync
+                                                 # and an ssh client per host, multihost
+                                                 # its start-up once
 
 The controller's own link is shaped to 1 Gbit/s too (a tbf on the lab bridge, for
 traffic the controller sends): a controller has one network port, which every host's
@@ -54,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _install import installed_multihost  # noqa: E402
 from _lab import bench_lab, measured, reexec_inside  # noqa: E402
 
-HOSTS = 4
+HOSTS = 4            # the default; --hosts N (1-64, what a lab holds)
 RATE = "1gbit"
 SMALL_FILES = 2000
 BIG_FILE = 200 * 1000 * 1000
@@ -218,9 +222,9 @@ def inside_fair(runs: int, addresses, script: str) -> dict:
     return times
 
 
-def report_fair(times: dict) -> int:
+def report_fair(times: dict, hosts: int) -> int:
     header = f"{'':<11}{'wall':>10}{'cpu':>8}{'peak':>7}{'wall':>10}{'cpu':>8}{'peak':>7}{'ratio':>7}"
-    print(f"sync to {HOSTS} hosts, {SMALL_FILES} files of 1-16 KB; both reuse connections; "
+    print(f"sync to {hosts} hosts, {SMALL_FILES} files of 1-16 KB; both reuse connections; "
           f"load average {os.getloadavg()[0]:.1f}")
     missed = 0
     for tool in ("multihost", "multihost, editable"):
@@ -253,8 +257,8 @@ def line(name: str, mine: list, theirs: list, goal: float = 0.0) -> bool:
     return met
 
 
-def report(times: dict, uplink: str) -> int:
-    print(f"sync to {HOSTS} hosts, links {RATE} (controller uplink {uplink}): "
+def report(times: dict, uplink: str, hosts: int) -> int:
+    print(f"sync to {hosts} hosts, links {RATE} (controller uplink {uplink}): "
           f"{SMALL_FILES} files of 1-16 KB + 1 file of {BIG_FILE // 10**6} MB")
     print("medians: wall, controller CPU (the command and what it waited for), peak memory; "
           "all lab hosts share this machine's cores, so the ratios and CPU are the figures")
@@ -281,6 +285,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="runs of each measurement")
+    parser.add_argument("--hosts", type=int, default=HOSTS, choices=range(1, 65),
+                        metavar="N", help=f"lab hosts, 1-64 (default {HOSTS})")
     parser.add_argument("--fair", action="store_true",
                         help="only the small cases against rsync through its ControlMaster")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
@@ -291,23 +297,24 @@ def main() -> int:
         from multihost.lab import host_address
 
         measure = inside_fair if args.fair else inside
-        times = measure(args.runs, [host_address(i) for i in range(1, HOSTS + 1)], args.script)
+        times = measure(args.runs, [host_address(i) for i in range(1, args.hosts + 1)], args.script)
         Path(args.out).write_text(json.dumps(times))
         return 0
     script = str(installed_multihost())
-    with bench_lab(HOSTS, rate=RATE) as lab, tempfile.TemporaryDirectory() as tmp:
+    with bench_lab(args.hosts, rate=RATE) as lab, tempfile.TemporaryDirectory() as tmp:
         uplink = shape_uplink(lab)
         out = os.path.join(tmp, "times.json")
         code = reexec_inside(lab, os.path.abspath(__file__), [
-            "--runs", str(args.runs), "--out", out, "--script", script,
+            "--runs", str(args.runs), "--hosts", str(args.hosts), "--out", out,
+            "--script", script,
             *(["--fair"] if args.fair else [])])
         if code != 0:
             return code
         times = json.loads(Path(out).read_text())
     if args.fair:
-        return report_fair(times)
+        return report_fair(times, args.hosts)
     print("multihost: a regular install of this tree (a wheel, bench/_install.py)")
-    return report(times, uplink)
+    return report(times, uplink, args.hosts)
 
 
 if __name__ == "__main__":

@@ -362,6 +362,8 @@ def select_hosts(hosts: Sequence[Host], include: Optional[str],
     node sets (``10.0.0.[1-4]``). Kept hosts keep their relative order and are numbered
     again from 0, so node rank is still position. Every name must match a host: a typo
     in --exclude would otherwise run on the very machine meant to be left out."""
+    if include is None and exclude is None:
+        return tuple(hosts)   # numbered already; the node sets' module is not loaded
     from dataclasses import replace
 
     from .nodeset import expand, fold

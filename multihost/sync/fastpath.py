@@ -4,8 +4,9 @@ recognised with one `stat` command, without starting Python there.
 After each complete sync of a host, the controller records, per (host, workdir, code
 directory), every manifest entry with the host's stat key of it (type, size, mtime,
 ctime, inode; see ``remote/sync_fs.stat_key``), the same key the host's own hash cache
-trusts, and the hash of the `stat` answer that showed them. The next sync first asks
-the host for those keys with coreutils' `stat` (one round trip, no interpreter) while
+trusts, and the hash of the `stat` answer that showed them (the entries themselves once
+for every host synced from the same manifest: see ``save_record``). The next sync first
+asks the host for those keys with coreutils' `stat` (one round trip, no interpreter) while
 the code is hashed here, and compares the answer's hash (or, without one, every key):
 if nothing moved and the manifest equals the recorded one, the host is identical and
 nothing else runs.
@@ -27,10 +28,18 @@ if TYPE_CHECKING:  # a host's check starts before the manifest's modules are loa
     from .manifest import Manifest
 
 STATE_DIR = "~/.cache/multihost/sync-state"
-VERSION = 3
+VERSION = 4
 # Per path, in the order the names went in: mode (hex), size, mtime, ctime, inode.
 STAT_FORMAT = r"%f\0%s\0%.9Y\0%.9Z\0%i\0"
 FIELDS = 5
+# Trees (see ``save_record``) kept per code directory: the newest, by last use.
+TREES_KEPT = 16
+
+# A record is two files. Hosts last synced from the same manifest share its entries and
+# names (the tree: written, read and unpacked once, not once per host); each host's own
+# file holds its root, its stat keys (in the names' order) and the hash of its answer.
+_trees: Dict[str, dict] = {}
+_trees_lock = threading.Lock()
 
 
 def record_path(host_label: str, workdir: str, code_root: str) -> str:
@@ -38,58 +47,172 @@ def record_path(host_label: str, workdir: str, code_root: str) -> str:
     return os.path.join(os.path.expanduser(STATE_DIR), key + ".state")
 
 
+def tree_path(code_root: str, digest: str) -> str:
+    """Named by the code directory (its trees are found and pruned together) and the
+    manifest's digest (which the tree's content is)."""
+    prefix = hashlib.sha256(code_root.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(os.path.expanduser(STATE_DIR), f"{prefix}-{digest[:32]}.tree")
+
+
 def load_record(host_label: str, workdir: str, code_root: str) -> Optional[dict]:
-    """The record of the host's last complete sync. Its entries stay packed (see
-    ``record_entries``): a host found unchanged never needs them."""
-    try:
-        with open(record_path(host_label, workdir, code_root), "rb") as handle:
-            record = marshal.loads(handle.read())  # whole: load() reads object by object
-    except (OSError, EOFError, ValueError, TypeError):
+    """The record of the host's last complete sync. Its keys and its tree's entries
+    stay packed (see ``record_wires``, ``record_keys``): a host found unchanged never
+    needs them."""
+    record = _read(record_path(host_label, workdir, code_root))
+    if record is None or record.get("v") != VERSION or not record.get("root") \
+            or not isinstance(record.get("digest"), str) \
+            or not isinstance(record.get("keys"), bytes):
         return None
-    if not isinstance(record, dict) or record.get("v") != VERSION or not record.get("root") \
-            or not isinstance(record.get("names"), bytes) \
-            or not isinstance(record.get("packed"), bytes):
+    tree = _tree(tree_path(code_root, record["digest"]), record["digest"])
+    if tree is None:
         return None
+    record["tree"], record["names"] = tree, tree["names"]
     return record
 
 
-def record_entries(record: dict) -> List[list]:
-    """[path, kind, size, mode, mtime, value, stat key] per entry, unpacked once."""
-    if "entries" not in record:
+def _read(path: str) -> Optional[dict]:
+    try:
+        with open(path, "rb") as handle:
+            value = marshal.loads(handle.read())  # whole: load() reads object by object
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _tree(path: str, digest: str) -> Optional[dict]:
+    """The tree at ``path``, read once per process however many hosts share it."""
+    with _trees_lock:
+        tree = _trees.get(path)
+        if tree is None:
+            tree = _read(path)
+            if tree is None or tree.get("v") != VERSION or tree.get("digest") != digest \
+                    or not isinstance(tree.get("names"), bytes) \
+                    or not isinstance(tree.get("packed"), bytes):
+                return None
+            tree["lock"] = threading.RLock()   # a view may be made of another
+            if len(_trees) >= 4:   # a process syncs one tree at a time; a few suffice
+                _trees.pop(next(iter(_trees)))
+            _trees[path] = tree
+    return tree
+
+
+def _unpacked(tree: dict, name: str, make):
+    """A view of the tree made once, by the first host that needs it."""
+    with tree["lock"]:
+        if name not in tree:
+            tree[name] = make(tree)
+        return tree[name]
+
+
+def record_wires(record: dict) -> List[list]:
+    """The recorded entries as ``Entry.wire`` gives them: [path, kind, size, mode, mtime,
+    value], unpacked once for every host that shares them. Not to be changed."""
+    def unpack(tree):
         try:
-            record["entries"] = marshal.loads(record["packed"])
+            wires = marshal.loads(tree["packed"])
         except (EOFError, ValueError, TypeError):
-            record["entries"] = []
-    return record["entries"]
+            return []
+        return wires if isinstance(wires, list) else []
+
+    return _unpacked(record["tree"], "wires", unpack)
 
 
 def record_names(record: dict) -> List[str]:
-    return record["names"].decode("utf-8", "surrogateescape").split("\0") if record["names"] else []
+    return _unpacked(record["tree"], "paths", lambda tree: tree["names"].decode(
+        "utf-8", "surrogateescape").split("\0") if tree["names"] else [])
+
+
+def record_kinds(record: dict) -> Dict[str, str]:
+    """{path: kind} of the recorded entries."""
+    return _unpacked(record["tree"], "kinds",
+                     lambda tree: {wire[0]: wire[1] for wire in record_wires(record)})
+
+
+def record_keys(record: dict) -> List[list]:
+    """The host's stat key of each recorded entry, in the names' order ([] when the
+    record is damaged: then no key matches and the host is compared by content)."""
+    if "unpacked" not in record:
+        try:
+            keys = marshal.loads(record["keys"])
+        except (EOFError, ValueError, TypeError):
+            keys = None
+        ok = isinstance(keys, list) and len(keys) == len(record_wires(record))
+        record["unpacked"] = keys if ok else []
+    return record["unpacked"]
+
+
+def recorded_keys(record: dict) -> Dict[str, list]:
+    """{path: stat key} of every recorded entry."""
+    return dict(zip(record_names(record), record_keys(record)))
+
+
+def record_entries(record: dict) -> List[list]:
+    """[path, kind, size, mode, mtime, value, stat key] per entry."""
+    return [wire + [key] for wire, key in zip(record_wires(record), record_keys(record))]
 
 
 def save_record(host_label: str, workdir: str, code_root: str, remote_root: str,
                 manifest: Manifest, keys: Dict[str, list], stat_digest: Optional[str] = None) -> bool:
     """Record the host's state after a complete sync; only when every entry has a key.
     ``stat_digest``: the hash of the host's `stat` answer for exactly this state, when it
-    was checked against ``keys`` (the next sync then compares one hash, parsing nothing)."""
+    was checked against ``keys`` (the next sync then compares one hash, parsing nothing).
+    The manifest's entries are written once for every host synced from it."""
     try:
-        entries = [wire + [keys[wire[0]]] for wire in manifest.wires()]
+        host_keys = [keys[wire[0]] for wire in manifest.wires()]
     except KeyError:
         forget_record(host_label, workdir, code_root)
         return False
-    return _write(host_label, workdir, code_root, {
+    if not _save_tree(code_root, manifest):
+        return False
+    return _write(record_path(host_label, workdir, code_root), {
         "v": VERSION, "root": remote_root, "digest": manifest.digest, "stat": stat_digest,
-        "names": b"\0".join(e.path.encode("utf-8", "surrogateescape") for e in manifest.entries),
-        "packed": marshal.dumps(entries)})
+        "keys": marshal.dumps(host_keys)})
 
 
-def _write(host_label: str, workdir: str, code_root: str, record: dict) -> bool:
-    path = record_path(host_label, workdir, code_root)
+def _save_tree(code_root: str, manifest: Manifest) -> bool:
+    """The manifest's tree, written if no host wrote it yet (else marked as used), and
+    the trees of this code directory beyond the newest ``TREES_KEPT`` removed (a record
+    whose tree is gone only costs its host a comparison by content)."""
+    path = tree_path(code_root, manifest.digest)
+    with _trees_lock:
+        try:
+            os.utime(path)
+            return True
+        except OSError:
+            pass
+        written = _write(path, {
+            "v": VERSION, "digest": manifest.digest,
+            "names": b"\0".join(e.path.encode("utf-8", "surrogateescape")
+                                for e in manifest.entries),
+            "packed": marshal.dumps(manifest.wires())})
+    if written:
+        _prune_trees(path)
+    return written
+
+
+def _prune_trees(kept: str) -> None:
+    directory, name = os.path.split(kept)
+    prefix = name.partition("-")[0] + "-"
+    try:
+        trees = [os.path.join(directory, n) for n in os.listdir(directory)
+                 if n.startswith(prefix) and n.endswith(".tree")]
+        trees.sort(key=lambda p: os.stat(p).st_mtime_ns, reverse=True)
+    except OSError:
+        return
+    for old in trees[TREES_KEPT:]:
+        if old != kept:
+            try:
+                os.remove(old)
+            except OSError:
+                pass
+
+
+def _write(path: str, record: dict) -> bool:
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(tmp, "wb") as handle:
-            marshal.dump({k: v for k, v in record.items() if k != "entries"}, handle)
+            marshal.dump(record, handle)
         os.replace(tmp, path)
     except OSError:
         return False  # a record that cannot be written costs time next time, nothing else
@@ -172,8 +295,7 @@ def host_unchanged(transport, record: dict, timeout: float = 60) -> bool:
         return False
     if record.get("stat") and hashlib.sha256(done.stdout).hexdigest() == record["stat"]:
         return True
-    keys = {entry[0]: entry[6] for entry in record_entries(record)}
-    digest = verified_digest(done.stdout, record_names(record), keys)
+    digest = verified_digest(done.stdout, record_names(record), recorded_keys(record))
     if digest is None:
         return False
     record["stat"], record["fresh"] = digest, True
@@ -183,7 +305,8 @@ def host_unchanged(transport, record: dict, timeout: float = 60) -> bool:
 def remember_check(host_label: str, workdir: str, code_root: str, record: dict) -> None:
     """Keep the hash a check just learned, so the next one parses nothing."""
     if record.pop("fresh", False):
-        _write(host_label, workdir, code_root, record)
+        _write(record_path(host_label, workdir, code_root),
+               {k: record[k] for k in ("v", "root", "digest", "stat", "keys")})
 
 
 def host_digest(transport, root: str, manifest: Manifest, keys: Dict[str, list]) -> Optional[str]:
@@ -212,33 +335,36 @@ def _tracked(path: str, kind: str) -> str:
 
 def plan_from_record(record: dict, manifest: Manifest) -> dict:
     """The plan a host would answer, worked out here: its tree is the recorded one (its
-    keys were just checked), so comparing manifests is comparing trees."""
-    old = {entry[0]: entry for entry in record_entries(record)}
+    keys were just checked), so comparing manifests is comparing trees. Also "kept":
+    the positions in the record of the entries it leaves as they are (see
+    ``unchanged_keys``), worked out here once for every host that shares the plan."""
+    old = {wire[0]: (position, wire) for position, wire in enumerate(record_wires(record))}
     plan: Dict[str, list] = {"add": [], "change": [], "retype": [], "meta": [], "errors": []}
+    kept = []
     for index, entry in enumerate(manifest.entries):
-        prev = old.get(entry.path)
+        position, prev = old.get(entry.path, (None, None))
         if prev is None:
             plan["add"].append(index)
         elif prev[1] != entry.kind:
             plan["retype"].append(index)
-        elif entry.kind == "d":
-            if prev[3] != entry.mode:
-                plan["meta"].append(index)
-        elif prev[5] != entry.value or prev[2] != entry.size:
+        elif entry.kind == "d" and prev[3] != entry.mode:
+            plan["meta"].append(index)
+        elif entry.kind != "d" and (prev[5] != entry.value or prev[2] != entry.size):
             plan["change"].append(index)
         elif entry.kind == "f" and (prev[3] != entry.mode or prev[4] != entry.mtime_ns):
             plan["meta"].append(index)
+        else:
+            kept.append(position)
     names = {_tracked(e.path, e.kind) for e in manifest.entries}
-    plan["gone"] = sorted(_tracked(p[0], p[1]) for p in old.values()
+    plan["gone"] = sorted(_tracked(p[0], p[1]) for _, p in old.values()
                           if _tracked(p[0], p[1]) not in names)
-    plan["root"] = record["root"]
+    plan["root"], plan["kept"] = record["root"], kept
     return plan
 
 
-def unchanged_keys(record: dict, manifest: Manifest, plan: dict) -> Dict[str, list]:
-    """The recorded keys of the entries a plan leaves as they are."""
-    touched = {manifest.entries[i].path for name in ("add", "change", "retype", "meta")
-               for i in plan.get(name, [])}
-    wanted = {e.path for e in manifest.entries}
-    return {entry[0]: entry[6] for entry in record_entries(record)
-            if entry[0] in wanted and entry[0] not in touched}
+def unchanged_keys(record: dict, plan: dict) -> Dict[str, list]:
+    """The recorded keys of the entries a plan (``plan_from_record``'s) leaves as they are."""
+    names, keys = record_names(record), record_keys(record)
+    if len(keys) != len(names):
+        return {}   # a damaged record: these entries go without keys (no record is made)
+    return {names[position]: keys[position] for position in plan["kept"]}

@@ -324,7 +324,7 @@ class _CodeSync:
                 self.keys.setdefault(rank, {})
             if rank in self.keys and item.needs is not None:
                 plan = item.plan or self.plan_for(item.record, manifest)
-                self.keys[rank] = {**unchanged_keys(item.record, manifest, plan), **self.keys[rank]}
+                self.keys[rank] = {**unchanged_keys(item.record, plan), **self.keys[rank]}
 
     def report(self, manifest: Manifest, revision: Tuple[Optional[str], bool]) -> SyncReport:
         from ..events import SyncHostDone

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..errors import SyncError
 from ..remote.sync_fs import FILE
-from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_entries, record_names,
-                       verified_digest)
+from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_keys, record_kinds,
+                       record_names, recorded_keys, verified_digest)
 from ..transport import quote_path
 
 if TYPE_CHECKING:  # the probe starts before the manifest's modules are loaded
@@ -73,6 +73,14 @@ put() {
 """
 
 
+# Where the check's answer is kept until the writes are done: a file of this shell's own,
+# created exclusively (noclobber: never through a link, never one already there), without
+# a `mktemp` process; `true`, not `:`, so that a name taken fails the command instead of
+# ending the shell. Named in $o only once it is ours (the EXIT trap removes $o).
+_ANSWER_FILE = ('p="${TMPDIR:-/tmp}/mh-probe.$$"; set -C; { true > "$p"; } 2>/dev/null || exit 1; '
+                'set +C; o=$p')
+
+
 class HostMoved(SyncError):
     """The host is not as its record says (or did not say it is): nothing was written."""
 
@@ -84,7 +92,7 @@ def quick_files(needs: HostNeeds, record: dict) -> Optional[Sequence[Entry]]:
     files = needs.send
     if not files or len(files) > MAX_FILES or sum(e.size for e in files) > MAX_BYTES:
         return None
-    recorded = {entry[0]: entry[1] for entry in record_entries(record)}
+    recorded = record_kinds(record)
     if len(needs.tracked) != len(recorded):
         return None  # not the same paths (one is ignored now, say)
     if any(e.kind != FILE or recorded.get(e.path) != FILE for e in files):
@@ -128,7 +136,7 @@ def probe_script(root: str, names_size: int, digest: str) -> str:
     `stat` answer for the names has the hash ``digest``; that answer is kept, to be
     printed after the writes (every recorded path is `stat`ed once, not twice)."""
     return "\n".join([
-        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, "o=$(mktemp) || exit 1",
+        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, _ANSWER_FILE,
         f'dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER} '
         f'> "$o" || exit 1',
         f'[ "$(sha256sum < "$o")" = {shlex.quote(digest + "  -")} ] || exit 3',
@@ -178,11 +186,11 @@ def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entr
     record's hash, so every path is as recorded but those at ``again``: only their
     answers after the write are read here (a Python parse of 2,000 paths costs more
     than the rest of the reply)."""
-    names, entries = record_names(record), record_entries(record)
+    names, keys_before = record_names(record), record_keys(record)
     parts = None if out is None else splice(out, len(names), again)
     keys = None
     if parts is not None and hashlib.sha256(parts[0]).hexdigest() == record["stat"] \
-            and len(entries) == len(names):
+            and len(keys_before) == len(names):
         keys = parse_stat_output(parts[1], [names[i] for i in again])
     if keys is None or any(keys.get(e.path, [None])[:2] != [stat.S_IFREG, e.size] for e in files):
         raise SyncError("the quick write did not complete", host=label,
@@ -190,7 +198,7 @@ def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entr
     written = {e.path for e in files}
     # A directory of a written file shows as recorded (only its times moved): then the
     # answer is the record's, with the new keys of the files.
-    same = all(keys[names[i]] == entries[i][6] for i in again if names[i] not in written)
+    same = all(keys[names[i]] == keys_before[i] for i in again if names[i] not in written)
     return {str(needs.rank): {"files": len(files), "bytes": sum(e.size for e in files),
                               "keys": {path: keys[path] for path in written},
                               "stat": hashlib.sha256(parts[2]).hexdigest() if same else None}}
@@ -237,7 +245,7 @@ def written_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[En
         raise SyncError("the quick write did not complete", host=label,
                         fix="none needed: the full sync path takes over")
     written = {e.path for e in files}
-    expected = {entry[0]: entry[6] for entry in record_entries(record) if entry[0] not in written}
+    expected = recorded_keys(record)
     expected.update((path, keys[path]) for path in written)
     return {str(needs.rank): {"files": len(files), "bytes": sum(e.size for e in files),
                               "keys": {path: keys[path] for path in written},

@@ -1,7 +1,9 @@
 """The no-change fast path's parser, on output recorded from coreutils 9.1 `stat`, and
 the record it keeps between syncs."""
 import hashlib
+import marshal
 import stat
+import types
 
 from multihost.sync.fastpath import (load_record, parse_stat_output, record_entries,
                                      save_record, stat_command, verified_digest)
@@ -52,3 +54,44 @@ def test_a_record_keeps_names_keys_and_hash(tmp_path, monkeypatch):
     assert (record["root"], record["names"], record["stat"]) == ("/root/w", b"a.py", "ab" * 32)
     assert record_entries(record) == [manifest.entries[0].wire() + [key]]
     assert load_record("h2", "~/w", "/code") is None   # another host: its own record
+
+
+def state_files(home, suffix):
+    folder = home / ".cache" / "multihost" / "sync-state"
+    return sorted(p for p in folder.iterdir() if p.name.endswith(suffix))
+
+
+def test_hosts_synced_from_one_manifest_share_one_record_of_its_entries(env, monkeypatch, tmp_path):
+    """The entries (paths, hashes) are written and unpacked once per sync, not once per
+    host: at 64 hosts that was 64 copies of a 2,000-entry record saved on every edit."""
+    from multihost.sync import fastpath
+
+    env.sync()
+    home = tmp_path / "home"
+    trees, hosts = state_files(home, ".tree"), state_files(home, ".state")
+    assert len(trees) == 1 and len(hosts) == 2
+    assert all(b"train.py" not in p.read_bytes() for p in hosts)   # only the host's keys
+    (env.code / "train.py").write_text("print('edited')\n")
+    packed, unpacked = marshal.loads(trees[0].read_bytes())["packed"], []
+    counting = types.SimpleNamespace(dumps=marshal.dumps, dump=marshal.dump, loads=lambda data: (
+        unpacked.append(data == packed) or marshal.loads(data)))
+    monkeypatch.setattr(fastpath, "marshal", counting)
+    assert [h.files for h in env.sync().hosts] == [1, 1]
+    assert unpacked.count(True) == 1                  # both hosts' plans, one unpacking
+    assert len(state_files(home, ".tree")) == 2       # the new manifest's, once
+    assert [h.files for h in env.sync(verify=True).hosts] == [0, 0]
+
+
+def test_old_trees_are_removed_and_a_record_without_its_tree_is_no_record(tmp_path, monkeypatch):
+    from multihost.sync.fastpath import TREES_KEPT
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "code").mkdir()
+    key = [stat.S_IFREG, 1, 2, 3, 4]
+    for version in range(TREES_KEPT + 3):
+        (tmp_path / "code" / "a.py").write_text("x" * (version + 1))
+        manifest = build_manifest(str(tmp_path / "code"), cache_dir=str(tmp_path / "cache"))
+        assert save_record(f"h{version}", "~/w", "/code", "/root/w", manifest, {"a.py": key})
+    assert len(state_files(tmp_path, ".tree")) == TREES_KEPT
+    assert load_record(f"h{TREES_KEPT + 2}", "~/w", "/code") is not None
+    assert load_record("h0", "~/w", "/code") is None   # its tree is gone: compared by content

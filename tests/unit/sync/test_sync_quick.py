@@ -200,3 +200,37 @@ def test_the_answer_after_a_write_is_the_one_a_full_stat_gives():
     assert sync_quick.splice(fields(a, b, c, b2), 3, [1, 2]) is None
     assert sync_quick.splice(fields(a, b, c, b2, c2, c2), 3, [1, 2]) is None
     assert sync_quick.splice(fields(a, b, c, b2, c2)[:-1], 3, [1, 2]) is None
+
+
+def test_a_check_keeps_its_answer_without_mktemp_and_never_through_a_link(env, monkeypatch,
+                                                                           tmp_path):
+    """The host's check starts one process fewer (no `mktemp`: its shell creates its own
+    file exclusively); a name already taken, a link among them, is never written
+    through: that host is compared by content instead, and still ends identical."""
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    shims, called = tmp_path / "bin", tmp_path / "called"
+    shims.mkdir()
+    (shims / "mktemp").write_text(f"#!/bin/sh\necho mktemp >> {called}\nexit 1\n")
+    (shims / "mktemp").chmod(0o755)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    streams = helper_streams(monkeypatch)
+    assert [h.files for h in sync().hosts] == [1, 1] and streams == []
+    assert not called.exists() and os.listdir(tmp) == []   # its file is gone too
+    # Every name a probe's shell could pick is taken: a link to a file outside.
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    real_start = LocalTransport.start
+    monkeypatch.setattr(LocalTransport, "start", lambda self, line, **k: real_start(
+        self, line.replace("mh-probe.$$", "mh-probe.taken"), **k))
+    os.symlink(victim, tmp / "mh-probe.taken")
+    (code / "pkg" / "model.py").write_text("LAYERS = 96\n")
+    report = sync()
+    assert report.ok and [h.files for h in report.hosts] == [1, 1]
+    assert victim.read_text() == "mine\n"
+    for root in workdirs.values():
+        same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))

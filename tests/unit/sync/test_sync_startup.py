@@ -1,7 +1,8 @@
 """What `multihost sync` loads to find nothing to do: start-up is most of what such a
 sync costs, and a user notices it on every edit-sync-run loop. Modules of other
-commands (run, dashboard, check), rich, paramiko, the comparison by content, and
-stdlib modules the sync never uses must not be imported by it."""
+commands (run, dashboard, check), rich, paramiko, the comparison by content, the node
+sets (only --include/--exclude need them), and stdlib modules the sync never uses must
+not be imported by it."""
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 NEVER = ("rich", "paramiko", "cryptography", "dotenv", "argcomplete", "multihost.run",
          "multihost.views.dashboard", "multihost.views.board", "multihost.check",
-         "multihost.sync.session", "multihost.sync.deliver", "ipaddress")
+         "multihost.sync.session", "multihost.sync.deliver", "ipaddress", "multihost.nodeset")
 
 # -S: as a regular install starts (an editable install's `site` hook imports pathlib
 # before multihost runs); the sync needs nothing from site-packages.
