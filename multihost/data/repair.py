@@ -46,13 +46,14 @@ class _Tally:
         with self.lock:
             entry = self.values.setdefault(rank, {"files": 0, "bytes": 0, "moved_aside": 0,
                                                   "trash": [], "error": None, "fix": None})
+            # The first error counts, with its own fix (both set together: setting the
+            # error first once kept every fix out).
+            if "error" in counts and entry["error"] is None:
+                entry["error"], entry["fix"] = counts["error"], counts.get("fix")
             for key, value in counts.items():
                 if key == "trash":
                     entry["trash"].append(value)
-                elif key in ("error", "fix"):
-                    if entry["error"] is None:
-                        entry[key] = value
-                else:
+                elif key not in ("error", "fix"):
                     entry[key] += value
 
     def results(self) -> Dict[int, HostDataSync]:
