@@ -154,3 +154,18 @@ def test_a_middle_host_whose_sshd_stopped_is_named_and_the_others_get_their_data
     assert f"ssh to {lab6.address(4)} without a password" in fix, fix
     assert not on_host(lab6, 4, dataset).exists()
     assert_nothing_left(lab6)
+
+
+def test_a_head_the_first_host_cannot_reach_is_gone_around_and_named(lab6, dataset):
+    """Host 2 (the chain's head) loses its sshd after the controller connected: the first
+    host feeds host 3 instead, and host 2 is named with ssh's cause, not as a node that
+    merely got nothing."""
+    hosts, _ = repair(lab6, dataset, stopped=2)
+    want = digest_tree(on_host(lab6, 1, dataset))
+    for i in ALL[2:]:
+        assert digest_tree(on_host(lab6, i, dataset)) == want, f"host {i}"
+        assert hosts[lab6.address(i)][2] is None, hosts
+    _, _, error, fix = hosts[lab6.address(2)]
+    assert f"host-to-host ssh to {lab6.address(2)} failed" in error, error
+    assert f"ssh to {lab6.address(2)} without a password" in fix, fix
+    assert_nothing_left(lab6)
