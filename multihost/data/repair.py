@@ -2,9 +2,12 @@
 
 For each dataset path that differs: every host that differs first moves the files to be
 replaced or removed into its trash (``data_trash``, in parallel), then the first host
-pushes the missing and differing files to them (``sync_push``), one relay per set of
-hosts that need the same files, so a dataset missing on seven hosts leaves the first
-host once. The controller sends lists and reads replies; no dataset byte passes it.
+pushes the missing and differing files to them, one relay chain per set of hosts that
+need the same files, so a dataset missing on seven hosts leaves the first host once.
+The chain is the code sync's (sync/relay.py), set up at once: the controller starts a
+listening node on every receiving host, and the first host's ``sync.push`` feeds the
+head with ``ssh HEAD sync.join``. The controller sends lists and reads replies; no
+dataset byte passes it.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from ..fanout import Cluster
 from ..remote.sync_fs import FILE
 from ..events import Listener, SyncProgress
 from ..sync import call_streaming, hop_spec, pipe_errors_raise
+from ..sync.relay import Chain
 
 
 
@@ -42,13 +46,14 @@ class _Tally:
         with self.lock:
             entry = self.values.setdefault(rank, {"files": 0, "bytes": 0, "moved_aside": 0,
                                                   "trash": [], "error": None, "fix": None})
+            # The first error counts, with its own fix (both set together: setting the
+            # error first once kept every fix out).
+            if "error" in counts and entry["error"] is None:
+                entry["error"], entry["fix"] = counts["error"], counts.get("fix")
             for key, value in counts.items():
                 if key == "trash":
                     entry["trash"].append(value)
-                elif key in ("error", "fix"):
-                    if entry["error"] is None:
-                        entry[key] = value
-                else:
+                elif key not in ("error", "fix"):
                     entry[key] += value
 
     def results(self) -> Dict[int, HostDataSync]:
@@ -144,44 +149,60 @@ def _push(cluster: Cluster, first, ref_state: PathState, plans, tally: _Tally, e
     for rank, (need, _, _) in plans.items():
         if need and tally.values.get(rank, {}).get("error") is None:
             groups.setdefault(tuple(e[0] for e in need), []).append(rank)
-    source = cluster.transport(first)
-    hosts = {h.rank: h for h in cluster.hosts}
     for ranks in groups.values():
         ranks.sort()
-        need = plans[ranks[0]][0]
-        total = (len(need), sum(e[2] for e in need))
-        hops = [hop_spec(hosts[r], cluster.transport(hosts[r]), plans[r][2]) for r in ranks]
-        files = [[e[0], e[2], e[4], e[5], e[3]] if e[1] == FILE else [e[0], "l", e[3]] for e in need]
-        root = ref_state.root  # a one-file dataset's directory, or the dataset itself
+        _push_chain(cluster, first, ref_state, plans, ranks, tally, emit)
 
-        def progress(sent, ranks=ranks) -> None:
-            for rank in ranks:
-                emit(SyncProgress(hosts[rank].label, rank, 0, total[0], int(sent), total[1]))
 
-        request = {"root": root, "hops": hops}
-        try:
-            result = call_streaming(source, "sync.push", request,
-                                    json.dumps(files).encode("utf-8", "surrogateescape"), progress)
-        except MultihostError as err:
-            for rank in ranks:
-                tally.add(rank, error=f"copy from {first.label} failed: {err.cause}", fix=err.fix)
-            continue
-        if result.get("source_errors"):
-            rel, text = result["source_errors"][0]
-            for rank in ranks:
-                tally.add(rank, error=f"cannot read {rel} on {first.label}: {text}",
-                          fix="fix the file on the first host, then run --sync-data again")
-        nodes = result.get("nodes", {})
+def _push_chain(cluster: Cluster, first, ref_state: PathState, plans, ranks: List[int],
+                tally: _Tally, emit: Listener) -> None:
+    """The first host feeds one chain of ``ranks``, whose nodes the controller starts on
+    every one of them at once; each node answers here for itself."""
+    hosts = {h.rank: h for h in cluster.hosts}
+    chained = [hosts[r] for r in ranks]
+    transports = [cluster.transport(h) for h in chained]
+    need = plans[ranks[0]][0]
+    total = (len(need), sum(e[2] for e in need))
+    hops = [hop_spec(h, t, plans[h.rank][2], op="sync.join") for h, t in zip(chained, transports)]
+    files = [[e[0], e[2], e[4], e[5], e[3]] if e[1] == FILE else [e[0], "l", e[3]] for e in need]
+    payload = json.dumps(files).encode("utf-8", "surrogateescape")
+    root = ref_state.root  # a one-file dataset's directory, or the dataset itself
+    fed: Dict[str, object] = {}
+
+    def progress(sent) -> None:
         for rank in ranks:
-            node = nodes.get(str(rank)) or {"error": "no answer from the relay"}
-            if node.get("error"):
-                tally.add(rank, error=node["error"],
-                          fix=f"let {first.label} ssh to {hosts[rank].label} without a password "
-                              "(the hosts' keys and known_hosts), then run --sync-data again")
-                continue
-            tally.add(rank, files=node.get("files", 0) + node.get("links", 0),
-                      bytes=node.get("bytes", 0))
-            if node.get("errors"):
-                rel, text = node["errors"][0]
-                tally.add(rank, error=f"{rel}: {text}", fix="fix the cause on the host, then run "
-                                                            "--sync-data again")
+            emit(SyncProgress(hosts[rank].label, rank, 0, total[0], int(sent), total[1]))
+
+    def feed(spec: dict) -> dict:
+        try:
+            result = call_streaming(cluster.transport(first), "sync.push",
+                                    {"root": root, "relay": spec}, payload, progress)
+        except MultihostError as err:
+            fed["fix"] = err.fix
+            return {str(r): {"error": f"copy from {first.label} failed: {err.cause}"}
+                    for r in ranks}
+        fed["source_errors"] = result.get("source_errors") or []
+        nodes = result.get("nodes")
+        return nodes if isinstance(nodes, dict) else {}
+
+    chain = Chain(transports, [h.label for h in chained], ranks, hops,
+                  {r: plans[r][2] for r in ranks}, lambda process: None, fed=True, keys=False)
+    nodes = chain.run(feed)
+    if fed.get("source_errors"):
+        rel, text = fed["source_errors"][0]
+        for rank in ranks:
+            tally.add(rank, error=f"cannot read {rel} on {first.label}: {text}",
+                      fix="fix the file on the first host, then run --sync-data again")
+    for rank in ranks:
+        node = nodes.get(str(rank)) or {"error": "no answer from the relay"}
+        if node.get("error"):
+            tally.add(rank, error=node["error"], fix=fed.get("fix") or (
+                f"let {first.label} and the other hosts ssh to {hosts[rank].label} without a "
+                "password (the hosts' keys and known_hosts), then run --sync-data again"))
+            continue
+        tally.add(rank, files=node.get("files", 0) + node.get("links", 0),
+                  bytes=node.get("bytes", 0))
+        if node.get("errors"):
+            rel, text = node["errors"][0]
+            tally.add(rank, error=f"{rel}: {text}", fix="fix the cause on the host, then run "
+                                                        "--sync-data again")

@@ -4,7 +4,7 @@ only when one of these runs, so that every other helper call stays quick to star
   sync.session   one host's whole sync in one process: the plan, then the changes
   sync_plan      the plan alone (stdin: the manifest)
   sync.receive   apply a sync stream; forward it to the next hosts of a relay
-  sync.push      send files of this host to a relay of other hosts (--sync-data)
+  sync.push      feed files of this host into a relay chain of other hosts (--sync-data)
   sync.join      a relay hop: copy stdin into this host's node of the chain
 """
 from .proto import op

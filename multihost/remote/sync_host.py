@@ -8,8 +8,9 @@ and push. Stdlib only, Python 3.6+.
   sync_plan      the plan alone (stdin: the manifest; for dry runs and tests).
   sync.receive   stdin: a sync stream (sync_wire). Applies it, atomically per file,
                  forwarding it to the next hosts when it is a relay.
-  sync.push      stdin: a list of files of this host's tree. Sends them to a relay of
-                 other hosts (for --sync-data: host to host, never via the controller).
+  sync.push      stdin: a list of files of this host's tree. Feeds them to the head of a
+                 relay chain of other hosts, whose nodes the controller started
+                 (for --sync-data: host to host, never via the controller).
 """
 import json
 import os
@@ -30,9 +31,6 @@ STDIN_BUFFER = 256 * 1024
 
 
 def _root_of(request):
-    if request.get("hops"):
-        hop = request["hops"][int(request.get("index", 0))]
-        return resolve_root(hop["root"]), hop["rank"]
     return resolve_root(request["root"], request.get("base")), request.get("rank", 0)
 
 
@@ -243,9 +241,8 @@ def receive(request):
         return 1
     keys = {} if request.get("keys") else None
     spec = request.get("relay")
-    if not isinstance(spec, dict):  # a direct stream, or a hop of sync.push's chain
-        from .sync_push_chain import start_children
-        return _receive(root, rank, _stdin(), start_children(request), keys=keys)
+    if not isinstance(spec, dict):  # a direct stream
+        return _receive(root, rank, _stdin(), keys=keys)
     try:
         node = relay.Node(spec)
         stream = node.stream(_stdin())
@@ -259,14 +256,25 @@ def receive(request):
 
 
 def push(request):
-    """Send files of this host's tree to the relay ``hops`` (head first).
-    stdin: JSON [[rel, size, mode, mtime_ns, sha256] or [rel, "l", target], ...]. Progress lines
-    {"progress": bytes} go to stdout while sending, then the reply."""
-    from .sync_push_chain import Child
+    """Send files of this host's tree into a relay chain (``request["relay"]``: its
+    token and the hops to try, head first). Its nodes are already started by the
+    controller and listening; this is a node that only sends: ``ssh HEAD sync.join``,
+    going around a head it cannot reach. stdin: JSON [[rel, size, mode, mtime_ns,
+    sha256] or [rel, "l", target], ...]. Progress lines {"progress": bytes} go to stdout
+    while sending, then the reply: what this host could not read, and the hosts it had
+    to go around, with their causes."""
+    from . import sync_relay as relay  # subprocess and threads: only when pushing
 
     root = resolve_root(request["root"], request.get("base"))
     files = json.loads(sys.stdin.buffer.read().decode("utf-8", "surrogateescape"))
-    head = Child(request["hops"], 0)
+    spec = request.get("relay")
+    try:
+        if not isinstance(spec, dict) or spec.get("listen"):
+            raise relay.RelayError("bad sync.push request: run --sync-data again")
+        head = relay.Node(spec).downstream
+    except relay.RelayError as exc:
+        reply({"ok": False, "error": str(exc), "fix": "run --sync-data again"})
+        return 1
     writer = Writer(_Feed(head))
     state = {"sent": 0, "last": time.time()}
 
@@ -280,7 +288,7 @@ def push(request):
     failed = []
     writer.record({"t": "begin"})
     for item in files:
-        if head.failure:
+        if head.proc is None or head.failure:  # no host to send to: the others say why
             break
         rel = item[0]
         try:
@@ -293,7 +301,7 @@ def push(request):
                         path, progress)
         except (OSError, UnsafePath) as exc:
             failed.append([rel, getattr(exc, "strerror", None) or str(exc)])
-    if not head.failure:
+    if head.proc is not None and not head.failure:
         writer.end()
     nodes = head.finish()
     reply({"ok": True, "result": {"nodes": nodes, "source_errors": failed}})

@@ -6,6 +6,11 @@ its rendezvous for the one before it. So a chain of 64 hosts is set up in about 
 of one host-to-host handshake, not 64 one after the other. Each node answers here over
 its own channel; the answers are merged with what a node said about the hosts it had to
 go around (``merge_answers``).
+
+The same chain carries ``--sync-data``'s push (``fed``): there the stream comes from the
+first host, not from the controller, so every node listens, the head too, and the first
+host's ``sync.push`` reaches the head with ``ssh HEAD sync.join`` (going around a head it
+cannot reach, as any node does).
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from .. import helper
 from ..errors import MultihostError
-from .transfer import close_process
+from .transfer import close_process, stop_process
 
 # How many hosts a node may go around (each unreachable) before the chain is cut there
 # and every host after it gets its files from the controller. Bounds each request's size.
@@ -24,23 +29,33 @@ NODE_WAIT = 1800.0  # a node's answer, after it has everything (its own waits ar
 
 
 def chain_requests(ranks: Sequence[int], hops: Sequence[dict], roots: Dict[int, str],
-                   token: str) -> List[dict]:
-    """The sync.receive request of each node of the chain, head first."""
+                   token: str, fed: bool = False, keys: bool = True) -> List[dict]:
+    """The sync.receive request of each node of the chain, head first. ``fed``: the
+    head too listens, for a feeder outside the chain (``feeder_spec``); ``keys``: each
+    node answers the stat keys of what it wrote (a code sync records them)."""
     requests = []
     for index, rank in enumerate(ranks):
         spec = {"token": token, "next": list(hops[index + 1:index + 1 + SKIP_AHEAD])}
-        if index:
+        if index or fed:
             spec["listen"] = True
-        requests.append({"root": roots[rank], "rank": rank, "keys": True, "relay": spec})
+        requests.append({"root": roots[rank], "rank": rank, "keys": keys, "relay": spec})
     return requests
 
 
-def merge_answers(ranks: Sequence[int], answers: Sequence[dict]) -> Dict[str, dict]:
+def feeder_spec(hops: Sequence[dict], token: str) -> dict:
+    """The relay spec of a feeder: a node of its own that only sends, to the head (or
+    the first of the hops after it that it can reach)."""
+    return {"token": token, "next": list(hops[:SKIP_AHEAD])}
+
+
+def merge_answers(ranks: Sequence[int], answers: Sequence[dict],
+                  fed: Optional[dict] = None) -> Dict[str, dict]:
     """Each host's result: its own node's answer when it got everything; else the cause
-    a node before it gave (why the chain went around it, or broke off there), else its
-    own error. What a node says of another host counts only as an error: no host can
-    declare another one synced."""
+    a node before it gave (why the chain went around it, or broke off there; ``fed``: the
+    feeder's answer, before the head), else its own error. What a node says of another
+    host counts only as an error: no host can declare another one synced."""
     merged: Dict[str, dict] = {}
+    before = [fed] if fed is not None else []
     for index, rank in enumerate(ranks):
         key = str(rank)
         own = answers[index].get(key) if isinstance(answers[index], dict) else None
@@ -48,7 +63,7 @@ def merge_answers(ranks: Sequence[int], answers: Sequence[dict]) -> Dict[str, di
             merged[key] = own
             continue
         cause = None
-        for earlier in answers[:index]:
+        for earlier in before + list(answers[:index]):
             said = earlier.get(key) if isinstance(earlier, dict) else None
             if isinstance(said, dict) and said.get("error"):
                 cause = said["error"]
@@ -61,31 +76,56 @@ def merge_answers(ranks: Sequence[int], answers: Sequence[dict]) -> Dict[str, di
 class Chain:
     """One relay chain: its nodes started and answered; ``run`` returns the merged
     answers. ``head_stream(request)`` sends the stream to the head and returns its
-    answer (a ``nodes`` dict)."""
+    answer (a ``nodes`` dict). ``fed``: the stream comes from outside the chain (the
+    first host of ``--sync-data``): every node, the head too, is started here and
+    listens, and ``head_stream(spec)`` gets the feeder's relay spec instead and returns
+    the feeder's answer (what it says of the hosts it went around)."""
 
     def __init__(self, transports: Sequence[object], labels: Sequence[str], ranks: Sequence[int],
                  hops: Sequence[dict], roots: Dict[int, str],
-                 register: Callable[[object], None]):
+                 register: Callable[[object], None], fed: bool = False, keys: bool = True):
         self.transports = transports
         self.labels = labels
         self.ranks = list(ranks)
-        self.requests = chain_requests(ranks, hops, roots, secrets.token_hex(16))
+        token = secrets.token_hex(16)
+        self.requests = chain_requests(ranks, hops, roots, token, fed, keys)
+        self.feeder = feeder_spec(hops, token) if fed else None
         self.register = register
         self.answers: List[dict] = [{} for _ in ranks]
         self.answered = [threading.Event() for _ in ranks]
+        self.fed_done = threading.Event()  # the feeder has answered (at once when none)
+        if not fed:
+            self.fed_done.set()
+        self.lock = threading.Lock()
+        self.started: List[object] = []
 
     def run(self, head_stream: Callable[[dict], dict]) -> Dict[str, dict]:
+        first = 0 if self.feeder is not None else 1
         threads = [threading.Thread(target=self._node, args=(index,), daemon=True)
-                   for index in range(1, len(self.ranks))]
+                   for index in range(first, len(self.ranks))]
         for thread in threads:
             thread.start()
+        fed = None
         try:
-            self.answers[0] = head_stream(self.requests[0])
+            if self.feeder is not None:
+                fed = head_stream(self.feeder)
+            else:
+                self.answers[0] = head_stream(self.requests[0])
+        except BaseException:
+            self._stop_nodes()  # Ctrl-C or a bug: no node waits for a stream to come
+            raise
         finally:
-            self.answered[0].set()
+            self.fed_done.set()
+            if first:
+                self.answered[0].set()
             for thread in threads:
                 thread.join()
-        return merge_answers(self.ranks, self.answers)
+        return merge_answers(self.ranks, self.answers, fed)
+
+    def _stop_nodes(self) -> None:
+        with self.lock:
+            for process in self.started:
+                stop_process(process)
 
     def _node(self, index: int) -> None:
         transport = self.transports[index]
@@ -93,9 +133,13 @@ class Chain:
         process = None
         try:
             process = helper.launch(transport, "sync.receive", self.requests[index])
+            with self.lock:
+                self.started.append(process)
             self.register(process)
-            # A node nobody connected to gives up when its stdin ends: once every node
-            # before it has answered, whatever it will ever get has been sent to it.
+            # A node nobody connected to gives up when its stdin ends: once the feeder
+            # and every node before it have answered, whatever it will ever get has
+            # been sent to it.
+            self.fed_done.wait()
             for before in self.answered[:index]:
                 before.wait()
             process.stdin.close()

@@ -7,7 +7,7 @@ import pytest
 
 from multihost.remote import sync_relay
 from multihost.remote.sync_relay import RelayError, Rendezvous
-from multihost.sync.relay import SKIP_AHEAD, chain_requests, merge_answers
+from multihost.sync.relay import SKIP_AHEAD, chain_requests, feeder_spec, merge_answers
 
 
 @pytest.fixture
@@ -30,6 +30,29 @@ def test_every_node_is_started_at_once_with_the_hosts_it_may_go_around():
     assert [h["rank"] for h in requests[0]["relay"]["next"]] == list(range(1, 1 + SKIP_AHEAD))
     assert requests[9]["relay"]["next"] == [] and requests[3]["root"] == "/w3"
 
+
+
+def test_a_chain_fed_from_a_host_listens_at_its_head_too_and_the_feeder_may_skip_it():
+    """--sync-data's push: the first host, outside the chain, feeds its head; so every
+    node listens, and the feeder may go around the head as any node may."""
+    hops = [{"rank": r} for r in range(1, 7)]
+    requests = chain_requests(list(range(1, 7)), hops, {r: f"/d{r}" for r in range(1, 7)},
+                              "cd" * 8, fed=True, keys=False)
+    assert all(r["relay"]["listen"] for r in requests)
+    assert not any(r["keys"] for r in requests)
+    spec = feeder_spec(hops, "cd" * 8)
+    assert "listen" not in spec and spec["token"] == requests[0]["relay"]["token"]
+    assert [h["rank"] for h in spec["next"]] == list(range(1, 1 + SKIP_AHEAD))
+
+
+def test_a_head_the_feeder_went_around_is_named_with_the_feeders_cause():
+    answers = [{"1": {"error": "no upstream: the relay went around this host"}},
+               {"2": {"files": 4}}]
+    fed = {"1": {"error": "host-to-host ssh to h1 failed: refused"}, "2": {"files": 99}}
+    merged = merge_answers([1, 2], answers, fed)
+    assert merged["1"]["error"] == "host-to-host ssh to h1 failed: refused"
+    assert merged["2"] == {"files": 4}
+    assert merge_answers([1], [{}], {"1": {"files": 4}})["1"]["error"] == "no answer from the relay"
 
 def test_a_host_is_synced_only_by_its_own_answer_and_a_skipped_one_gets_the_cause():
     ranks = [0, 1, 2, 3]

@@ -120,7 +120,7 @@ def test_the_host_side_parses_as_python_3_6():
 
     import multihost.remote as remote
 
-    names = ["sync_fs", "sync_wire", "sync_apply", "sync_plan", "sync_relay", "sync_push_chain",
+    names = ["sync_fs", "sync_wire", "sync_apply", "sync_plan", "sync_relay",
              "sync_host",
              "data_host", "ops_sync", "ops_data"]
     for name in names:

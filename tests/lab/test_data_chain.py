@@ -1,0 +1,171 @@
+"""--sync-data's push on 6 real hosts: one relay chain whose nodes the controller starts on
+every receiving host at once, fed by the first host; a middle host the chain cannot
+reach is gone around and named while the others get their data; nothing is left on
+any host."""
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+HOSTS = 6  # the lab6 fixture: the first host and a chain of 5
+ALL = tuple(range(1, HOSTS + 1))
+
+# The controller, in a process of its own: it connects to every host first (so a host
+# can lose its sshd afterwards), then repairs the dataset; every helper it starts is
+# recorded (which host, which operation, which request).
+SCRIPT = """
+import json
+import sys
+
+import multihost
+from multihost import helper
+from multihost.data import sync_data
+
+path, ips = sys.argv[1:3]
+launched = []
+real_launch = helper.launch
+
+
+def launch(transport, op, request=None):
+    launched.append([transport.host.label, op, request])
+    return real_launch(transport, op, request)
+
+
+helper.launch = launch
+with multihost.Cluster.from_ips(ips)._connect() as cluster:
+    for host in cluster.hosts:
+        cluster.transport(host).run("true")
+    print("connected", flush=True)
+    sys.stdin.readline()
+    report = sync_data(cluster, [path])
+    print(json.dumps({"hosts": [[h.host, h.files, h.bytes, h.error, h.fix] for h in report.hosts],
+                      "launched": launched}))
+"""
+
+
+@pytest.fixture
+def dataset(lab6):
+    """A dataset on the first host only: every other host needs all of it."""
+    path = f"/root/ds-{secrets.token_hex(3)}"
+    root = on_host(lab6, 1, path)
+    (root / "train").mkdir(parents=True)
+    for n in range(30):
+        (root / "train" / f"{n:03}.jpg").write_bytes(os.urandom(1000 + n))
+    (root / "shard.bin").write_bytes(os.urandom(3 << 20))
+    return path
+
+
+def on_host(lab, i, path):
+    return lab.lab.paths.host_root(i) / Path(path).relative_to("/root")
+
+
+def digest_tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def repair(lab, path, stopped=None):
+    """Run the controller's repair (with host ``stopped``'s sshd down once it is connected);
+    returns (hosts by address: (files, bytes, error, fix), helpers launched)."""
+    ips = ",".join(lab.address(i) for i in ALL)
+    proc = lab.popen([sys.executable, "-c", SCRIPT, path, ips], stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "connected", proc.stderr.read()
+        if stopped is None:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            out, err = proc.communicate(timeout=300)
+        else:
+            with lab.sshd_stopped(stopped):
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    answer = json.loads(out.splitlines()[-1])
+    return {h[0]: tuple(h[1:]) for h in answer["hosts"]}, answer["launched"]
+
+
+def assert_nothing_left(lab):
+    """No relay node, join or push running on any host, no rendezvous socket."""
+    left = {}
+    for _ in range(50):  # a join may still be exiting as its session closes
+        left = {}
+        for i in ALL:
+            ps = lab.host_run(i, ["ps", "-eo", "args"], check=True).stdout
+            busy = [line for line in ps.splitlines()
+                    if "sync.join" in line or "sync.receive" in line or "sync.push" in line]
+            relay_dir = lab.lab.paths.host_root(i) / ".cache" / "multihost" / "relay"
+            sockets = list(relay_dir.iterdir()) if relay_dir.is_dir() else []
+            if busy or sockets:
+                left[i] = (busy, sockets)
+        if not left:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"left behind: {left}")
+
+
+def test_a_data_push_is_one_chain_whose_nodes_the_controller_starts(lab6, dataset):
+    hosts, launched = repair(lab6, dataset)
+    want = digest_tree(on_host(lab6, 1, dataset))
+    for i in ALL[1:]:
+        assert digest_tree(on_host(lab6, i, dataset)) == want, f"host {i}"
+        files, size, error, _ = hosts[lab6.address(i)]
+        assert error is None and files == 31 and size == sum(
+            p.stat().st_size for p in on_host(lab6, 1, dataset).rglob("*") if p.is_file())
+    # Every receiving host's node was started by the controller, listening, all in one
+    # chain (one token); the first host only feeds it.
+    nodes = {label: request for label, op, request in launched if op == "sync.receive"}
+    assert sorted(nodes) == sorted(lab6.address(i) for i in ALL[1:])
+    assert all(r["relay"]["listen"] for r in nodes.values())
+    assert len({r["relay"]["token"] for r in nodes.values()}) == 1
+    pushes = [(label, request) for label, op, request in launched if op == "sync.push"]
+    assert [label for label, _ in pushes] == [lab6.address(1)]
+    assert pushes[0][1]["relay"]["token"] == next(iter(nodes.values()))["relay"]["token"]
+    # The bytes went host to host, each host fed by the one before it.
+    for i in ALL[1:]:
+        log = (lab6.lab.paths.host_log(i) / "sshd.log").read_text()
+        assert f"from {lab6.address(i - 1)}" in log, i
+    assert_nothing_left(lab6)
+
+
+def test_a_middle_host_whose_sshd_stopped_is_named_and_the_others_get_their_data(lab6, dataset):
+    """Host 4's sshd stops after the controller connected to every host: host 3 cannot
+    reach it, so the chain goes 3 -> 5; host 4 is named with the cause and the fix."""
+    hosts, _ = repair(lab6, dataset, stopped=4)
+    want = digest_tree(on_host(lab6, 1, dataset))
+    for i in (2, 3, 5, 6):
+        assert digest_tree(on_host(lab6, i, dataset)) == want, f"host {i}"
+        assert hosts[lab6.address(i)][2] is None, hosts
+    files, _, error, fix = hosts[lab6.address(4)]
+    assert files == 0
+    assert f"host-to-host ssh to {lab6.address(4)} failed" in error, error
+    assert f"ssh to {lab6.address(4)} without a password" in fix, fix
+    assert not on_host(lab6, 4, dataset).exists()
+    assert_nothing_left(lab6)
+
+
+def test_a_head_the_first_host_cannot_reach_is_gone_around_and_named(lab6, dataset):
+    """Host 2 (the chain's head) loses its sshd after the controller connected: the first
+    host feeds host 3 instead, and host 2 is named with ssh's cause, not as a node that
+    merely got nothing."""
+    hosts, _ = repair(lab6, dataset, stopped=2)
+    want = digest_tree(on_host(lab6, 1, dataset))
+    for i in ALL[2:]:
+        assert digest_tree(on_host(lab6, i, dataset)) == want, f"host {i}"
+        assert hosts[lab6.address(i)][2] is None, hosts
+    _, _, error, fix = hosts[lab6.address(2)]
+    assert f"host-to-host ssh to {lab6.address(2)} failed" in error, error
+    assert f"ssh to {lab6.address(2)} without a password" in fix, fix
+    assert_nothing_left(lab6)
