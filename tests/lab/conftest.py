@@ -23,6 +23,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
@@ -133,6 +134,25 @@ class LabHandle:
             yield
         finally:
             self.lab.sshd_start(i)
+
+    def assert_no_relay_left(self, hosts: Sequence[int]) -> None:
+        """No relay node, join or push running on any of ``hosts``, no rendezvous socket
+        (a join may still be exiting as its session closes: a few seconds' grace)."""
+        ops = ("sync.join", "sync.receive", "sync.push")
+        left: dict = {}
+        for _ in range(50):
+            left = {}
+            for i in hosts:
+                ps = self.host_run(i, ["ps", "-eo", "args"], check=True).stdout
+                busy = [line for line in ps.splitlines() if any(op in line for op in ops)]
+                relay_dir = self.lab.paths.host_root(i) / ".cache" / "multihost" / "relay"
+                sockets = list(relay_dir.iterdir()) if relay_dir.is_dir() else []
+                if busy or sockets:
+                    left[i] = (busy, sockets)
+            if not left:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"left behind: {left}")
 
 
 def pytest_collection_modifyitems(config, items):

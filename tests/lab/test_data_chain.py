@@ -8,7 +8,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -97,25 +96,6 @@ def repair(lab, path, stopped=None):
     return {h[0]: tuple(h[1:]) for h in answer["hosts"]}, answer["launched"]
 
 
-def assert_nothing_left(lab):
-    """No relay node, join or push running on any host, no rendezvous socket."""
-    left = {}
-    for _ in range(50):  # a join may still be exiting as its session closes
-        left = {}
-        for i in ALL:
-            ps = lab.host_run(i, ["ps", "-eo", "args"], check=True).stdout
-            busy = [line for line in ps.splitlines()
-                    if "sync.join" in line or "sync.receive" in line or "sync.push" in line]
-            relay_dir = lab.lab.paths.host_root(i) / ".cache" / "multihost" / "relay"
-            sockets = list(relay_dir.iterdir()) if relay_dir.is_dir() else []
-            if busy or sockets:
-                left[i] = (busy, sockets)
-        if not left:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"left behind: {left}")
-
-
 def test_a_data_push_is_one_chain_whose_nodes_the_controller_starts(lab6, dataset):
     hosts, launched = repair(lab6, dataset)
     want = digest_tree(on_host(lab6, 1, dataset))
@@ -137,7 +117,7 @@ def test_a_data_push_is_one_chain_whose_nodes_the_controller_starts(lab6, datase
     for i in ALL[1:]:
         log = (lab6.lab.paths.host_log(i) / "sshd.log").read_text()
         assert f"from {lab6.address(i - 1)}" in log, i
-    assert_nothing_left(lab6)
+    lab6.assert_no_relay_left(ALL)
 
 
 def test_a_middle_host_whose_sshd_stopped_is_named_and_the_others_get_their_data(lab6, dataset):
@@ -153,7 +133,7 @@ def test_a_middle_host_whose_sshd_stopped_is_named_and_the_others_get_their_data
     assert f"host-to-host ssh to {lab6.address(4)} failed" in error, error
     assert f"ssh to {lab6.address(4)} without a password" in fix, fix
     assert not on_host(lab6, 4, dataset).exists()
-    assert_nothing_left(lab6)
+    lab6.assert_no_relay_left(ALL)
 
 
 def test_a_head_the_first_host_cannot_reach_is_gone_around_and_named(lab6, dataset):
@@ -168,4 +148,4 @@ def test_a_head_the_first_host_cannot_reach_is_gone_around_and_named(lab6, datas
     _, _, error, fix = hosts[lab6.address(2)]
     assert f"host-to-host ssh to {lab6.address(2)} failed" in error, error
     assert f"ssh to {lab6.address(2)} without a password" in fix, fix
-    assert_nothing_left(lab6)
+    lab6.assert_no_relay_left(ALL)

@@ -7,7 +7,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -50,25 +49,6 @@ def assert_everyone_has_it(lab, code, workdir):
         assert digest_tree(on_host(lab, i, workdir)) == want, f"host {i}"
 
 
-def assert_nothing_left(lab):
-    """No relay node, join or hop ssh running on any host, no rendezvous socket."""
-    left = {}
-    for _ in range(50):  # a join may still be exiting as its session closes
-        left = {}
-        for i in ALL:
-            ps = lab.host_run(i, ["ps", "-eo", "args"], check=True).stdout
-            busy = [line for line in ps.splitlines()
-                    if "sync.join" in line or "sync.receive" in line]
-            relay_dir = lab.lab.paths.host_root(i) / ".cache" / "multihost" / "relay"
-            sockets = list(relay_dir.iterdir()) if relay_dir.is_dir() else []
-            if busy or sockets:
-                left[i] = (busy, sockets)
-        if not left:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"left behind: {left}")
-
-
 def test_a_relay_of_nine_hosts_is_one_chain_each_host_fed_by_the_one_before_it(lab9, code, workdir):
     ips = ",".join(lab9.address(i) for i in ALL)
     done = lab9.multihost("sync", "--ips", ips, "--code", str(code), "--workdir", workdir,
@@ -80,7 +60,7 @@ def test_a_relay_of_nine_hosts_is_one_chain_each_host_fed_by_the_one_before_it(l
     for i in ALL[2:]:          # a chain: host i was reached by host i-1
         log = (lab9.lab.paths.host_log(i) / "sshd.log").read_text()
         assert f"from {lab9.address(i - 1)}" in log
-    assert_nothing_left(lab9)
+    lab9.assert_no_relay_left(ALL)
 
 
 SCRIPT = """
@@ -126,7 +106,7 @@ def test_a_middle_host_whose_sshd_stopped_is_gone_around_and_synced_directly(lab
                "sent from the controller instead" in n for n in notes), notes
     for i in (2, 4, 5, 6, 7, 8, 9):      # the others still came host to host
         assert hosts[lab9.address(i)][1] > 0, (i, hosts)
-    assert_nothing_left(lab9)
+    lab9.assert_no_relay_left(ALL)
 
 
 def test_a_middle_host_without_a_usable_relay_directory_is_named_and_synced(lab9, code, workdir):
@@ -148,4 +128,4 @@ def test_a_middle_host_without_a_usable_relay_directory_is_named_and_synced(lab9
     note = next(l for l in done.stdout.splitlines() if "note:" in l)
     assert f"{lab9.address(3)}: cannot make /root/.cache/multihost/relay: File exists; sent from " \
            "the controller instead" in note, done.stdout
-    assert_nothing_left(lab9)
+    lab9.assert_no_relay_left(ALL)
