@@ -3,7 +3,9 @@ thread learns from it (a ``Session``, turned into a frozen HostProbe at the end)
 
 In a round with a rendezvous test the first host's call listens on the master port
 first and holds the listener until every other host's call, which connects to it, is
-done (``hold``). Nothing waits on a dead host beyond its own timeouts and the round's
+done (``hold``). The other hosts' calls start once the first host has said whether it
+listens: at 64 hosts on busy machines the first host's session may come up seconds after
+the others', and a connection refused by a listener not yet there is not a firewall. Nothing waits on a dead host beyond its own timeouts and the round's
 deadline.
 """
 from __future__ import annotations
@@ -115,6 +117,7 @@ class Round:
         self.master = sessions[0].address
         self.rendezvous = listen_port is not None
         self.peers_done = threading.Event()
+        self.master_said = threading.Event()  # the first host listens (or never will)
         self.remaining = len(sessions) - 1
         self.lock = threading.Lock()
         # --fanout bounds the other hosts worked on at once; the first host, which holds its
@@ -124,6 +127,8 @@ class Round:
     def run(self, requests: Sequence[dict], on_started: Optional[Callable[[], None]]) -> None:
         if len(self.sessions) == 1:
             self.peers_done.set()
+        if not self.rendezvous:
+            self.master_said.set()
         threads = [threading.Thread(target=self.first, args=(self.sessions[0], requests[0]),
                                     daemon=True)]
         threads += [threading.Thread(target=self.peer, args=(s, r), daemon=True)
@@ -146,6 +151,7 @@ class Round:
         except MultihostError as err:
             self.failed(session, err)
         finally:
+            self.master_said.set()
             self.notify(session.host, "done")
 
     def first_call(self, session: Session, request: dict) -> None:
@@ -161,8 +167,8 @@ class Round:
             return
         request = dict(request, listen={"port": self.listen_port, "token": self.token,
                                         "address": self.master}, hold=self.timeout)
-        _hold(transport, session, request, self.peers_done, self.deadline, began_wall,
-              self.merge)
+        _hold(transport, session, request, self.master_said, self.peers_done, self.deadline,
+              began_wall, self.merge)
 
     def peer(self, session: Session, request: dict) -> None:
         try:
@@ -181,6 +187,9 @@ class Round:
         if transport is None:
             return
         if self.rendezvous:
+            # Bounded by the round's deadline: the first host's thread says at the latest
+            # when its call ends, whatever happened to it.
+            self.master_said.wait(max(0.0, self.deadline - time.monotonic()))
             request = dict(request, probes=list(request["probes"]) + ["connect"],
                            connect={"address": self.master, "port": self.listen_port,
                                     "token": self.token, "rank": session.host.rank,
@@ -204,13 +213,16 @@ class Round:
                 self.peers_done.set()
 
 
-def _hold(transport, session: Session, request: dict, peers_done: threading.Event,
-          deadline: float, began_wall: float, merge: bool) -> None:
+def _hold(transport, session: Session, request: dict, said: threading.Event,
+          peers_done: threading.Event, deadline: float, began_wall: float, merge: bool) -> None:
     """The first host's call: it says whether it listens, gathers its facts, and holds
     the listener until the others are done; then its stdin is closed and it replies.
     A watchdog ends the session at the deadline."""
     began = time.monotonic()
-    process, line, watchdog = start(transport, "check.host_hold", request, deadline)
+    try:
+        process, line, watchdog = start(transport, "check.host_hold", request, deadline)
+    finally:
+        said.set()  # listening or not, the others may connect now
     try:
         try:
             said = json.loads(line.decode("utf-8", "replace"))
