@@ -135,6 +135,25 @@ class LabHandle:
         finally:
             self.lab.sshd_start(i)
 
+    def controller_script(self, script: str, args: Sequence[str], stopped: Optional[int] = None) -> str:
+        """Run ``script`` as the controller, in a process of its own: it connects to every
+        host, prints "connected" and waits for a line; host ``stopped``'s sshd is stopped
+        in between (so only host-to-host ssh loses it). Its stdout, once it exit 0."""
+        proc = self.popen([sys.executable, "-c", script, *args], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "connected", proc.stderr.read()
+            with self.sshd_stopped(stopped) if stopped is not None else contextlib.nullcontext():
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, err
+        return out
+
     def assert_no_relay_left(self, hosts: Sequence[int]) -> None:
         """No relay node, join or push running on any of ``hosts``, no rendezvous socket
         (a join may still be exiting as its session closes: a few seconds' grace)."""

@@ -6,8 +6,6 @@ import hashlib
 import json
 import os
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -73,25 +71,7 @@ def digest_tree(root: Path) -> dict:
 def repair(lab, path, stopped=None):
     """Run the controller's repair (with host ``stopped``'s sshd down once it is connected);
     returns (hosts by address: (files, bytes, error, fix), helpers launched)."""
-    ips = ",".join(lab.address(i) for i in ALL)
-    proc = lab.popen([sys.executable, "-c", SCRIPT, path, ips], stdin=subprocess.PIPE,
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "connected", proc.stderr.read()
-        if stopped is None:
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            out, err = proc.communicate(timeout=300)
-        else:
-            with lab.sshd_stopped(stopped):
-                proc.stdin.write("go\n")
-                proc.stdin.flush()
-                out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
+    out = lab.controller_script(SCRIPT, [path, ",".join(lab.address(i) for i in ALL)], stopped)
     answer = json.loads(out.splitlines()[-1])
     return {h[0]: tuple(h[1:]) for h in answer["hosts"]}, answer["launched"]
 

@@ -5,8 +5,6 @@ import hashlib
 import json
 import os
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -64,6 +62,7 @@ def test_a_relay_of_nine_hosts_is_one_chain_each_host_fed_by_the_one_before_it(l
 
 
 SCRIPT = """
+import json
 import sys
 import multihost
 from multihost.sync.pipeline import sync_code
@@ -75,7 +74,7 @@ with multihost.Cluster.from_ips(ips)._connect() as cluster:
     sys.stdin.readline()
     report = sync_code(cluster, code, workdirs={h.rank: workdir for h in cluster.hosts})
     print(json.dumps([[h.host, h.ok, h.relayed_bytes, list(h.notes)] for h in report.hosts]))
-""".replace("import sys", "import json\nimport sys", 1)
+"""
 
 
 def test_a_middle_host_whose_sshd_stopped_is_gone_around_and_synced_directly(lab9, code, workdir):
@@ -83,20 +82,7 @@ def test_a_middle_host_whose_sshd_stopped_is_gone_around_and_synced_directly(lab
     reach it, so the chain goes 2 -> 4; host 3 gets its files over the controller's
     open connection, and the report names it with the cause."""
     ips = ",".join(lab9.address(i) for i in ALL)
-    proc = lab9.popen([sys.executable, "-c", SCRIPT, str(code), workdir, ips],
-                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                      text=True)
-    try:
-        assert proc.stdout.readline().strip() == "connected", proc.stderr.read()
-        with lab9.sshd_stopped(3):
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
+    out = lab9.controller_script(SCRIPT, [str(code), workdir, ips], stopped=3)
     hosts = {host: (ok, relayed, notes) for host, ok, relayed, notes in json.loads(out.splitlines()[-1])}
     assert all(ok for ok, _, _ in hosts.values())
     assert_everyone_has_it(lab9, code, workdir)
