@@ -11,6 +11,6 @@ import sys
 if sys.path and sys.path[0] in ("", os.getcwd()):
     del sys.path[0]
 
-from .cli import run  # noqa: E402 (after the path is made safe)
+from .warm.client import run  # noqa: E402 (after the path is made safe)
 
 run()
