@@ -16,7 +16,7 @@ import subprocess
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, SyncError
 from ..remote.sync_fs import (DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, is_racy,
@@ -31,8 +31,11 @@ WARN_BYTES = 500 * 1024 * 1024
 FEW_MOVED = 64
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
+    """One path of the tree. A named tuple, not a frozen dataclass: every sync makes one
+    per path from the recorded manifest (2,000 and more), and a dataclass's __init__
+    costs five times a tuple's (6 ms against 1.6 for 2,300 entries), on the path of a
+    sync that finds nothing to do."""
     path: str
     kind: str            # "f" file, "l" symlink, "d" directory
     size: int
@@ -41,7 +44,7 @@ class Entry:
     value: str           # sha256 of a file, target of a link, "" for a directory
 
     def wire(self) -> list:
-        return [self.path, self.kind, self.size, self.mode, self.mtime_ns, self.value]
+        return list(self)
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ def _from_snapshot(root: str, rules: IgnoreRules, recorded: tuple, cache_dir: Op
     cannot be read: the walk then reports it)."""
     wires, digest, moved, seen = recorded
     if not moved:
-        manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules)
+        manifest = Manifest(root, tuple(map(Entry._make, wires)), rules)
         object.__setattr__(manifest, "_digest", digest)
         object.__setattr__(manifest, "_wires", wires)
         return manifest
@@ -165,7 +168,7 @@ def _from_snapshot(root: str, rules: IgnoreRules, recorded: tuple, cache_dir: Op
     wires = list(wires)
     for index, (rel, st) in zip(moved, files):
         wires[index] = [rel, FILE, st.st_size, st.st_mode & MODE_BITS, st.st_mtime_ns, digests[rel]]
-    manifest = Manifest(root, tuple(Entry(*wire) for wire in wires), rules, hashed_files,
+    manifest = Manifest(root, tuple(map(Entry._make, wires)), rules, hashed_files,
                         hashed_bytes)
     object.__setattr__(manifest, "_wires", wires)  # not from the entries again
     object.__setattr__(manifest, "_digest", wires_digest(wires))
