@@ -52,6 +52,10 @@ class MuxRefused(Exception):
     """No session: the socket, the master or its answer said no (the reason, one line)."""
 
 
+class NotOurs(MuxRefused):
+    """The socket answers for a process of another user: nothing goes through it."""
+
+
 class MuxProtocolError(MuxRefused):
     """The other end does not speak this protocol: a short or unknown message."""
 
@@ -170,7 +174,7 @@ def connect(path: str, timeout: float) -> _Channel:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _pid, uid, _gid = struct.unpack("3i", creds)
         if uid != os.getuid():
-            raise MuxRefused(f"the socket's process is user {uid}'s, not ours")
+            raise NotOurs(f"the socket's process is user {uid}'s, not ours")
     except BaseException:
         sock.close()
         raise
@@ -197,6 +201,8 @@ class MuxSession:
         deadline = time.monotonic() + timeout
         try:
             channel = connect(path, timeout)
+        except NotOurs:
+            raise
         except OSError as exc:
             raise MuxRefused(f"cannot reach the master: {exc.strerror or exc}") from None
         try:

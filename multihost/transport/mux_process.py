@@ -22,9 +22,9 @@ from .mux_client import MuxRefused, MuxSession
 CHUNK = 65536
 
 
-def start_through(path: str, line: str, timeout: float, label: str) -> Optional["MuxProcess"]:
-    """``line`` running on the host through the master at ``path``; None when the master
-    opened no session within ``timeout`` seconds (the caller goes another way)."""
+def start_through(path: str, line: str, timeout: float, label: str) -> "MuxProcess":
+    """``line`` running on the host through the master at ``path``; MuxRefused when the
+    master opened no session within ``timeout`` seconds (the caller goes another way)."""
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
@@ -34,7 +34,7 @@ def start_through(path: str, line: str, timeout: float, label: str) -> Optional[
     except MuxRefused:
         for fd in (stdin_w, stdout_r, stderr_r):
             os.close(fd)
-        return None
+        raise
     finally:  # the master holds its own copies now (or none was wanted)
         for fd in (stdin_r, stdout_w, stderr_w):
             os.close(fd)

@@ -175,12 +175,25 @@ class MuxTransport(LocalTransport):
 
     def _through_master(self, line: str):
         """The command as a session of the master, or None: then an `ssh` client runs it.
-        The socket's directory is checked again right before connecting."""
-        if self._path is None or not private_dir(os.path.dirname(self._path)):
-            return None
+        A socket that is no longer ours alone (its directory, checked again right before
+        connecting, or the process answering on it) is not used by that client either:
+        ControlPath=none, and with ProxyCommand=false it fails at once, as with no master."""
+        from .mux_client import MuxRefused, NotOurs
         from .mux_process import start_through
 
-        return start_through(self._path, line, self._open_timeout, self.host.label)
+        if self._path is None:
+            return None
+        try:
+            if not private_dir(os.path.dirname(self._path)):
+                raise NotOurs("the socket's directory is open to others")
+            return start_through(self._path, line, self._open_timeout, self.host.label)
+        except NotOurs:
+            self._path = None
+            self._ssh = [word if not word.startswith("ControlPath=") else "ControlPath=none"
+                         for word in self._ssh]
+        except MuxRefused:
+            pass
+        return None
 
     def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
         process = self._through_master(to_shell(command, cwd))

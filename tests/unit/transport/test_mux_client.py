@@ -15,6 +15,7 @@ import pytest
 from multihost.hosts import Host
 from multihost.transport import mux_client
 from multihost.transport.mux_client import MuxProtocolError, Reply, parse
+from multihost.transport import SshOptions, openssh
 from multihost.transport.openssh import MuxTransport
 
 
@@ -216,8 +217,53 @@ def test_whatever_keeps_a_session_from_opening_falls_back_to_the_ssh_client(plac
     assert process.wait(10) == 0
 
 
-def test_a_socket_whose_directory_became_open_to_others_is_never_used(place):
-    Master(os.path.join(place, "m"))
-    mux = transport(place)
-    os.chmod(place, 0o777)
-    assert mux.run("echo ran").stdout == b"FALLBACK\nran\n"
+def test_a_socket_whose_directory_became_open_to_others_is_never_used(place, monkeypatch):
+    """Not by the controller, nor by the `ssh` client it falls back to: that one is told
+    ControlPath=none and, with ProxyCommand=false, fails at once as with no master."""
+    monkeypatch.setenv("HOME", place)
+    monkeypatch.delenv("MULTIHOST_CONTROL_PERSIST", raising=False)
+    host = Host(name="gpu1")
+    path = openssh.control_path(host, SshOptions())
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    master = Master(path)
+    mux = MuxTransport.open(host, SshOptions())
+    os.chmod(os.path.dirname(path), 0o777)
+    done = mux.run("echo ran", timeout=60)
+    assert done.exit_code == 255 and done.stdout == b""
+    assert master.request is None                       # nobody spoke to it
+    assert "ControlPath=none" in mux._argv("x")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to listen as another user")
+def test_a_socket_answered_by_another_users_process_is_never_used(place, monkeypatch):
+    monkeypatch.setenv("HOME", place)
+    monkeypatch.delenv("MULTIHOST_CONTROL_PERSIST", raising=False)
+    host = Host(name="gpu1")
+    path = openssh.control_path(host, SshOptions())
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the socket's listener: another user's process
+        try:
+            os.setuid(65534)
+            server.listen(1)
+            os.write(ready_w, b"1")
+            conn, _ = server.accept()
+            conn.sendall(frame(mux_client.MUX_MSG_HELLO, 4))
+            conn.recv(1 << 16)
+        finally:
+            os._exit(0)
+    server.close()
+    try:
+        assert os.read(ready_r, 1) == b"1"
+        mux = MuxTransport.open(host, SshOptions())
+        done = mux.run("echo ran", timeout=60)
+        assert done.exit_code == 255 and done.stdout == b""
+        assert "ControlPath=none" in mux._argv("x")
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(ready_r)
+        os.close(ready_w)
