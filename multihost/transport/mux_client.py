@@ -56,6 +56,11 @@ class NotOurs(MuxRefused):
     """The socket answers for a process of another user: nothing goes through it."""
 
 
+class NoAnswer(MuxRefused):
+    """The master took the request and did not answer in time: it is stuck, and an `ssh`
+    client through it would wait just as long."""
+
+
 class MuxProtocolError(MuxRefused):
     """The other end does not speak this protocol: a short or unknown message."""
 
@@ -203,6 +208,9 @@ class MuxSession:
             channel = connect(path, timeout)
         except NotOurs:
             raise
+        except socket.timeout:
+            raise NoAnswer(f"the master did not take the connection within {timeout:.0f}s") \
+                from None
         except OSError as exc:
             raise MuxRefused(f"cannot reach the master: {exc.strerror or exc}") from None
         try:
@@ -222,7 +230,10 @@ class MuxSession:
                 raise MuxRefused(f"the master refused the session: {reply.reason}")
             if reply.kind != MUX_S_SESSION_OPENED or reply.first != 1:
                 raise MuxProtocolError(f"an unexpected reply 0x{reply.kind:08x}")
-        except OSError as exc:  # a timeout, or the master went away
+        except socket.timeout:
+            channel.sock.close()
+            raise NoAnswer(f"the master did not answer within {timeout:.0f}s") from None
+        except OSError as exc:  # the master went away
             channel.sock.close()
             raise MuxRefused(f"the master did not open a session: {exc}") from None
         except BaseException:

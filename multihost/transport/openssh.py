@@ -40,6 +40,9 @@ CONTROL_DIRS = ("~/.cache/multihost/ssh", "/tmp/multihost-ssh-{uid}")
 PERSIST_ENV = "MULTIHOST_CONTROL_PERSIST"
 DEFAULT_PERSIST = 600
 DEFAULT_CONFIG = "~/.ssh/config"
+# How long a master may take to open a session; a master that takes longer is stuck, and
+# the caller goes the paramiko way (a probe through a master waits 5 s for its answer).
+SESSION_TIMEOUT = 5.0
 # A unix socket path holds 107 bytes, and OpenSSH binds a temporary name 17 bytes longer
 # before renaming it into place.
 MAX_SOCKET_PATH = 88
@@ -153,7 +156,7 @@ class MuxTransport(LocalTransport):
     is_local = False
 
     def __init__(self, host: Host, argv: List[str], path: Optional[str] = None,
-                 open_timeout: float = 10.0):
+                 open_timeout: float = SESSION_TIMEOUT):
         super().__init__(host)
         self._ssh = argv
         self._path = path
@@ -168,7 +171,7 @@ class MuxTransport(LocalTransport):
             return None
         return cls(host, client_argv(host, options) + [
             "-o", "ControlMaster=no", "-o", f"ControlPath={path}", "-o", "ProxyCommand=false",
-            "--", host.name], path, max(1.0, options.connect_timeout))
+            "--", host.name], path, SESSION_TIMEOUT)
 
     def _argv(self, line: str) -> list:
         return self._ssh + [line]
@@ -176,9 +179,10 @@ class MuxTransport(LocalTransport):
     def _through_master(self, line: str):
         """The command as a session of the master, or None: then an `ssh` client runs it.
         A socket that is no longer ours alone (its directory, checked again right before
-        connecting, or the process answering on it) is not used by that client either:
-        ControlPath=none, and with ProxyCommand=false it fails at once, as with no master."""
-        from .mux_client import MuxRefused, NotOurs
+        connecting, or the process answering on it) or a master that does not answer is
+        not used by that client either: ControlPath=none, and with ProxyCommand=false it
+        fails at once, as with no master, so the caller goes the paramiko way now."""
+        from .mux_client import MuxRefused, NoAnswer, NotOurs
         from .mux_process import start_through
 
         if self._path is None:
@@ -187,7 +191,7 @@ class MuxTransport(LocalTransport):
             if not private_dir(os.path.dirname(self._path)):
                 raise NotOurs("the socket's directory is open to others")
             return start_through(self._path, line, self._open_timeout, self.host.label)
-        except NotOurs:
+        except (NotOurs, NoAnswer):
             self._path = None
             self._ssh = [word if not word.startswith("ControlPath=") else "ControlPath=none"
                          for word in self._ssh]

@@ -199,7 +199,6 @@ def test_a_killed_command_waits_no_longer(place, no_process):
     dict(version=3),                                         # an OpenSSH of another version
     dict(refuse=mux_client.MUX_S_PERMISSION_DENIED),         # ControlMaster=ask said no
     dict(refuse=mux_client.MUX_S_FAILURE),                   # the host refused a session
-    dict(answer=False),                                      # a master that never answers
     None,                                                    # a socket left by a dead master
 ])
 def test_whatever_keeps_a_session_from_opening_falls_back_to_the_ssh_client(place, master):
@@ -217,14 +216,32 @@ def test_whatever_keeps_a_session_from_opening_falls_back_to_the_ssh_client(plac
     assert process.wait(10) == 0
 
 
+def a_socket_of_ours(place, monkeypatch):
+    """The control socket's path for host gpu1 under HOME=``place``, its directory made."""
+    monkeypatch.setenv("HOME", place)
+    monkeypatch.delenv("MULTIHOST_CONTROL_PERSIST", raising=False)
+    path = openssh.control_path(Host(name="gpu1"), SshOptions())
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    return path
+
+
+def test_a_master_that_does_not_answer_holds_up_nothing_more(place, monkeypatch):
+    """It took the request and is stuck: the session is given up after SESSION_TIMEOUT,
+    and the `ssh` client after it does not wait on that master again (ControlPath=none,
+    ProxyCommand=false: exit 255 at once; the caller goes the paramiko way)."""
+    monkeypatch.setattr(openssh, "SESSION_TIMEOUT", 0.5)
+    Master(a_socket_of_ours(place, monkeypatch), answer=False)
+    mux = MuxTransport.open(Host(name="gpu1"), SshOptions())
+    done = mux.run("echo ran", timeout=60)
+    assert done.exit_code == 255 and done.stdout == b""
+    assert "ControlPath=none" in mux._argv("x")   # an `ssh` through it would wait too
+
+
 def test_a_socket_whose_directory_became_open_to_others_is_never_used(place, monkeypatch):
     """Not by the controller, nor by the `ssh` client it falls back to: that one is told
     ControlPath=none and, with ProxyCommand=false, fails at once as with no master."""
-    monkeypatch.setenv("HOME", place)
-    monkeypatch.delenv("MULTIHOST_CONTROL_PERSIST", raising=False)
     host = Host(name="gpu1")
-    path = openssh.control_path(host, SshOptions())
-    os.makedirs(os.path.dirname(path), mode=0o700)
+    path = a_socket_of_ours(place, monkeypatch)
     master = Master(path)
     mux = MuxTransport.open(host, SshOptions())
     os.chmod(os.path.dirname(path), 0o777)
@@ -236,11 +253,8 @@ def test_a_socket_whose_directory_became_open_to_others_is_never_used(place, mon
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to listen as another user")
 def test_a_socket_answered_by_another_users_process_is_never_used(place, monkeypatch):
-    monkeypatch.setenv("HOME", place)
-    monkeypatch.delenv("MULTIHOST_CONTROL_PERSIST", raising=False)
     host = Host(name="gpu1")
-    path = openssh.control_path(host, SshOptions())
-    os.makedirs(os.path.dirname(path), mode=0o700)
+    path = a_socket_of_ours(place, monkeypatch)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     ready_r, ready_w = os.pipe()
