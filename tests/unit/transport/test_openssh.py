@@ -92,7 +92,7 @@ def test_without_a_master_nothing_is_reused_and_this_machine_never_is(home):
     assert not (home / ".cache" / "multihost" / "ssh").exists()
 
 
-def test_through_a_socket_every_command_is_an_ssh_client_that_cannot_fall_back(home):
+def test_the_ssh_client_a_master_session_falls_back_to_cannot_fall_back_further(home):
     host = Host(name="gpu1")
     path = openssh.control_path(host, SshOptions())
     os.makedirs(os.path.dirname(path), mode=0o700)

@@ -1,0 +1,127 @@
+"""Commands through a real OpenSSH master spoken to by the controller itself
+(transport/mux_client.py): real sshd hosts, a master left by `start_master`, no `ssh`
+client per command; a master killed half-way is exit 255 and the caller's other way."""
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import textwrap
+import time
+
+from test_sync import code, masters, on_host, snapshot, sync, workdir  # noqa: F401 (fixtures)
+
+SCRIPT = textwrap.dedent("""\
+    import json, os, re, signal, subprocess, sys, time
+    from multihost.hosts import Host
+    from multihost.transport import SshOptions
+    from multihost.transport import openssh
+
+    host, options = Host(name=sys.argv[1]), SshOptions()
+    openssh.start_master(host, options).wait(60)
+    path = openssh.control_path(host, options)
+    check = subprocess.run(["ssh", "-o", "ControlPath=" + path, "-O", "check", host.name],
+                           capture_output=True, text=True)
+    master = int(re.search(r"pid=([0-9]+)", check.stderr).group(1))
+
+    started = []   # every process started from here on
+    popen = subprocess.Popen.__init__
+    def counted(self, args, *more, **kw):
+        started.append(args)
+        popen(self, args, *more, **kw)
+    subprocess.Popen.__init__ = counted
+
+    out = {}
+    mux = openssh.MuxTransport.open(host, options)
+    done = mux.run(["sh", "-c", "cat; echo oops >&2; exit 7"], input=b"names\\n", timeout=60)
+    out["run"] = [done.stdout.decode(), done.stderr.decode(), done.exit_code]
+    process = mux.start("read line; echo got $line; echo err >&2; exit 3")
+    process.stdin.write(b"x\\n")
+    process.stdin.close()
+    out["start"] = [process.stdout.read().decode(), process.read_stderr().decode(),
+                    process.wait(60)]
+    process.close()
+    out["processes"] = len(started)
+
+    process = mux.start("echo started; sleep 120")
+    out["first"] = process.stdout.readline().decode()
+    os.kill(master, signal.SIGKILL)
+    out["killed"] = [process.stdout.read().decode(), process.wait(60)]
+    process.close()
+    again = mux.run("echo through the master", timeout=60)   # none left: an ssh client
+    out["again"] = [again.stdout.decode(), again.exit_code, len(started) - out["processes"]]
+    print(json.dumps(out))
+""")
+
+
+def test_a_command_through_the_master_gets_its_streams_and_status_without_an_ssh_client(lab):
+    done = lab.run([sys.executable, "-c", SCRIPT, lab.address(1)], timeout=240)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["run"] == ["names\n", "oops\n", 7]
+    assert out["start"] == ["got x\n", "err\n", 3]
+    assert out["processes"] == 0                 # no `ssh` client for either
+    # the master killed while a command runs: what came is kept, the status is 255
+    assert out["first"] == "started\n"
+    assert out["killed"] == ["", 255]
+    # and the next command, the master gone, is an `ssh` client that fails at once
+    # (ProxyCommand=false: never a handshake of its own)
+    assert out["again"] == ["", 255, 1]
+
+
+def master_pids(lab):
+    """The processes of the masters the last command left, by asking each socket."""
+    pids = []
+    for socket_path in masters(lab):
+        check = lab.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "check", "x"])
+        found = re.search(r"pid=([0-9]+)", check.stderr)
+        if found:
+            pids.append(int(found.group(1)))
+    return pids
+
+
+def logged_ssh(lab, tmp_path):
+    """The environment of a controller whose `ssh` writes its arguments to a log (one
+    line per client started), and that log."""
+    log = tmp_path / "ssh.log"
+    wrapper = tmp_path / "bin" / "ssh"
+    wrapper.parent.mkdir()
+    real = shutil.which("ssh")
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return {**lab.env, "PATH": f"{wrapper.parent}:{os.environ['PATH']}"}, log
+
+
+def clients(log):
+    """The `ssh` clients started for quick steps through a master."""
+    text = log.read_text() if log.exists() else ""
+    return [line for line in text.splitlines() if "ControlMaster=no" in line]
+
+
+def test_a_quick_sync_starts_no_ssh_client_and_killed_masters_lose_nothing(lab, code, workdir,
+                                                                            tmp_path):
+    env, log = logged_ssh(lab, tmp_path)
+    assert sync(lab, code, workdir, env=env).returncode == 0
+    deadline = time.monotonic() + 15
+    while len(master_pids(lab)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = master_pids(lab)
+    assert len(pids) >= 3
+    quiet = sync(lab, code, workdir, env=env)     # through the masters: nothing to do
+    assert quiet.returncode == 0 and quiet.stdout.count("up to date") == 3, quiet.stdout
+    (code / "pkg3" / "mod3.py").write_text("VALUE = 'through the masters'\n")
+    edited = sync(lab, code, workdir, env=env)
+    assert edited.returncode == 0 and edited.stdout.count(") written") == 3, edited.stdout
+    assert clients(log) == []                     # no `ssh` process for either
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)              # their sockets stay behind
+    (code / "pkg3" / "mod3.py").write_text("VALUE = 'after the masters'\n")
+    done = sync(lab, code, workdir, env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(clients(log)) == 3                 # no session: the `ssh` client, then the full way
+    for i in (1, 2, 3):
+        assert f"{lab.address(i)}: 1 file (" in done.stdout
+        assert snapshot(on_host(lab, i, workdir)) == snapshot(code), f"h{i}"
+    again = sync(lab, code, workdir, env=env)
+    assert again.returncode == 0 and again.stdout.count("up to date") == 3, again.stdout
