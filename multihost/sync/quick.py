@@ -3,9 +3,11 @@
 The usual loop is: edit a file or two, sync, run. When a host's record (sync_fastpath)
 says the change is new content for a few files that are already there as regular files,
 the host needs no comparison and no helper: its shell writes each file to a temporary
-name next to it (`dd`, exactly its size), checks the size, sets mode and mtime, renames
-it over the old one, and answers the `stat` of every recorded path for the next fast
-path. Starting the Python helper costs a host 30-50 ms of CPU; this costs a few.
+name next to it (`dd`, exactly its size, created with its mode by the umask), knows it
+whole by the empty line that follows it on the input, sets its mtime, renames it over
+the old one, and answers the `stat` of every recorded path for the next fast path.
+Starting the Python helper costs a host 30-50 ms of CPU; this costs a few, and every
+process counts: at 64 hosts the hosts' shells share the controller's cores.
 
 Two ways in. Through a reused connection (and on this machine), one command does it all
 (``probe_script``, run by sync_probe): started as the sync starts, it checks the host
@@ -18,8 +20,10 @@ Otherwise (a fresh paramiko connection) the host was checked first by the fast p
 ``script`` writes and `stat`s.
 
 Atomic as the helper is: a host sees the old file or the new one. A stream cut short
-leaves a short temporary file, which fails the size check and is removed (the shell's
-EXIT trap also runs on HUP, INT, TERM and PIPE). Anything else (new files, deletions,
+leaves a short temporary file and no empty line after it: it is never renamed, and is
+removed (the shell's EXIT trap also runs on HUP, INT, TERM and PIPE). A file whose
+mode is not the one sent (a default ACL overrides the umask) shows so in the host's
+answer, and is rewritten by the helper. Anything else (new files, deletions,
 directories, links, a type change, a host without GNU coreutils, any failure) goes the
 helper's way, which is always correct: this path only ever saves time.
 """
@@ -43,13 +47,19 @@ if TYPE_CHECKING:  # the probe starts before the manifest's modules are loaded
 
 MAX_FILES = 16
 MAX_BYTES = 1 << 20
+# The mode bits a new file gets from the umask alone (`dd` creates it 0666 less the umask).
+_BY_UMASK = 0o666
 # The line a host prints once it has found its tree exactly as recorded, before writing.
 CHECKED = b"checked\n"
 _ANSWER = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
 
 # clean DIR: remove what a killed receiver left there (its pid is gone), as the helper does.
-# put SIZE MODE MTIME DIR NAME: the temporary file carries this shell's pid, and is
-# created exclusively (never through a link).
+# put SIZE UMASK MTIME DIR NAME [MODE]: the temporary file carries this shell's pid, and is
+# created exclusively (never through a link), with its mode from the umask (no `chmod`
+# process; MODE only for bits a umask cannot give: execute, setuid, sticky). The contents
+# are followed by an empty line: `dd` stops at exactly SIZE bytes or at the end of the
+# input, so that line is read only when the file is whole (no `stat` process to check its
+# size); a stream cut short fails here, before anything is renamed.
 _FUNCTIONS = r"""t= o=
 trap 'rm -f -- "$t" "$o"' EXIT
 trap 'exit 1' HUP INT TERM PIPE
@@ -62,12 +72,14 @@ clean() {
 }
 put() {
   t=$4/.mh-tmp.$$.$5
+  umask "$2"
   if [ "$1" -gt 0 ]; then
     dd of="$t" bs="$1" count=1 iflag=fullblock conv=excl status=none || return 1
   else
-    (set -C; : > "$t") || return 1
+    set -C; { true > "$t"; } 2>/dev/null || return 1; set +C
   fi
-  [ "$(stat -c %s -- "$t")" = "$1" ] && chmod "$2" -- "$t" && touch -m -d "@$3" -- "$t" &&
+  IFS= read -r m && [ -z "$m" ] || return 1
+  { [ -z "$6" ] || chmod "$6" -- "$t"; } && touch -m -d "@$3" -- "$t" &&
     mv -f -T -- "$t" "$4/$5" && t=
 }
 """
@@ -116,8 +128,10 @@ def _writes(files: Sequence[Entry]) -> List[str]:
     for entry in files:
         directory, name = os.path.split(entry.path)
         mtime = f"{entry.mtime_ns // 1_000_000_000}.{entry.mtime_ns % 1_000_000_000:09d}"
-        lines.append("put " + " ".join(shlex.quote(word) for word in (
-            str(entry.size), f"{entry.mode:o}", mtime, directory or ".", name)) + " || exit 1")
+        words = [str(entry.size), f"{0o777 & ~entry.mode:03o}", mtime, directory or ".", name]
+        if entry.mode & ~_BY_UMASK:
+            words.append(f"{entry.mode:o}")
+        lines.append("put " + " ".join(shlex.quote(word) for word in words) + " || exit 1")
     return lines
 
 
@@ -131,8 +145,9 @@ def script(root: str, files: Sequence[Entry]) -> str:
 def probe_script(root: str, names_size: int, digest: str) -> str:
     """Check the host, then run what comes next on the input. The input: the recorded
     names (``names_size`` bytes); then, once the controller knows what changed, nothing
-    (the host was only to be checked) or a length line and that many bytes of shell
-    (``probe_writes``), followed by what those read. Nothing runs unless the host's
+    (the host was only to be checked) or a line with a count of lines and that many
+    lines of shell (``probe_writes``; read by the shell itself, without a `dd`), followed
+    by what those read. Nothing runs unless the host's
     `stat` answer for the names has the hash ``digest``; that answer is kept, to be
     printed after the writes (every recorded path is `stat`ed once, not twice)."""
     return "\n".join([
@@ -144,7 +159,9 @@ def probe_script(root: str, names_size: int, digest: str) -> str:
         "read -r n || exit 0",
         "case $n in ''|*[!0-9]*) exit 1;; esac",
         '[ "$n" -gt 0 ] || exit 0',
-        'rest=$(dd bs="$n" count=1 iflag=fullblock status=none) || exit 1',
+        "rest=",
+        'while [ "$n" -gt 0 ]; do IFS= read -r line || exit 1; rest="$rest$line',
+        '"; n=$((n - 1)); done',
         'eval "$rest"'])
 
 
@@ -152,8 +169,8 @@ def probe_writes(files: Sequence[Entry], again: Sequence[str]) -> bytes:
     """What a probe runs to write ``files`` (their contents follow it on the input): then
     the answer kept by the check, and the `stat` of ``again`` (see ``restated``)."""
     text = "\n".join(_writes(files) + [
-        f'cat -- "$o" && {_ANSWER} ' + " ".join(shlex.quote(n) for n in again)]).encode()
-    return b"%d\n" % len(text) + text
+        f'cat -- "$o" && {_ANSWER} ' + " ".join(shlex.quote(n) for n in again), ""]).encode()
+    return b"%d\n" % text.count(b"\n") + text
 
 
 def restated(names: Sequence[str], files: Sequence[Entry]) -> List[int]:
@@ -192,7 +209,7 @@ def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entr
     if parts is not None and hashlib.sha256(parts[0]).hexdigest() == record["stat"] \
             and len(keys_before) == len(names):
         keys = parse_stat_output(parts[1], [names[i] for i in again])
-    if keys is None or any(keys.get(e.path, [None])[:2] != [stat.S_IFREG, e.size] for e in files):
+    if keys is None or not _as_sent(parts[1], [names[i] for i in again], files):
         raise SyncError("the quick write did not complete", host=label,
                         fix="none needed: the full sync path takes over")
     written = {e.path for e in files}
@@ -204,9 +221,23 @@ def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entr
                               "stat": hashlib.sha256(parts[2]).hexdigest() if same else None}}
 
 
+def _as_sent(answer: bytes, names: Sequence[str], files: Sequence[Entry]) -> bool:
+    """The host's `stat` answer for ``names`` (well formed: parsed already) shows each
+    file as sent: a regular file of its size and mode. The mode came from the umask,
+    which a default ACL on the directory overrides: then the helper's way sets it."""
+    fields = answer.split(b"\0")
+    where = {name: index for index, name in enumerate(names)}
+    try:
+        return all(int(fields[FIELDS * where[e.path]], 16) == stat.S_IFREG | e.mode
+                   and int(fields[FIELDS * where[e.path] + 1]) == e.size for e in files)
+    except (KeyError, IndexError, ValueError):
+        return False
+
+
 def read_files(code_root: str, files: Sequence[Entry]) -> Optional[bytes]:
-    """The files' contents, as hashed; None if one cannot be read or changed size (the
-    helper's path reports or sorts that out)."""
+    """The files' contents, as hashed, as the writes read them: each followed by an empty
+    line (see ``put``); None if one cannot be read or changed size (the helper's path
+    reports or sorts that out)."""
     chunks = []
     for entry in files:
         try:
@@ -217,7 +248,7 @@ def read_files(code_root: str, files: Sequence[Entry]) -> Optional[bytes]:
         if len(data) != entry.size:
             return None
         chunks.append(data)
-    return b"".join(chunks)
+    return b"\n".join(chunks) + b"\n" if chunks else b""
 
 
 def quick_send(transport, needs: HostNeeds, record: dict, code_root: str) -> Optional[dict]:
@@ -241,7 +272,7 @@ def written_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[En
     name after the write; SyncError when there is none or it does not show them."""
     names = record_names(record)
     keys = parse_stat_output(answer, names) if answer is not None else None
-    if keys is None or any(keys[e.path][:2] != [stat.S_IFREG, e.size] for e in files):
+    if keys is None or not _as_sent(answer, names, files):
         raise SyncError("the quick write did not complete", host=label,
                         fix="none needed: the full sync path takes over")
     written = {e.path for e in files}
