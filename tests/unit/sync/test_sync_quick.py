@@ -313,3 +313,34 @@ def test_a_mode_the_umask_did_not_give_goes_the_helper_way(env, monkeypatch):
     assert report.ok and len(streams) == 2
     for root in workdirs.values():
         same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
+
+
+def test_a_host_written_by_its_shell_is_recorded_before_the_last_host_answers(env, monkeypatch):
+    """At 64 hosts, saving every record after the last answer was a serial tail: each
+    host's record is saved as soon as its own answer is in. Here the second host answers
+    only once the first one's record is there (or after 20 s: then the test fails)."""
+    import time
+    from multihost.sync.probe import Probe
+
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    first = fastpath.record_path("127.0.0.1", workdirs[0], str(code))
+    before = os.stat(first).st_mtime_ns
+    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    seen = []
+    real_write = Probe.write
+
+    def write(self, label, needs, record, files, data, timeout):
+        if label == "localhost":
+            for _ in range(200):
+                if os.stat(first).st_mtime_ns != before:
+                    seen.append(True)
+                    break
+                time.sleep(0.1)
+        return real_write(self, label, needs, record, files, data, timeout)
+
+    monkeypatch.setattr(Probe, "write", write)
+    report = sync()
+    assert report.ok and [h.files for h in report.hosts] == [1, 1] and seen == [True]
+    assert [h.files for h in sync().hosts] == [0, 0]
+    assert [h.files + h.meta for h in sync(verify=True).hosts] == [0, 0]
