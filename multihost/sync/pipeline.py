@@ -31,8 +31,8 @@ from ..errors import MultihostError
 from ..fanout import Cluster, fan_out
 from ..transport.base import pipe_errors_raise
 from .fastpath import (forget_record, host_digest, host_unchanged, load_record,
-                       matches_manifest, plan_from_record, remember_check, save_record,
-                       unchanged_keys)
+                       matches_manifest, plan_from_record, remember_check, save_answer,
+                       save_record, unchanged_keys)
 from .probe import Probe
 from .quick import HostMoved, quick_files, quick_send, read_files
 
@@ -229,13 +229,13 @@ class _CodeSync:
     def record_now(self, host, record: dict, plan: dict, manifest: Manifest, node: dict) -> None:
         """A host its shell has just written is recorded at once, in its own thread. At
         64 hosts, saving every record after the last answer (its keys unpacked, merged
-        and packed: 2-3 ms a host) was a serial tail of 0.1-0.4 s. Without the hash of
-        its answer (a directory not as recorded), ``_record`` asks for it, as before."""
-        if not node.get("stat"):
+        and packed: 2-3 ms a host) was a serial tail of 0.1-0.4 s; it is saved as the
+        host's answer (sync_fastpath's ``save_answer``). Without that answer (a
+        directory not as recorded), ``_record`` does it, as before."""
+        if not node.get("answer") or not plan.get("same_names"):
             return
-        keys = {**unchanged_keys(record, plan), **node["keys"]}
-        if save_record(host.label, self.workdirs[host.rank], self.code_root, plan["root"],
-                       manifest, keys, node.get("stat")):
+        if save_answer(host.label, self.workdirs[host.rank], self.code_root, plan["root"],
+                       manifest, node["answer"]):
             self.recorded.add(host.rank)
 
     def start_session(self, host, transport) -> HostSession:

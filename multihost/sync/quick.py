@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..errors import SyncError
 from ..remote.sync_fs import FILE
-from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_keys, record_kinds,
-                       record_names, recorded_keys, verified_digest)
+from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_kinds, record_names,
+                       recorded_keys, verified_digest)
 from ..transport import quote_path
 
 if TYPE_CHECKING:  # the probe starts before the manifest's modules are loaded
@@ -182,43 +182,55 @@ def restated(names: Sequence[str], files: Sequence[Entry]) -> List[int]:
 
 
 def splice(out: bytes, count: int, positions: Sequence[int]
-           ) -> Optional[Tuple[bytes, bytes, bytes]]:
+           ) -> Optional[Tuple[bytes, bytes, bytes, bytes]]:
     """A probe's answer cut in two: (the answer for ``count`` names before the write,
-    the answer for ``positions`` after it, and the first with the second put in their
-    places: what one `stat` of every name after the write would print). None if the
-    host's answer does not have exactly those fields."""
+    the answer for ``positions`` after it, the first with the second put in their
+    places: what one `stat` of every name after the write would print, and what the
+    first said of ``positions``). None if the host's answer does not have exactly
+    those fields."""
     fields = out.split(b"\0")
     if fields.pop() != b"" or len(fields) != FIELDS * (count + len(positions)):
         return None
     whole, fresh = fields[:FIELDS * count], fields[FIELDS * count:]
     before = b"\0".join(whole) + b"\0"
+    old = []
     for n, index in enumerate(positions):
+        old += whole[FIELDS * index:FIELDS * (index + 1)]
         whole[FIELDS * index:FIELDS * (index + 1)] = fresh[FIELDS * n:FIELDS * (n + 1)]
-    return before, b"\0".join(fresh) + b"\0" if fresh else b"", b"\0".join(whole) + b"\0"
+    return (before, _joined(fresh), _joined(whole), _joined(old))
+
+
+def _joined(fields: List[bytes]) -> bytes:
+    return b"\0".join(fields) + b"\0" if fields else b""
 
 
 def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entry],
                 out: Optional[bytes], again: Sequence[int]) -> dict:
     """``written_reply`` for a probe's output. Its answer before the write has the
     record's hash, so every path is as recorded but those at ``again``: only their
-    answers after the write are read here (a Python parse of 2,000 paths costs more
-    than the rest of the reply)."""
-    names, keys_before = record_names(record), record_keys(record)
+    answers, before and after the write, are read here (a Python parse of 2,000 paths
+    costs more than the rest of the reply; so does unpacking the record's keys). When
+    the directories show as recorded, the reply also has "answer": the host's whole
+    `stat` answer after the write, which is its next record (``save_answer``)."""
+    names = record_names(record)
+    moved = [names[i] for i in again]
     parts = None if out is None else splice(out, len(names), again)
-    keys = None
-    if parts is not None and hashlib.sha256(parts[0]).hexdigest() == record["stat"] \
-            and len(keys_before) == len(names):
-        keys = parse_stat_output(parts[1], [names[i] for i in again])
-    if keys is None or not _as_sent(parts[1], [names[i] for i in again], files):
+    keys = keys_before = None
+    if parts is not None and hashlib.sha256(parts[0]).hexdigest() == record["stat"]:
+        keys, keys_before = parse_stat_output(parts[1], moved), parse_stat_output(parts[3], moved)
+    if keys is None or keys_before is None or not _as_sent(parts[1], moved, files):
         raise SyncError("the quick write did not complete", host=label,
                         fix="none needed: the full sync path takes over")
     written = {e.path for e in files}
     # A directory of a written file shows as recorded (only its times moved): then the
     # answer is the record's, with the new keys of the files.
-    same = all(keys[names[i]] == keys_before[i] for i in again if names[i] not in written)
-    return {str(needs.rank): {"files": len(files), "bytes": sum(e.size for e in files),
-                              "keys": {path: keys[path] for path in written},
-                              "stat": hashlib.sha256(parts[2]).hexdigest() if same else None}}
+    same = all(keys[name] == keys_before[name] for name in moved if name not in written)
+    node = {"files": len(files), "bytes": sum(e.size for e in files),
+            "keys": {path: keys[path] for path in written},
+            "stat": hashlib.sha256(parts[2]).hexdigest() if same else None}
+    if same:
+        node["answer"] = parts[2]
+    return {str(needs.rank): node}
 
 
 def _as_sent(answer: bytes, names: Sequence[str], files: Sequence[Entry]) -> bool:

@@ -196,7 +196,7 @@ def test_the_answer_after_a_write_is_the_one_a_full_stat_gives():
         [b"81a4", b"3", b"3.000000000", b"3.000000000", b"9"]
     b2, c2 = b[:2] + [b"5.000000000", b"5.000000000", b"8"], [b"81a4", b"4"] + c[2:]
     assert sync_quick.splice(fields(a, b, c, b2, c2), 3, [1, 2]) == (
-        fields(a, b, c), fields(b2, c2), fields(a, b2, c2))
+        fields(a, b, c), fields(b2, c2), fields(a, b2, c2), fields(b, c))
     # a host that answers for more or fewer paths, or cuts its answer, is not believed
     assert sync_quick.splice(fields(a, b, c, b2), 3, [1, 2]) is None
     assert sync_quick.splice(fields(a, b, c, b2, c2, c2), 3, [1, 2]) is None
@@ -343,4 +343,30 @@ def test_a_host_written_by_its_shell_is_recorded_before_the_last_host_answers(en
     report = sync()
     assert report.ok and [h.files for h in report.hosts] == [1, 1] and seen == [True]
     assert [h.files for h in sync().hosts] == [0, 0]
+    assert [h.files + h.meta for h in sync(verify=True).hosts] == [0, 0]
+
+
+def test_a_quick_write_records_the_hosts_answer_and_a_later_sync_reads_its_keys(env, monkeypatch):
+    """After a write by the shell, a host's record is its `stat` answer as the host gave
+    it (nothing unpacked or packed per host); a later sync that needs the keys (a new
+    file goes the helper's way) parses them from it, and records a host as it is."""
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    assert [h.files for h in sync().hosts] == [1, 1]
+    records = [load_record(label, workdirs[rank], str(code))
+               for rank, label in enumerate(["127.0.0.1", "localhost"])]
+    assert all("answer" in r and "keys" not in r for r in records)
+    (code / "pkg" / "new.py").write_text("x = 1\n")
+    (code / "train.py").write_text("print('changed')\n")
+    streams = helper_streams(monkeypatch)
+    assert [h.files for h in sync().hosts] == [2, 2] and len(streams) == 2
+    for root in workdirs.values():
+        same_file(code / "pkg" / "new.py", os.path.join(root, "pkg", "new.py"))
+    for rank, label in enumerate(["127.0.0.1", "localhost"]):  # recorded, with every key
+        assert "keys" in load_record(label, workdirs[rank], str(code))
+    parsed = []
+    real = fastpath.parse_stat_output
+    monkeypatch.setattr(fastpath, "parse_stat_output", lambda *a: parsed.append(1) or real(*a))
+    assert [h.files for h in sync().hosts] == [0, 0] and parsed == []
     assert [h.files + h.meta for h in sync(verify=True).hosts] == [0, 0]
