@@ -61,7 +61,7 @@ _ANSWER = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
 # input, so that line is read only when the file is whole (no `stat` process to check its
 # size); a stream cut short fails here, before anything is renamed.
 _FUNCTIONS = r"""t= o=
-trap 'rm -f -- "$t" "$o"' EXIT
+trap '[ -z "$t$o" ] || rm -f -- "$t" "$o"' EXIT
 trap 'exit 1' HUP INT TERM PIPE
 clean() {
   for f in "$1"/.mh-tmp.*; do
@@ -142,19 +142,23 @@ def script(root: str, files: Sequence[Entry]) -> str:
                       f"exec xargs -0 -r {_ANSWER}"])
 
 
-def probe_script(root: str, names_size: int, digest: str) -> str:
+def probe_script(root: str, names_size: int, digest: str, keep: bool = True) -> str:
     """Check the host, then run what comes next on the input. The input: the recorded
     names (``names_size`` bytes); then, once the controller knows what changed, nothing
     (the host was only to be checked) or a line with a count of lines and that many
     lines of shell (``probe_writes``; read by the shell itself, without a `dd`), followed
     by what those read. Nothing runs unless the host's
-    `stat` answer for the names has the hash ``digest``; that answer is kept, to be
-    printed after the writes (every recorded path is `stat`ed once, not twice)."""
+    `stat` answer for the names has the hash ``digest``. With ``keep``, that answer is
+    kept, to be printed after the writes (every recorded path is `stat`ed once, not
+    twice); without, the controller has it in the host's record (``save_answer``), and
+    it goes straight into `sha256sum`: no file, no `cat`, no `rm`."""
+    names = f"dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER}"
+    expected = shlex.quote(digest + "  -")
+    check = [_ANSWER_FILE, f'{names} > "$o" || exit 1',
+             f'[ "$(sha256sum < "$o")" = {expected} ] || exit 3'] if keep else \
+        [f'[ "$({names} | sha256sum)" = {expected} ] || exit 3']
     return "\n".join([
-        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, _ANSWER_FILE,
-        f'dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER} '
-        f'> "$o" || exit 1',
-        f'[ "$(sha256sum < "$o")" = {shlex.quote(digest + "  -")} ] || exit 3',
+        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, *check,
         f"printf {shlex.quote(CHECKED.decode())}",
         "read -r n || exit 0",
         "case $n in ''|*[!0-9]*) exit 1;; esac",
@@ -165,11 +169,13 @@ def probe_script(root: str, names_size: int, digest: str) -> str:
         'eval "$rest"'])
 
 
-def probe_writes(files: Sequence[Entry], again: Sequence[str]) -> bytes:
+def probe_writes(files: Sequence[Entry], again: Sequence[str], keep: bool = True) -> bytes:
     """What a probe runs to write ``files`` (their contents follow it on the input): then
-    the answer kept by the check, and the `stat` of ``again`` (see ``restated``)."""
+    the answer kept by the check (``keep``: see ``probe_script``), and the `stat` of
+    ``again`` (see ``restated``)."""
+    kept = 'cat -- "$o" && ' if keep else ""
     text = "\n".join(_writes(files) + [
-        f'cat -- "$o" && {_ANSWER} ' + " ".join(shlex.quote(n) for n in again), ""]).encode()
+        f"{kept}{_ANSWER} " + " ".join(shlex.quote(n) for n in again), ""]).encode()
     return b"%d\n" % text.count(b"\n") + text
 
 
@@ -214,6 +220,8 @@ def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entr
     `stat` answer after the write, which is its next record (``save_answer``)."""
     names = record_names(record)
     moved = [names[i] for i in again]
+    if out is not None and "answer" in record:   # the host did not print what we have
+        out = record["answer"] + out
     parts = None if out is None else splice(out, len(names), again)
     keys = keys_before = None
     if parts is not None and hashlib.sha256(parts[0]).hexdigest() == record["stat"]:
