@@ -56,7 +56,7 @@ _ANSWER = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
 # clean DIR: remove what a killed receiver left there (its pid is gone), as the helper does.
 # put SIZE UMASK MTIME DIR NAME [MODE]: the temporary file carries this shell's pid, and is
 # created exclusively (never through a link), with its mode from the umask (no `chmod`
-# process; MODE only for bits a umask cannot give: execute, setuid, sticky). The contents
+# process; MODE only for the execute bits, which a umask cannot give). The contents
 # are followed by an empty line: `dd` stops at exactly SIZE bytes or at the end of the
 # input, so that line is read only when the file is whole (no `stat` process to check its
 # size); a stream cut short fails here, before anything is renamed.
@@ -147,11 +147,11 @@ def probe_script(root: str, names_size: int, digest: str, keep: bool = True) -> 
     names (``names_size`` bytes); then, once the controller knows what changed, nothing
     (the host was only to be checked) or a line with a count of lines and that many
     lines of shell (``probe_writes``; read by the shell itself, without a `dd`), followed
-    by what those read. Nothing runs unless the host's
-    `stat` answer for the names has the hash ``digest``. With ``keep``, that answer is
-    kept, to be printed after the writes (every recorded path is `stat`ed once, not
-    twice); without, the controller has it in the host's record (``save_answer``), and
-    it goes straight into `sha256sum`: no file, no `cat`, no `rm`."""
+    by what those read. Nothing runs unless the host's `stat` answer for the names has
+    the hash ``digest``. With ``keep``, that answer is kept, to be printed after the
+    writes (every recorded path is `stat`ed once, not twice); without, the controller
+    has it in the host's record (sync_fastpath's ``save_answer``), and it goes straight
+    into `sha256sum`: no file, no `cat`, no `rm`."""
     names = f"dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER}"
     expected = shlex.quote(digest + "  -")
     check = [_ANSWER_FILE, f'{names} > "$o" || exit 1',
