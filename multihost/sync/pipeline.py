@@ -31,8 +31,8 @@ from ..errors import MultihostError
 from ..fanout import Cluster, fan_out
 from ..transport.base import pipe_errors_raise
 from .fastpath import (forget_record, host_digest, host_unchanged, load_record,
-                       matches_manifest, plan_from_record, remember_check, save_record,
-                       unchanged_keys)
+                       matches_manifest, plan_from_record, remember_check, save_answer,
+                       save_record, unchanged_keys)
 from .probe import Probe
 from .quick import HostMoved, quick_files, quick_send, read_files
 
@@ -123,6 +123,7 @@ class _CodeSync:
         self.plans: Dict[Optional[str], dict] = {}
         self.needs: Dict[Optional[str], HostNeeds] = {}
         self.plans_lock = threading.Lock()
+        self.recorded: set = set()                  # hosts whose record is saved already
 
     def run(self) -> SyncReport:
         # Connect and check or start every host while the code is hashed here.
@@ -148,7 +149,7 @@ class _CodeSync:
         self.add_unchanged_keys(manifest)
         if not self.dry_run:
             _record(self.cluster, manifest, self.workdirs, self.code_root, self.results,
-                    self.keys, self.digests, self.used)
+                    self.keys, self.digests, self.used, self.recorded)
         git.join()
         return self.report(manifest, revision[0] if revision else (None, False))
 
@@ -199,12 +200,12 @@ class _CodeSync:
             probe.abort()
             return _Known(record)
         from ..events import SyncPlanned
-        from .transfer import RELAY_MIN_BYTES
 
         files = data = None
         if not matches_manifest(record, manifest) and not self.dry_run:
             plan, needs = self.needs_for(host, record, manifest)
-            files = None if needs.bytes >= RELAY_MIN_BYTES else quick_files(needs, record)
+            # (quick_files takes at most quick.MAX_BYTES: never what relays would serve)
+            files = quick_files(needs, record)
             data = None if files is None else read_files(manifest.root, files)
         if files is None or data is None:  # a check, then as before
             checked, _ = probe.finish(b"", timeouts[0])
@@ -219,9 +220,23 @@ class _CodeSync:
             return None
         except MultihostError:  # checked, then not written: the helper's stream does it
             nodes = _stream_small_change(transport, host, needs, manifest)
+        else:
+            self.record_now(host, record, plan, manifest, nodes[str(host.rank)])
         self.used[host.rank] = transport
         self.emit(SyncPlanned(host.label, needs))
         return _Known(record, needs, nodes, time.monotonic() - began, plan)
+
+    def record_now(self, host, record: dict, plan: dict, manifest: Manifest, node: dict) -> None:
+        """A host its shell has just written is recorded at once, in its own thread. At
+        64 hosts, saving every record after the last answer (its keys unpacked, merged
+        and packed: 2-3 ms a host) was a serial tail of 0.1-0.4 s; it is saved as the
+        host's answer (sync_fastpath's ``save_answer``). Without that answer (a
+        directory not as recorded), ``_record`` does it, as before."""
+        if not node.get("answer") or not plan.get("same_names"):
+            return
+        if save_answer(host.label, self.workdirs[host.rank], self.code_root, plan["root"],
+                       manifest, node["answer"]):
+            self.recorded.add(host.rank)
 
     def start_session(self, host, transport) -> HostSession:
         from .session import HostSession
@@ -256,12 +271,13 @@ class _CodeSync:
 
         plan = self.plan_for(record, manifest)
         key = record.get("digest")
+        # Worked out under the lock: at 64 hosts, the hosts that came while the first
+        # worked it out would each work it out again, all of them holding up their writes.
         with self.plans_lock:
             shared = self.needs.get(key) if key else None
-        if shared is None:
-            shared = needs_from_plan(manifest, host.rank, plan)
-            if key:
-                with self.plans_lock:
+            if shared is None:
+                shared = needs_from_plan(manifest, host.rank, plan)
+                if key:
                     self.needs[key] = shared
         return plan, replace(shared, rank=host.rank, root=plan["root"])
 
@@ -319,6 +335,8 @@ class _CodeSync:
     def add_unchanged_keys(self, manifest: Manifest) -> None:
         """What the stream left alone on a known host is as its record says."""
         for rank, item in self.known.items():
+            if rank in self.recorded:
+                continue
             if item.needs is not None and item.needs.empty and rank in self.results \
                     and not self.dry_run:
                 self.keys.setdefault(rank, {})
@@ -417,11 +435,13 @@ def _compare_and_send(cluster: Cluster, manifest, sessions: Dict[int, HostSessio
 
 def _record(cluster: Cluster, manifest, workdirs: Dict[int, str], code_root: str,
             results: Dict[int, HostSync], keys: Dict[int, Dict[str, list]],
-            digests: Dict[int, str], used: Dict[int, Transport]) -> None:
+            digests: Dict[int, str], used: Dict[int, Transport], recorded: set) -> None:
     """Remember each fully synced host's state for the next sync's fast path, with the
-    hash of its `stat` answer (asked for here when the sync did not bring it back)."""
-    synced = [h for h in cluster.hosts if h.rank in keys and results.get(h.rank) is not None
-              and results[h.rank].ok and not results[h.rank].kept]
+    hash of its `stat` answer (asked for here when the sync did not bring it back);
+    ``recorded``: hosts whose record is saved already."""
+    synced = [h for h in cluster.hosts if h.rank in keys and h.rank not in recorded
+              and results.get(h.rank) is not None and results[h.rank].ok
+              and not results[h.rank].kept]
     asked = fan_out([h for h in synced if h.rank not in digests], lambda host: host_digest(
         used.get(host.rank) or cluster.transport(host), results[host.rank].root, manifest,
         keys[host.rank]), cluster.workers)
@@ -430,5 +450,5 @@ def _record(cluster: Cluster, manifest, workdirs: Dict[int, str], code_root: str
         if host in synced:
             save_record(host.label, workdirs[host.rank], code_root, results[host.rank].root,
                         manifest, keys[host.rank], digests.get(host.rank))
-        elif host.rank in keys:
+        elif host.rank in keys and host.rank not in recorded:
             forget_record(host.label, workdirs[host.rank], code_root)

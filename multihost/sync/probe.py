@@ -44,7 +44,7 @@ class Probe:
             return None
         try:
             process = transport.start(probe_script(record["root"], len(record["names"]),
-                                                   record["stat"]))
+                                                   record["stat"], keep="answer" not in record))
         except Exception:  # any trouble here only means: check the other way
             return None
         return cls(process, record["names"])
@@ -88,8 +88,8 @@ class Probe:
         and the writes did not all complete (each file is old or new)."""
         names = record_names(record)
         again = restated(names, files)
-        checked, out = self.finish(probe_writes(files, [names[i] for i in again]) + data,
-                                   timeout)
+        writes = probe_writes(files, [names[i] for i in again], keep="answer" not in record)
+        checked, out = self.finish(writes + data, timeout)
         if not checked:
             raise HostMoved("the host is not as the last sync left it, or did not say so",
                             host=label, fix="none needed: the sync compares by content")

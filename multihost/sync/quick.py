@@ -3,9 +3,11 @@
 The usual loop is: edit a file or two, sync, run. When a host's record (sync_fastpath)
 says the change is new content for a few files that are already there as regular files,
 the host needs no comparison and no helper: its shell writes each file to a temporary
-name next to it (`dd`, exactly its size), checks the size, sets mode and mtime, renames
-it over the old one, and answers the `stat` of every recorded path for the next fast
-path. Starting the Python helper costs a host 30-50 ms of CPU; this costs a few.
+name next to it (`dd`, exactly its size, created with its mode by the umask), knows it
+whole by the empty line that follows it on the input, sets its mtime, renames it over
+the old one, and answers the `stat` of every recorded path for the next fast path.
+Starting the Python helper costs a host 30-50 ms of CPU; this costs a few, and every
+process counts: at 64 hosts the hosts' shells share the controller's cores.
 
 Two ways in. Through a reused connection (and on this machine), one command does it all
 (``probe_script``, run by sync_probe): started as the sync starts, it checks the host
@@ -18,8 +20,10 @@ Otherwise (a fresh paramiko connection) the host was checked first by the fast p
 ``script`` writes and `stat`s.
 
 Atomic as the helper is: a host sees the old file or the new one. A stream cut short
-leaves a short temporary file, which fails the size check and is removed (the shell's
-EXIT trap also runs on HUP, INT, TERM and PIPE). Anything else (new files, deletions,
+leaves a short temporary file and no empty line after it: it is never renamed, and is
+removed (the shell's EXIT trap also runs on HUP, INT, TERM and PIPE). A file whose
+mode is not the one sent (a default ACL overrides the umask) shows so in the host's
+answer, and is rewritten by the helper. Anything else (new files, deletions,
 directories, links, a type change, a host without GNU coreutils, any failure) goes the
 helper's way, which is always correct: this path only ever saves time.
 """
@@ -33,8 +37,8 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..errors import SyncError
 from ..remote.sync_fs import FILE
-from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_keys, record_kinds,
-                       record_names, recorded_keys, verified_digest)
+from .fastpath import (FIELDS, STAT_FORMAT, parse_stat_output, record_kinds, record_names,
+                       recorded_keys, verified_digest)
 from ..transport import quote_path
 
 if TYPE_CHECKING:  # the probe starts before the manifest's modules are loaded
@@ -43,15 +47,21 @@ if TYPE_CHECKING:  # the probe starts before the manifest's modules are loaded
 
 MAX_FILES = 16
 MAX_BYTES = 1 << 20
+# The mode bits a new file gets from the umask alone (`dd` creates it 0666 less the umask).
+_BY_UMASK = 0o666
 # The line a host prints once it has found its tree exactly as recorded, before writing.
 CHECKED = b"checked\n"
 _ANSWER = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
 
 # clean DIR: remove what a killed receiver left there (its pid is gone), as the helper does.
-# put SIZE MODE MTIME DIR NAME: the temporary file carries this shell's pid, and is
-# created exclusively (never through a link).
+# put SIZE UMASK MTIME DIR NAME [MODE]: the temporary file carries this shell's pid, and is
+# created exclusively (never through a link), with its mode from the umask (no `chmod`
+# process; MODE only for the execute bits, which a umask cannot give). The contents
+# are followed by an empty line: `dd` stops at exactly SIZE bytes or at the end of the
+# input, so that line is read only when the file is whole (no `stat` process to check its
+# size); a stream cut short fails here, before anything is renamed.
 _FUNCTIONS = r"""t= o=
-trap 'rm -f -- "$t" "$o"' EXIT
+trap '[ -z "$t$o" ] || rm -f -- "$t" "$o"' EXIT
 trap 'exit 1' HUP INT TERM PIPE
 clean() {
   for f in "$1"/.mh-tmp.*; do
@@ -62,12 +72,14 @@ clean() {
 }
 put() {
   t=$4/.mh-tmp.$$.$5
+  umask "$2"
   if [ "$1" -gt 0 ]; then
     dd of="$t" bs="$1" count=1 iflag=fullblock conv=excl status=none || return 1
   else
-    (set -C; : > "$t") || return 1
+    set -C; { true > "$t"; } 2>/dev/null || return 1; set +C
   fi
-  [ "$(stat -c %s -- "$t")" = "$1" ] && chmod "$2" -- "$t" && touch -m -d "@$3" -- "$t" &&
+  IFS= read -r m && [ -z "$m" ] || return 1
+  { [ -z "$6" ] || chmod "$6" -- "$t"; } && touch -m -d "@$3" -- "$t" &&
     mv -f -T -- "$t" "$4/$5" && t=
 }
 """
@@ -116,8 +128,10 @@ def _writes(files: Sequence[Entry]) -> List[str]:
     for entry in files:
         directory, name = os.path.split(entry.path)
         mtime = f"{entry.mtime_ns // 1_000_000_000}.{entry.mtime_ns % 1_000_000_000:09d}"
-        lines.append("put " + " ".join(shlex.quote(word) for word in (
-            str(entry.size), f"{entry.mode:o}", mtime, directory or ".", name)) + " || exit 1")
+        words = [str(entry.size), f"{0o777 & ~entry.mode:03o}", mtime, directory or ".", name]
+        if entry.mode & ~_BY_UMASK:
+            words.append(f"{entry.mode:o}")
+        lines.append("put " + " ".join(shlex.quote(word) for word in words) + " || exit 1")
     return lines
 
 
@@ -128,32 +142,41 @@ def script(root: str, files: Sequence[Entry]) -> str:
                       f"exec xargs -0 -r {_ANSWER}"])
 
 
-def probe_script(root: str, names_size: int, digest: str) -> str:
+def probe_script(root: str, names_size: int, digest: str, keep: bool = True) -> str:
     """Check the host, then run what comes next on the input. The input: the recorded
     names (``names_size`` bytes); then, once the controller knows what changed, nothing
-    (the host was only to be checked) or a length line and that many bytes of shell
-    (``probe_writes``), followed by what those read. Nothing runs unless the host's
-    `stat` answer for the names has the hash ``digest``; that answer is kept, to be
-    printed after the writes (every recorded path is `stat`ed once, not twice)."""
+    (the host was only to be checked) or a line with a count of lines and that many
+    lines of shell (``probe_writes``; read by the shell itself, without a `dd`), followed
+    by what those read. Nothing runs unless the host's `stat` answer for the names has
+    the hash ``digest``. With ``keep``, that answer is kept, to be printed after the
+    writes (every recorded path is `stat`ed once, not twice); without, the controller
+    has it in the host's record (sync_fastpath's ``save_answer``), and it goes straight
+    into `sha256sum`: no file, no `cat`, no `rm`."""
+    names = f"dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER}"
+    expected = shlex.quote(digest + "  -")
+    check = [_ANSWER_FILE, f'{names} > "$o" || exit 1',
+             f'[ "$(sha256sum < "$o")" = {expected} ] || exit 3'] if keep else \
+        [f'[ "$({names} | sha256sum)" = {expected} ] || exit 3']
     return "\n".join([
-        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, _ANSWER_FILE,
-        f'dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER} '
-        f'> "$o" || exit 1',
-        f'[ "$(sha256sum < "$o")" = {shlex.quote(digest + "  -")} ] || exit 3',
+        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, *check,
         f"printf {shlex.quote(CHECKED.decode())}",
         "read -r n || exit 0",
         "case $n in ''|*[!0-9]*) exit 1;; esac",
         '[ "$n" -gt 0 ] || exit 0',
-        'rest=$(dd bs="$n" count=1 iflag=fullblock status=none) || exit 1',
+        "rest=",
+        'while [ "$n" -gt 0 ]; do IFS= read -r line || exit 1; rest="$rest$line',
+        '"; n=$((n - 1)); done',
         'eval "$rest"'])
 
 
-def probe_writes(files: Sequence[Entry], again: Sequence[str]) -> bytes:
+def probe_writes(files: Sequence[Entry], again: Sequence[str], keep: bool = True) -> bytes:
     """What a probe runs to write ``files`` (their contents follow it on the input): then
-    the answer kept by the check, and the `stat` of ``again`` (see ``restated``)."""
+    the answer kept by the check (``keep``: see ``probe_script``), and the `stat` of
+    ``again`` (see ``restated``)."""
+    kept = 'cat -- "$o" && ' if keep else ""
     text = "\n".join(_writes(files) + [
-        f'cat -- "$o" && {_ANSWER} ' + " ".join(shlex.quote(n) for n in again)]).encode()
-    return b"%d\n" % len(text) + text
+        f"{kept}{_ANSWER} " + " ".join(shlex.quote(n) for n in again), ""]).encode()
+    return b"%d\n" % text.count(b"\n") + text
 
 
 def restated(names: Sequence[str], files: Sequence[Entry]) -> List[int]:
@@ -165,48 +188,76 @@ def restated(names: Sequence[str], files: Sequence[Entry]) -> List[int]:
 
 
 def splice(out: bytes, count: int, positions: Sequence[int]
-           ) -> Optional[Tuple[bytes, bytes, bytes]]:
+           ) -> Optional[Tuple[bytes, bytes, bytes, bytes]]:
     """A probe's answer cut in two: (the answer for ``count`` names before the write,
-    the answer for ``positions`` after it, and the first with the second put in their
-    places: what one `stat` of every name after the write would print). None if the
-    host's answer does not have exactly those fields."""
+    the answer for ``positions`` after it, the first with the second put in their
+    places: what one `stat` of every name after the write would print, and what the
+    first said of ``positions``). None if the host's answer does not have exactly
+    those fields."""
     fields = out.split(b"\0")
     if fields.pop() != b"" or len(fields) != FIELDS * (count + len(positions)):
         return None
     whole, fresh = fields[:FIELDS * count], fields[FIELDS * count:]
     before = b"\0".join(whole) + b"\0"
+    old = []
     for n, index in enumerate(positions):
+        old += whole[FIELDS * index:FIELDS * (index + 1)]
         whole[FIELDS * index:FIELDS * (index + 1)] = fresh[FIELDS * n:FIELDS * (n + 1)]
-    return before, b"\0".join(fresh) + b"\0" if fresh else b"", b"\0".join(whole) + b"\0"
+    return (before, _joined(fresh), _joined(whole), _joined(old))
+
+
+def _joined(fields: List[bytes]) -> bytes:
+    return b"\0".join(fields) + b"\0" if fields else b""
 
 
 def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entry],
                 out: Optional[bytes], again: Sequence[int]) -> dict:
     """``written_reply`` for a probe's output. Its answer before the write has the
     record's hash, so every path is as recorded but those at ``again``: only their
-    answers after the write are read here (a Python parse of 2,000 paths costs more
-    than the rest of the reply)."""
-    names, keys_before = record_names(record), record_keys(record)
+    answers, before and after the write, are read here (a Python parse of 2,000 paths
+    costs more than the rest of the reply; so does unpacking the record's keys). When
+    the directories show as recorded, the reply also has "answer": the host's whole
+    `stat` answer after the write, which is its next record (``save_answer``)."""
+    names = record_names(record)
+    moved = [names[i] for i in again]
+    if out is not None and "answer" in record:   # the host did not print what we have
+        out = record["answer"] + out
     parts = None if out is None else splice(out, len(names), again)
-    keys = None
-    if parts is not None and hashlib.sha256(parts[0]).hexdigest() == record["stat"] \
-            and len(keys_before) == len(names):
-        keys = parse_stat_output(parts[1], [names[i] for i in again])
-    if keys is None or any(keys.get(e.path, [None])[:2] != [stat.S_IFREG, e.size] for e in files):
+    keys = keys_before = None
+    if parts is not None and hashlib.sha256(parts[0]).hexdigest() == record["stat"]:
+        keys, keys_before = parse_stat_output(parts[1], moved), parse_stat_output(parts[3], moved)
+    if keys is None or keys_before is None or not _as_sent(parts[1], moved, files):
         raise SyncError("the quick write did not complete", host=label,
                         fix="none needed: the full sync path takes over")
     written = {e.path for e in files}
     # A directory of a written file shows as recorded (only its times moved): then the
     # answer is the record's, with the new keys of the files.
-    same = all(keys[names[i]] == keys_before[i] for i in again if names[i] not in written)
-    return {str(needs.rank): {"files": len(files), "bytes": sum(e.size for e in files),
-                              "keys": {path: keys[path] for path in written},
-                              "stat": hashlib.sha256(parts[2]).hexdigest() if same else None}}
+    same = all(keys[name] == keys_before[name] for name in moved if name not in written)
+    node = {"files": len(files), "bytes": sum(e.size for e in files),
+            "keys": {path: keys[path] for path in written},
+            "stat": hashlib.sha256(parts[2]).hexdigest() if same else None}
+    if same:
+        node["answer"] = parts[2]
+    return {str(needs.rank): node}
+
+
+def _as_sent(answer: bytes, names: Sequence[str], files: Sequence[Entry]) -> bool:
+    """The host's `stat` answer for ``names`` (well formed: parsed already) shows each
+    file as sent: a regular file of its size and mode. The mode came from the umask,
+    which a default ACL on the directory overrides: then the helper's way sets it."""
+    fields = answer.split(b"\0")
+    where = {name: index for index, name in enumerate(names)}
+    try:
+        return all(int(fields[FIELDS * where[e.path]], 16) == stat.S_IFREG | e.mode
+                   and int(fields[FIELDS * where[e.path] + 1]) == e.size for e in files)
+    except (KeyError, IndexError, ValueError):
+        return False
 
 
 def read_files(code_root: str, files: Sequence[Entry]) -> Optional[bytes]:
-    """The files' contents, as hashed; None if one cannot be read or changed size (the
-    helper's path reports or sorts that out)."""
+    """The files' contents, as hashed, as the writes read them: each followed by an empty
+    line (see ``put``); None if one cannot be read or changed size (the helper's path
+    reports or sorts that out)."""
     chunks = []
     for entry in files:
         try:
@@ -217,7 +268,7 @@ def read_files(code_root: str, files: Sequence[Entry]) -> Optional[bytes]:
         if len(data) != entry.size:
             return None
         chunks.append(data)
-    return b"".join(chunks)
+    return b"\n".join(chunks) + b"\n" if chunks else b""
 
 
 def quick_send(transport, needs: HostNeeds, record: dict, code_root: str) -> Optional[dict]:
@@ -241,7 +292,7 @@ def written_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[En
     name after the write; SyncError when there is none or it does not show them."""
     names = record_names(record)
     keys = parse_stat_output(answer, names) if answer is not None else None
-    if keys is None or any(keys[e.path][:2] != [stat.S_IFREG, e.size] for e in files):
+    if keys is None or not _as_sent(answer, names, files):
         raise SyncError("the quick write did not complete", host=label,
                         fix="none needed: the full sync path takes over")
     written = {e.path for e in files}

@@ -176,7 +176,8 @@ def test_a_failed_check_writes_nothing_and_says_nothing(env):
     entry = next(e for e in build_manifest(str(code)).entries if e.path == "pkg/model.py")
     record = load_record("127.0.0.1", workdirs[0], str(code))
     names = record["names"]
-    writes = sync_quick.probe_writes([entry], ["pkg", "pkg/model.py"]) + b"LAYERS = 48\n"
+    writes = sync_quick.probe_writes([entry], ["pkg", "pkg/model.py"]) + \
+        sync_quick.read_files(str(code), [entry])
     host = LocalTransport(Host(name="127.0.0.1"))
     line = sync_quick.probe_script(workdirs[0], len(names), "0" * 64)
     done = host.run(line, input=names + writes, timeout=30)
@@ -195,7 +196,7 @@ def test_the_answer_after_a_write_is_the_one_a_full_stat_gives():
         [b"81a4", b"3", b"3.000000000", b"3.000000000", b"9"]
     b2, c2 = b[:2] + [b"5.000000000", b"5.000000000", b"8"], [b"81a4", b"4"] + c[2:]
     assert sync_quick.splice(fields(a, b, c, b2, c2), 3, [1, 2]) == (
-        fields(a, b, c), fields(b2, c2), fields(a, b2, c2))
+        fields(a, b, c), fields(b2, c2), fields(a, b2, c2), fields(b, c))
     # a host that answers for more or fewer paths, or cuts its answer, is not believed
     assert sync_quick.splice(fields(a, b, c, b2), 3, [1, 2]) is None
     assert sync_quick.splice(fields(a, b, c, b2, c2, c2), 3, [1, 2]) is None
@@ -221,7 +222,10 @@ def test_a_check_keeps_its_answer_without_mktemp_and_never_through_a_link(env, m
     streams = helper_streams(monkeypatch)
     assert [h.files for h in sync().hosts] == [1, 1] and streams == []
     assert not called.exists() and os.listdir(tmp) == []   # its file is gone too
-    # Every name a probe's shell could pick is taken: a link to a file outside.
+    # Every name a probe's shell could pick is taken: a link to a file outside. (A
+    # host whose record is its answer keeps none: recorded by the helper's way again.)
+    sync(verify=True)
+    assert "keys" in load_record("127.0.0.1", workdirs[0], str(code))
     victim = tmp_path / "victim"
     victim.write_text("mine\n")
     real_start = LocalTransport.start
@@ -234,3 +238,148 @@ def test_a_check_keeps_its_answer_without_mktemp_and_never_through_a_link(env, m
     assert victim.read_text() == "mine\n"
     for root in workdirs.values():
         same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
+
+
+def shimmed(monkeypatch, tmp_path, *commands):
+    """Every call of ``commands`` by a host's shell, logged (each then runs the real one)."""
+    shims, log = tmp_path / "shims", tmp_path / "calls"
+    shims.mkdir()
+    for name in commands:
+        real = next(os.path.join(d, name) for d in os.environ["PATH"].split(os.pathsep)
+                    if os.access(os.path.join(d, name), os.X_OK))
+        (shims / name).write_text(f'#!/bin/sh\necho {name} >> {log}\nexec {real} "$@"\n')
+        (shims / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
+    return lambda: log.read_text().split() if log.exists() else []
+
+
+def test_an_edit_costs_a_host_no_chmod_no_size_stat_and_no_dd_for_the_script(env, monkeypatch,
+                                                                             tmp_path):
+    """At 64 hosts on shared cores every process a host starts is wall time: a file whose
+    mode a umask gives is created with it, its size is known whole by what follows it on
+    the stream, and the shell reads the writes itself. Per host: one `dd` of the names,
+    one of the file; the check's `stat` and the written paths' one; and, the first time
+    only, the `cat` and `rm` of the check's answer (then the record holds it)."""
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    calls = shimmed(monkeypatch, tmp_path, "chmod", "stat", "dd", "cat", "rm")
+    assert [h.files for h in sync().hosts] == [1, 1]
+    assert sorted(calls()) == ["cat"] * 2 + ["dd"] * 4 + ["rm"] * 2 + ["stat"] * 4
+    (code / "pkg" / "model.py").write_text("LAYERS = 96\n")
+    before = len(calls())
+    assert [h.files for h in sync().hosts] == [1, 1]
+    assert sorted(calls()[before:]) == ["dd"] * 4 + ["stat"] * 4
+    for root in workdirs.values():
+        same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
+    before = len(calls())
+    assert [h.files for h in sync().hosts] == [0, 0]     # nothing to do: a check alone
+    assert sorted(calls()[before:]) == ["dd"] * 2 + ["stat"] * 2
+    for root in workdirs.values():
+        same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
+    # an executable file needs its `chmod`: a umask cannot give execute bits
+    (code / "run.sh").write_text("#!/bin/sh\necho 2\n")
+    assert [h.files for h in sync().hosts] == [1, 1]
+    assert calls().count("chmod") == 2
+    for root in workdirs.values():
+        same_file(code / "run.sh", os.path.join(root, "run.sh"))
+
+
+def test_a_probe_cut_short_in_a_file_never_renames_it_into_place(env):
+    """The file's contents, then the empty line after them, are what says it is whole:
+    a stream that ends inside the contents, or right after them, lands nothing."""
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    target = os.path.join(workdirs[0], "pkg", "model.py")
+    before = open(target).read()
+    (code / "pkg" / "model.py").write_text("LAYERS = 400000\n")
+    entry = next(e for e in build_manifest(str(code)).entries if e.path == "pkg/model.py")
+    record = load_record("127.0.0.1", workdirs[0], str(code))
+    writes = sync_quick.probe_writes([entry], ["pkg", "pkg/model.py"])
+    host = LocalTransport(Host(name="127.0.0.1"))
+    whole = sync_quick.read_files(str(code), [entry])
+    for cut in (b"LAYERS", whole[:-1], whole):
+        # the temporary file moved the directory's times: the check's hash, learned again
+        record["stat"] = None
+        assert fastpath.host_unchanged(host, record)
+        line = sync_quick.probe_script(workdirs[0], len(record["names"]), record["stat"])
+        if cut == whole:
+            break
+        done = host.run(line, input=record["names"] + writes + cut, timeout=30)
+        assert done.stdout.startswith(sync_quick.CHECKED) and not done.ok
+        assert open(target).read() == before
+        assert not [n for n in os.listdir(os.path.dirname(target)) if n.startswith(".mh-tmp.")]
+    done = host.run(line, input=record["names"] + writes + whole, timeout=30)
+    assert done.ok and open(target).read() == "LAYERS = 400000\n"
+
+
+def test_a_mode_the_umask_did_not_give_goes_the_helper_way(env, monkeypatch):
+    """A default ACL on a host's directory overrides the umask: the host's answer shows
+    the mode it got, and a file with another mode than sent is rewritten by the helper."""
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    monkeypatch.setattr(sync_quick, "_FUNCTIONS",
+                        sync_quick._FUNCTIONS.replace('umask "$2"', "umask 077"))
+    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    streams = helper_streams(monkeypatch)
+    report = sync()
+    assert report.ok and len(streams) == 2
+    for root in workdirs.values():
+        same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
+
+
+def test_a_host_written_by_its_shell_is_recorded_before_the_last_host_answers(env, monkeypatch):
+    """At 64 hosts, saving every record after the last answer was a serial tail: each
+    host's record is saved as soon as its own answer is in. Here the second host answers
+    only once the first one's record is there (or after 20 s: then the test fails)."""
+    import time
+    from multihost.sync.probe import Probe
+
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    first = fastpath.record_path("127.0.0.1", workdirs[0], str(code))
+    before = os.stat(first).st_mtime_ns
+    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    seen = []
+    real_write = Probe.write
+
+    def write(self, label, needs, record, files, data, timeout):
+        if label == "localhost":
+            for _ in range(200):
+                if os.stat(first).st_mtime_ns != before:
+                    seen.append(True)
+                    break
+                time.sleep(0.1)
+        return real_write(self, label, needs, record, files, data, timeout)
+
+    monkeypatch.setattr(Probe, "write", write)
+    report = sync()
+    assert report.ok and [h.files for h in report.hosts] == [1, 1] and seen == [True]
+    assert [h.files for h in sync().hosts] == [0, 0]
+    assert [h.files + h.meta for h in sync(verify=True).hosts] == [0, 0]
+
+
+def test_a_quick_write_records_the_hosts_answer_and_a_later_sync_reads_its_keys(env, monkeypatch):
+    """After a write by the shell, a host's record is its `stat` answer as the host gave
+    it (nothing unpacked or packed per host); a later sync that needs the keys (a new
+    file goes the helper's way) parses them from it, and records a host as it is."""
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    assert [h.files for h in sync().hosts] == [1, 1]
+    records = [load_record(label, workdirs[rank], str(code))
+               for rank, label in enumerate(["127.0.0.1", "localhost"])]
+    assert all("answer" in r and "keys" not in r for r in records)
+    (code / "pkg" / "new.py").write_text("x = 1\n")
+    (code / "train.py").write_text("print('changed')\n")
+    streams = helper_streams(monkeypatch)
+    assert [h.files for h in sync().hosts] == [2, 2] and len(streams) == 2
+    for root in workdirs.values():
+        same_file(code / "pkg" / "new.py", os.path.join(root, "pkg", "new.py"))
+    for rank, label in enumerate(["127.0.0.1", "localhost"]):  # recorded, with every key
+        assert "keys" in load_record(label, workdirs[rank], str(code))
+    parsed = []
+    real = fastpath.parse_stat_output
+    monkeypatch.setattr(fastpath, "parse_stat_output", lambda *a: parsed.append(1) or real(*a))
+    assert [h.files for h in sync().hosts] == [0, 0] and parsed == []
+    assert [h.files + h.meta for h in sync(verify=True).hosts] == [0, 0]
