@@ -248,7 +248,7 @@ def forget_record(host_label: str, workdir: str, code_root: str) -> None:
 
 def matches_manifest(record: dict, manifest: Manifest) -> bool:
     """The recorded entries are exactly the manifest's (paths, kinds, hashes, modes, times)."""
-    return record.get("digest") == manifest.digest
+    return manifest.matches(record.get("digest"))
 
 
 def stat_command(remote_root: str, names_through: str = "") -> str:

@@ -9,6 +9,7 @@ unchanged tree is only stat()ed, and a tree left as the last walk saw it is not 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ import subprocess
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, SyncError
 from ..remote.sync_fs import (DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, is_racy,
@@ -55,12 +56,13 @@ class Manifest:
     hashed_files: int = 0           # files read this time (not answered by the cache)
     hashed_bytes: int = 0
 
-    @property
+    # Counted once: the scan's event, the report and the size warnings each ask.
+    @functools.cached_property
     def files(self) -> int:
         """Files and symlinks (as rsync counts them); directories are not counted."""
         return sum(1 for e in self.entries if e.kind != DIR)
 
-    @property
+    @functools.cached_property
     def bytes(self) -> int:
         return sum(e.size for e in self.entries if e.kind == FILE)
 
@@ -85,6 +87,17 @@ class Manifest:
             object.__setattr__(self, "_digest", cached)
         return cached
 
+    def matches(self, digest: Optional[str]) -> bool:
+        """Whether the tree ``digest`` names is exactly this manifest. A manifest made
+        from the snapshot of that very tree with some of its files changed is known not
+        to be it, without its own digest (3-8 ms for 2,300 entries, on the way to a
+        one-file sync's writes): that digest is worked out later, off that way."""
+        if not digest:
+            return False
+        if "_digest" not in self.__dict__ and self.__dict__.get("_changed_from") == digest:
+            return False
+        return digest == self.digest
+
     def encode(self) -> bytes:
         """What a host's sync_plan reads on stdin: zlib-compressed JSON."""
         body = json.dumps({"entries": self.wires()}, separators=(",", ":"))
@@ -97,10 +110,12 @@ def wires_digest(wires: Sequence[list]) -> str:
     return hashlib.sha256(body.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def build_manifest(code_dir: str, *, verify: bool = False,
-                   cache_dir: Optional[str] = None) -> Manifest:
+def build_manifest(code_dir: str, *, verify: bool = False, cache_dir: Optional[str] = None,
+                   later: Optional[List[Callable[[], object]]] = None) -> Manifest:
     """Walk and hash the code directory. Anything unreadable is an error, never a skip:
-    a file missing from the manifest would be deleted on the hosts."""
+    a file missing from the manifest would be deleted on the hosts. ``later``: where
+    the snapshot's saving goes when the caller has better things to do first (it runs
+    each one once the manifest is handed out); without, it is saved here."""
     root = os.path.abspath(os.path.expanduser(code_dir))
     if not os.path.isdir(root):
         raise ConfigError(f"code directory {code_dir} does not exist or is not a directory",
@@ -109,7 +124,7 @@ def build_manifest(code_dir: str, *, verify: bool = False,
     walk_started_ns = time.time_ns()
     recorded = None if verify else load_snapshot(root, cache_dir)
     if recorded is not None:   # the same entries as the last walk: no walk
-        known = _from_snapshot(root, rules, recorded, cache_dir, walk_started_ns)
+        known = _from_snapshot(root, rules, recorded, cache_dir, walk_started_ns, later)
         if known is not None:
             return known
     found: List[Tuple[str, str, os.stat_result, Optional[str]]] = []
@@ -143,7 +158,7 @@ def build_manifest(code_dir: str, *, verify: bool = False,
 
 
 def _from_snapshot(root: str, rules: IgnoreRules, recorded: tuple, cache_dir: Optional[str],
-                   started_ns: int) -> Optional[Manifest]:
+                   started_ns: int, later: Optional[list]) -> Optional[Manifest]:
     """The recorded manifest, with the files that moved since hashed again (None if one
     cannot be read: the walk then reports it)."""
     wires, digest, moved, seen = recorded
@@ -165,15 +180,24 @@ def _from_snapshot(root: str, rules: IgnoreRules, recorded: tuple, cache_dir: Op
         return None
     if cache is not None:
         cache.save()
-    wires = list(wires)
+    before, wires = wires, list(wires)
     for index, (rel, st) in zip(moved, files):
         wires[index] = [rel, FILE, st.st_size, st.st_mode & MODE_BITS, st.st_mtime_ns, digests[rel]]
     manifest = Manifest(root, tuple(map(Entry._make, wires)), rules, hashed_files,
                         hashed_bytes)
     object.__setattr__(manifest, "_wires", wires)  # not from the entries again
-    object.__setattr__(manifest, "_digest", wires_digest(wires))
+    if all(wires[i] == before[i] for i in moved):  # touched, not changed: the same tree
+        object.__setattr__(manifest, "_digest", digest)
+    else:
+        object.__setattr__(manifest, "_changed_from", digest)
     if not any(is_racy(st, started_ns) for _, st in files):  # else the old snapshot stays
-        save_snapshot(root, wires, manifest.digest, started_ns, cache_dir, seen)
+        def save() -> None:
+            save_snapshot(root, wires, manifest.digest, started_ns, cache_dir, seen)
+
+        if later is None:
+            save()
+        else:
+            later.append(save)
     return manifest
 
 

@@ -295,8 +295,9 @@ class _CodeSync:
         from ..events import SyncScanned
         from .manifest import build_manifest
 
+        later: list = []  # the snapshot's saving: after the hosts have the manifest
         try:
-            manifest = build_manifest(self.code_dir, verify=self.verify)
+            manifest = build_manifest(self.code_dir, verify=self.verify, later=later)
         except BaseException:
             self.ready.set()
             connecting.join()
@@ -306,6 +307,8 @@ class _CodeSync:
             raise
         self.manifest = manifest
         self.ready.set()
+        for step in later:
+            step()
         self.emit(SyncScanned(manifest.files, manifest.bytes, manifest.hashed_files,
                               manifest.hashed_bytes, time.monotonic() - self.started))
         return manifest

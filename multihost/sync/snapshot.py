@@ -99,10 +99,11 @@ def save_snapshot(root: str, entries: Sequence[list], digest: str, walk_started_
 
 
 def load_snapshot(root: str, cache_dir: Optional[str] = None) -> Optional[tuple]:
-    """(entries as wire lists, manifest digest, indices of the files whose keys moved,
-    (the watched paths, their keys now)) when the tree still has exactly the recorded
-    entries: no directory, link or ignore file moved. Files that moved are only to be
-    hashed again (the digest is then None); anything else is None: walk."""
+    """(entries as wire lists, their manifest's digest, indices of the files whose keys
+    moved, (the watched paths, their keys now)) when the tree still has exactly the
+    recorded entries: no directory, link or ignore file moved. Files that moved are only
+    to be hashed again (the digest is then the tree's before they moved); anything else
+    is None: walk."""
     try:
         with open(snapshot_path(root, cache_dir), "rb") as handle:
             data = marshal.loads(handle.read())
@@ -128,7 +129,7 @@ def load_snapshot(root: str, cache_dir: Optional[str] = None) -> Optional[tuple]
                 or not stat.S_ISREG(new[0]):
             return None
         moved.append(entry)
-    return entries, None, moved, (paths, now)
+    return entries, digest, moved, (paths, now)
 
 
 def forget_snapshot(root: str, cache_dir: Optional[str] = None) -> None:

@@ -39,11 +39,13 @@ def run() -> None:
             exit_as(status)
     from ..cli import finish, main
 
-    code = main()
-    if place is not None:
-        from .server import start_server
+    try:
+        code = main()
+    finally:  # also after argparse's exits (--help, a bad flag): the next one is warm
+        if place is not None:
+            from .server import start_server
 
-        start_server()
+            start_server()
     finish(code)
 
 

@@ -103,3 +103,33 @@ def test_an_edit_is_hashed_again_without_a_walk(code, monkeypatch):
     monkeypatch.setattr(manifest_module, "scan_tree", walk)
     assert after.entries == build_manifest(str(code), verify=True).entries
     assert after.hashed_files == 1
+
+
+def test_an_edited_file_is_known_to_differ_from_the_tree_before_it_without_its_digest(
+        code, monkeypatch):
+    """A one-file sync asks each host's record whether it already has this tree: a host
+    recorded at the tree before the edit is told no without the new manifest's digest
+    being worked out first (it is, later, and is the digest a walk gives)."""
+    before = settled(code)
+    (code / "train.py").write_text("print('edited')\n")
+    time.sleep(0.1)
+    edited = build_manifest(str(code))
+    worked_out = []
+    real = manifest_module.wires_digest
+    monkeypatch.setattr(manifest_module, "wires_digest",
+                        lambda wires: worked_out.append(1) or real(wires))
+    assert not edited.matches(before.digest)
+    assert worked_out == []
+    assert edited.matches(edited.digest) and edited.digest != before.digest
+    monkeypatch.setattr(manifest_module, "load_snapshot", lambda *a: None)
+    assert edited.digest == build_manifest(str(code)).digest   # as a full walk has it
+
+
+def test_a_touched_file_with_the_same_content_is_the_same_tree(code):
+    """Its key moved (a new ctime), so it is hashed again; its entry did not."""
+    before = settled(code)
+    path = code / "pkg" / "model.py"
+    os.utime(path, ns=(os.stat(path).st_atime_ns, before.paths()["pkg/model.py"].mtime_ns))
+    time.sleep(0.1)
+    touched = build_manifest(str(code))
+    assert touched.matches(before.digest) and touched.digest == before.digest

@@ -195,3 +195,18 @@ def test_an_idle_warm_controller_ends_by_itself(warm):
     while _alive(server) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(server) and not list(warm.dir.glob("*.sock"))
+
+
+def test_the_script_and_its_client_import_almost_nothing():
+    """What a warm command costs here is the interpreter and this: the script and the
+    client must not pull in what a cold start pays for (re, typing, argparse...)."""
+    script = str(REPO / "bin" / "multihost")
+    probe = ("import sys; sys.argv = ['multihost']; "
+             "import multihost.warm.client as c; c.run = lambda: None; "
+             f"exec(compile(open({script!r}).read(), {script!r}, 'exec'), {{}}); "
+             "print(' '.join(m for m in ('re', 'typing', 'argparse', 'dataclasses', 'socket', "
+             "'json', 'enum', 'subprocess', 'signal', 'multihost.cli') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
