@@ -235,6 +235,9 @@ def code_revision(code_dir: str) -> Tuple[Optional[str], bool]:
     Untracked files that are not ignored make the tree dirty too: they travel with the
     sync, so the commit alone would not say what ran.
     """
+    if not _inside_git_work_tree(code_dir):  # the common answer for a copy of code,
+        return None, False                     # without a `git` process on every sync
+
     def git(*args: str) -> Optional[str]:
         try:
             done = subprocess.run(["git", "-C", code_dir, *args], capture_output=True,
@@ -248,3 +251,18 @@ def code_revision(code_dir: str) -> Tuple[Optional[str], bool]:
         return None, False
     status = git("status", "--porcelain", "--untracked-files=normal")
     return commit.strip(), bool(status and status.strip())
+
+
+def _inside_git_work_tree(code_dir: str) -> bool:
+    """Whether git could find a repository for ``code_dir``: a `.git` (directory or file)
+    in it or a parent, or git told where one is through its environment."""
+    if any(name in os.environ for name in ("GIT_DIR", "GIT_WORK_TREE")):
+        return True
+    path = os.path.abspath(code_dir)
+    while True:
+        if os.path.lexists(os.path.join(path, ".git")):
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent

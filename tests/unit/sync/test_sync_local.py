@@ -180,6 +180,27 @@ def test_code_revision_and_dirty_flag(env):
     assert env.sync(dry_run=True).dirty
 
 
+def test_code_outside_any_repository_starts_no_git(tmp_path, monkeypatch):
+    """Every sync asks for the code's commit; a tree no repository holds is told apart
+    without a `git` process, and one inside a repository (below its top) still asks."""
+    import subprocess
+
+    from multihost.sync import manifest
+
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    monkeypatch.delenv("GIT_WORK_TREE", raising=False)
+    started = []
+    monkeypatch.setattr(manifest.subprocess, "run",
+                        lambda argv, **kw: started.append(argv) or subprocess.CompletedProcess(
+                            argv, 1, "", ""))
+    (tmp_path / "plain").mkdir()
+    assert manifest.code_revision(str(tmp_path / "plain")) == (None, False) and started == []
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    (tmp_path / "repo" / "src").mkdir()
+    manifest.code_revision(str(tmp_path / "repo" / "src"))
+    assert started and started[0][:3] == ["git", "-C", str(tmp_path / "repo" / "src")]
+
+
 def test_an_unchanged_host_is_recognised_without_starting_its_helper(env):
     env.sync()
     events = []
