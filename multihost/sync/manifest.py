@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import subprocess
+import threading
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ WARN_FILES = 20_000
 WARN_BYTES = 500 * 1024 * 1024
 # Up to this many files edited since the last walk are hashed without the hash cache.
 FEW_MOVED = 64
+_DIGEST_LOCK = threading.Lock()
 
 
 class Entry(NamedTuple):
@@ -80,11 +82,15 @@ class Manifest:
 
     @property
     def digest(self) -> str:
-        """One hash of every entry (path, kind, size, mode, mtime, content hash)."""
+        """One hash of every entry (path, kind, size, mode, mtime, content hash). Worked
+        out once: the hosts' threads that want it together wait for the first."""
         cached = self.__dict__.get("_digest")
         if cached is None:
-            cached = wires_digest(self.wires())
-            object.__setattr__(self, "_digest", cached)
+            with _DIGEST_LOCK:
+                cached = self.__dict__.get("_digest")
+                if cached is None:
+                    cached = wires_digest(self.wires())
+                    object.__setattr__(self, "_digest", cached)
         return cached
 
     def matches(self, digest: Optional[str]) -> bool:
@@ -97,6 +103,14 @@ class Manifest:
         if "_digest" not in self.__dict__ and self.__dict__.get("_changed_from") == digest:
             return False
         return digest == self.digest
+
+    def edits_since(self, digest: Optional[str]) -> Optional[Tuple[List[int], List[list]]]:
+        """When this manifest is the snapshot of the tree ``digest`` names with some of
+        its files edited: (their positions, the entries as they were, all of them);
+        else None."""
+        if not digest or self.__dict__.get("_changed_from") != digest:
+            return None
+        return self.__dict__["_edited"]
 
     def encode(self) -> bytes:
         """What a host's sync_plan reads on stdin: zlib-compressed JSON."""
@@ -190,6 +204,7 @@ def _from_snapshot(root: str, rules: IgnoreRules, recorded: tuple, cache_dir: Op
         object.__setattr__(manifest, "_digest", digest)
     else:
         object.__setattr__(manifest, "_changed_from", digest)
+        object.__setattr__(manifest, "_edited", (list(moved), before))
     if not any(is_racy(st, started_ns) for _, st in files):  # else the old snapshot stays
         def save() -> None:
             save_snapshot(root, wires, manifest.digest, started_ns, cache_dir, seen)

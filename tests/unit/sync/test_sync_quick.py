@@ -121,6 +121,32 @@ def test_quick_send_refuses_by_raising_and_never_half_reports(env):
     assert nodes["0"]["files"] == 1 and set(nodes["0"]["keys"]) == {"train.py"}
 
 
+def test_a_plan_from_the_snapshot_is_the_plan_from_the_record(env, monkeypatch):
+    """A host recorded at the tree the snapshot holds, some of its files edited since:
+    its plan comes from the edited entries alone, and is what comparing every recorded
+    entry gives."""
+    import time
+
+    from multihost.sync import manifest as manifest_module
+    from multihost.sync.fastpath import load_record, plan_from_record
+
+    code, workdirs, sync = env.code, env.workdirs, env.sync
+    sync()
+    time.sleep(0.1)
+    build_manifest(str(code))   # a snapshot of the tree the hosts have, past the racy window
+    (code / "train.py").write_text("print('changed')\n")
+    os.chmod(code / "run.sh", 0o700)
+    os.utime(code / "pkg" / "model.py")          # touched: the same content, a new mtime
+    time.sleep(0.1)
+    manifest = build_manifest(str(code))
+    record = load_record("127.0.0.1", workdirs[0], str(code))
+    assert manifest.edits_since(record["digest"]) is not None
+    quick = plan_from_record(record, manifest)
+    monkeypatch.setattr(manifest_module.Manifest, "edits_since", lambda self, digest: None)
+    assert quick == plan_from_record(record, manifest)
+    assert len(quick["change"]) == 1 and len(quick["meta"]) == 2
+
+
 def commands_run(monkeypatch):
     """Every command a sync runs on a host, by host (each one an `ssh` client on a real
     host: the round trips a sync costs)."""
