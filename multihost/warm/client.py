@@ -34,7 +34,7 @@ def run() -> None:
     if wire.command_word(argv) in wire.COMMANDS:
         place = wire.place_for(os.environ)
     if place is not None:
-        status = served(place, argv)
+        status = served(place)
         if status is not None:
             exit_as(status)
     from ..cli import finish, main
@@ -49,10 +49,11 @@ def run() -> None:
     finish(code)
 
 
-def served(place: wire.Place, argv: list[str]) -> tuple[bytes, int] | None:
+def served(place: wire.Place) -> tuple[bytes, int] | None:
     """The command's end (EXITED and a code, or KILLED and a signal) as run by the warm
     controller; None when it did not start it (the caller runs it here)."""
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    before = {}
     try:
         for fd in (0, 1, 2):
             os.fstat(fd)  # a closed descriptor cannot be passed: run here
@@ -65,31 +66,30 @@ def served(place: wire.Place, argv: list[str]) -> tuple[bytes, int] | None:
                                   b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2)))])
         if wire.recv_exactly(sock, wire.FRAME)[:1] != wire.READY:
             return None
-        _forward_signals(sock)
+        before = _forward_signals(sock)
         sock.sendall(wire.frame(wire.GO))
     except OSError:
+        for number, handler in before.items():  # the command runs here: as it would
+            _signal.signal(number, handler)
         sock.close()
         return None
     # From here on the command is the server's: wait for its end, however long.
     sock.settimeout(None)
     while True:
-        try:
-            data = wire.recv_exactly(sock, wire.FRAME)
-        except OSError:
-            data = b""
-        if len(data) < wire.FRAME:
+        frame = wire.read_frame(sock)
+        if frame is None:
             # Both the server and the command are gone without a word: say so, never a
             # silent success.
             os.write(2, b"multihost: the warm controller ended before the command's exit "
                         b"status came (fix: run the command again; MULTIHOST_WARM=0 runs "
                         b"it without one)\n")
             return wire.EXITED, 1
-        kind, number = wire.unframe(data)
-        if kind in (wire.EXITED, wire.KILLED):
-            return kind, number
+        if frame[0] in (wire.EXITED, wire.KILLED):
+            return frame
 
 
-def _forward_signals(sock) -> None:
+def _forward_signals(sock) -> dict:
+    """Pass this process's signals on to the command; the handlers they had."""
     def forward(signum, _frame):
         try:
             if signum == _signal.SIGTSTP:
@@ -100,12 +100,14 @@ def _forward_signals(sock) -> None:
         except OSError:
             pass
 
+    before = {}
     for name in _FORWARDED:
         number = getattr(_signal, name, None)
         # One this process ignores (a background job's SIGINT, nohup's SIGHUP) the
         # command would have ignored too.
         if number is not None and _signal.getsignal(number) != _signal.SIG_IGN:
-            _signal.signal(number, forward)
+            before[number] = _signal.signal(number, forward)
+    return before
 
 
 def exit_as(status: tuple[bytes, int]) -> None:

@@ -77,6 +77,15 @@ def recv_exactly(sock, size: int) -> bytes:
     return data
 
 
+def read_frame(sock) -> tuple[bytes, int] | None:
+    """The next frame; None once the other side is gone (or the socket broke)."""
+    try:
+        data = recv_exactly(sock, FRAME)
+    except OSError:
+        return None
+    return unframe(data) if len(data) == FRAME else None
+
+
 def namespaces(pid: str = "self") -> str:
     """The process's network, mount and pid namespaces ("-" where there is no /proc)."""
     parts = []

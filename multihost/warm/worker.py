@@ -118,15 +118,12 @@ def _signals_from(conn, finished: threading.Event) -> None:
     """Deliver the client's signals to this command's process group; the client gone
     before the command ended is a hang-up, as a closed terminal's."""
     while True:
-        try:
-            data = wire.recv_exactly(conn, wire.FRAME)
-        except OSError:
-            data = b""
-        if len(data) < wire.FRAME:
+        frame = wire.read_frame(conn)
+        if frame is None:
             if not finished.is_set():
                 os.killpg(0, signal.SIGHUP)
             return
-        kind, number = wire.unframe(data)
+        kind, number = frame
         if kind == wire.SIGNAL and 0 < number < signal.NSIG:
             try:
                 os.killpg(0, number)
