@@ -11,9 +11,10 @@ this process with everything already imported (worker.py).
 
 It lives as long as the OpenSSH masters do (MULTIHOST_CONTROL_PERSIST idle seconds, 600
 by default; 0, or MULTIHOST_WARM=0, means none), never while a command it started still
-runs, and ends on its own when any file it loaded changes (an upgrade, an edit of an
-editable install: the next command runs cold and starts a fresh one), when its socket
-is removed or replaced, or on SIGTERM. Only its own user, in its own namespaces, is
+runs, and ends on its own when a file it loaded changes (an upgrade, an edit of an
+editable install: the next command runs cold and starts a fresh one; multihost's own
+files are looked at before every command, the libraries' when it is idle), when its
+socket is removed or replaced, or on SIGTERM. Only its own user, in its own namespaces, is
 served; anything wrong with a request is a refusal, and the client runs the command
 itself.
 """
