@@ -86,6 +86,10 @@ def serve() -> None:
     with open(place.pid_file, "w") as out:
         out.write(f"{os.getpid()}\n")
     Server(place, listener, persist, lock).loop()
+    try:
+        os.unlink(place.log_file)  # what it ran goes with it
+    except OSError:
+        pass
 
 
 def _locked(path: str):
@@ -196,7 +200,16 @@ class Server:
             return
         self.listener.close()
         self.listener = None
-        os.close(self.lock)  # a fresh server may start while these commands finish
+        # A fresh server may start while these commands finish. The lock file goes too,
+        # or every key ever used (a lab's namespace is one) would leave one: a server that
+        # took the old file's lock meanwhile and one on a new file would both listen,
+        # and the one whose socket is replaced ends at its next tick.
+        for path in (self.place.lock_file, self.place.log_file + ".1"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        os.close(self.lock)
         if _identity(self.place.socket) == self.socket_identity:
             for path in (self.place.socket, self.place.pid_file):
                 try:
