@@ -125,6 +125,7 @@ class _CodeSync:
         self.plans_lock = threading.Lock()
         # What is left to do once every host is done (the snapshot's saving: it wants the
         # manifest's digest, 3-8 ms of a held GIL that the hosts' writes need no part of).
+        # A sync that fails before then only hashes the edited files again next time.
         self.later: List = []
         self.recorded: set = set()                  # hosts whose record is saved already
 
