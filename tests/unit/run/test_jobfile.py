@@ -74,7 +74,7 @@ def test_resolved_job_round_trips_with_secrets_masked(tmp_path):
 
 def multihost(home, cwd, *argv):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MULTIHOST_", "FLAGS_"))}
-    env.update(HOME=str(home), PYTHONPATH=str(REPO))
+    env.update(HOME=str(home), PYTHONPATH=str(REPO), MULTIHOST_WARM="0")
     return subprocess.run([sys.executable, "-m", "multihost", *argv], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
