@@ -31,7 +31,7 @@ def run() -> None:
     """The entry point of the ``multihost`` script and of ``python -m multihost``."""
     argv = sys.argv[1:]
     place = None
-    if wire.command_word(argv) in wire.COMMANDS:
+    if wire.served_warm(argv):
         place = wire.place_for(os.environ)
     if place is not None:
         status = served(place)

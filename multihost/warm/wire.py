@@ -27,9 +27,11 @@ WARM_ENV = "MULTIHOST_WARM"
 PERSIST_ENV = "MULTIHOST_CONTROL_PERSIST"  # the same knob as the OpenSSH masters' (openssh.py)
 DEFAULT_PERSIST = 600
 # The commands a warm controller runs: the short everyday ones, where start-up is most of
-# the time. `run` and its kin own the terminal for hours (keys, resize, job control), `ssh`
-# hands it to an interactive session, `lab` needs a fresh root process: they start cold.
+# the time. `run` and its kin own the terminal for hours (keys, resize, job control), and
+# so does `logs --follow`; `ssh` hands it to an interactive session, `lab` needs a fresh
+# root process: they start cold.
 COMMANDS = frozenset({"sync", "exec", "check", "status", "logs", "stop", "stacks"})
+_FOLLOW = ("-f", "--follow")
 # Read at start-up by Python (its stdio encodings, paths, hash seed) or by multihost.
 _START_UP_ENV = ("LANG", "HOME", "XDG_CACHE_HOME", "TMPDIR", PERSIST_ENV)
 _START_UP_PREFIXES = ("PYTHON", "LC_")
@@ -122,6 +124,17 @@ def persist_seconds(environ) -> int | None:
 
 def command_word(argv: list[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
+
+
+def served_warm(argv: list[str]) -> bool:
+    """Whether this command line is one a warm controller runs (see COMMANDS)."""
+    word = command_word(argv)
+    if word not in COMMANDS:
+        return False
+    options = argv[:argv.index("--")] if "--" in argv else argv
+    return not (word == "logs" and any(o in _FOLLOW or (o.startswith("-") and not
+                                                        o.startswith("--") and "f" in o[1:])
+                                       for o in options))
 
 
 def private_dir(template: str) -> str | None:

@@ -210,3 +210,15 @@ def test_the_script_and_its_client_import_almost_nothing():
                           env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
+
+
+def test_what_owns_the_terminal_for_long_starts_cold():
+    """A dashboard that holds the terminal for hours (`run`, `logs --follow`) is not a
+    fork of the warm controller; the short everyday commands are."""
+    from multihost.warm.wire import served_warm
+
+    assert served_warm(["sync"]) and served_warm(["--plain", "logs", "--tail", "3"])
+    assert served_warm(["exec", "--ips=a", "--", "tail", "-f", "x.log"])
+    for argv in (["run", "--", "train.py"], ["logs", "--follow"], ["logs", "-f"], ["ssh", "0"],
+                 ["lab", "up", "2"], ["fleetrun", "train.py"]):
+        assert not served_warm(argv), argv
