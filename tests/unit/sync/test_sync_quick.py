@@ -193,14 +193,21 @@ def test_a_host_edited_behind_the_sync_gets_nothing_from_the_shell_and_is_compar
         same_file(code / "train.py", os.path.join(root, "train.py"))
 
 
-def test_a_failed_check_writes_nothing_and_says_nothing(env):
-    code, workdirs, sync = env.code, env.workdirs, env.sync
-    sync()
+def synced_then_edited(env, text: str):
+    """Sync, then give pkg/model.py ``text``: (its path on host 0, what it holds there,
+    its manifest entry, host 0's record)."""
+    code, workdirs = env.code, env.workdirs
+    env.sync()
     target = os.path.join(workdirs[0], "pkg", "model.py")
     before = open(target).read()
-    (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
+    (code / "pkg" / "model.py").write_text(text)
     entry = next(e for e in build_manifest(str(code)).entries if e.path == "pkg/model.py")
-    record = load_record("127.0.0.1", workdirs[0], str(code))
+    return target, before, entry, load_record("127.0.0.1", workdirs[0], str(code))
+
+
+def test_a_failed_check_writes_nothing_and_says_nothing(env):
+    code, workdirs = env.code, env.workdirs
+    target, before, entry, record = synced_then_edited(env, "LAYERS = 48\n")
     names = record["names"]
     writes = sync_quick.probe_writes([entry], ["pkg", "pkg/model.py"]) + \
         sync_quick.read_files(str(code), [entry])
@@ -314,13 +321,8 @@ def test_an_edit_costs_a_host_no_chmod_no_size_stat_and_no_dd_for_the_script(env
 def test_a_probe_cut_short_in_a_file_never_renames_it_into_place(env):
     """The file's contents, then the empty line after them, are what says it is whole:
     a stream that ends inside the contents, or right after them, lands nothing."""
-    code, workdirs, sync = env.code, env.workdirs, env.sync
-    sync()
-    target = os.path.join(workdirs[0], "pkg", "model.py")
-    before = open(target).read()
-    (code / "pkg" / "model.py").write_text("LAYERS = 400000\n")
-    entry = next(e for e in build_manifest(str(code)).entries if e.path == "pkg/model.py")
-    record = load_record("127.0.0.1", workdirs[0], str(code))
+    code, workdirs = env.code, env.workdirs
+    target, before, entry, record = synced_then_edited(env, "LAYERS = 400000\n")
     writes = sync_quick.probe_writes([entry], ["pkg", "pkg/model.py"])
     host = LocalTransport(Host(name="127.0.0.1"))
     whole = sync_quick.read_files(str(code), [entry])
