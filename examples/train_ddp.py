@@ -108,6 +108,9 @@ def main(argv=None):
             if args.checkpoint_dir and rank == 0 and global_step % args.checkpoint_every == 0:
                 save(args.checkpoint_dir, model, optimizer, global_step, torch)
     dist.barrier()
+    # DDP's reducer holds the process group: drop it first, so that destroying the group
+    # really ends gloo's threads here, not in the interpreter's teardown.
+    del ddp
     dist.destroy_process_group()
     if rank == 0:
         print("done: %d ranks, loss %.4f -> %.4f" % (world, first_loss, last_loss), flush=True)
@@ -143,4 +146,10 @@ def resume(args, model, optimizer, attempt, rank, dist, torch):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The training is over and its process group destroyed: leave without the
+    # interpreter's teardown, in which a c10d thread still joinable at exit can turn a
+    # finished run into SIGABRT ("terminate called without an active exception").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
