@@ -130,16 +130,43 @@ def _warm_logs(env: Optional[dict]) -> dict:
 
 
 def _warm_served(before: dict, env: Optional[dict]) -> List[dict]:
-    """The commands a warm controller ran since ``before``: a command it ran has its
-    line in the log by the time the client returns (the server logs, then reports)."""
+    """The commands a warm controller ran since ``before``. A command's line is logged
+    once its process has ended, which may be after its client returned (a sync saves
+    its snapshot after answering: multihost/afterwards.py), so the servers' commands
+    are waited for first: their CPU is counted, and does not overlap the next one."""
     import json
 
+    _warm_commands_done(env)
     lines = []
     for log, size in _warm_logs(env).items():
         with open(log, "rb") as handle:
             handle.seek(before.get(log, 0) if size >= before.get(log, 0) else 0)
             lines += [json.loads(line) for line in handle.read().splitlines() if line.strip()]
     return lines
+
+
+def _warm_commands_done(env: Optional[dict], wait: float = 10.0) -> None:
+    """Wait (at most ``wait`` seconds) until no warm controller has a command running."""
+    home = (env or os.environ).get("HOME", os.path.expanduser("~"))
+    servers = []
+    for directory in (Path(home) / ".cache/multihost/warm", Path(f"/tmp/multihost-warm-{os.getuid()}")):
+        for pid_file in directory.glob("*.pid") if directory.is_dir() else ():
+            try:
+                servers.append(int(pid_file.read_text()))
+            except (OSError, ValueError):
+                pass
+    deadline = time.monotonic() + wait
+    for pid in servers:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as children:
+                    if not children.read().split():
+                        break
+            except OSError:
+                break
+            time.sleep(0.002)
+    if servers:
+        time.sleep(0.01)  # a child just reaped: its line follows within microseconds
 
 
 def hostfile(directory: Path, n: int, workdir: Optional[str] = None) -> Path:

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
+from .. import afterwards
 from ..errors import MultihostError
 from ..fanout import Cluster, fan_out
 from ..transport.base import pipe_errors_raise
@@ -154,8 +155,8 @@ class _CodeSync:
         if not self.dry_run:
             _record(self.cluster, manifest, self.workdirs, self.code_root, self.results,
                     self.keys, self.digests, self.used, self.recorded)
-        for step in self.later:  # nothing waits on these any more
-            step()
+        for step in self.later:  # nothing here waits on these; nor need the user
+            afterwards.defer(step)
         git.join()
         return self.report(manifest, revision[0] if revision else (None, False))
 
@@ -241,7 +242,7 @@ class _CodeSync:
         if not node.get("answer") or not plan.get("same_names"):
             return
         if save_answer(host.label, self.workdirs[host.rank], self.code_root, plan["root"],
-                       manifest, node["answer"]):
+                       manifest, node["answer"], record["names"]):
             self.recorded.add(host.rank)
 
     def start_session(self, host, transport) -> HostSession:

@@ -16,6 +16,7 @@ import sys
 import threading
 import traceback
 
+from .. import afterwards
 from . import wire
 
 
@@ -46,8 +47,12 @@ def become(conn, fds: list, argv: list, cwd: str, environ: dict, umask: int,
     _fresh_streams()
     finished = threading.Event()
     threading.Thread(target=_signals_from, args=(conn, finished), daemon=True).start()
+    afterwards.collect()
     code = _run(argv[1:], cwd)
     finished.set()
+    if afterwards.pending():
+        _answer_early(conn, code)
+        afterwards.run_deferred()
     # The server reports the end once this process is reaped (after it has logged it: the
     # client returns when the command is over, not just about to be). A server gone
     # meanwhile cannot: then this says it itself.
@@ -57,6 +62,22 @@ def become(conn, fds: list, argv: list, cwd: str, environ: dict, umask: int,
         except OSError:
             pass
     os._exit(code)
+
+
+def _answer_early(conn, code: int) -> None:
+    """The command is over and its output flushed: give the client its status now,
+    before the work that only speeds up a later command (afterwards.py). The client's
+    descriptors are let go first, so that whoever reads its output sees the end with
+    the status; the server's own report, after this process ends, then finds the
+    client gone, which it ignores."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    try:
+        conn.sendall(wire.frame(wire.EXITED, code))
+    except OSError:
+        pass  # then the server's report, once this process has ended
 
 
 def _fresh_streams() -> None:

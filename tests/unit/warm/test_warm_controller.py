@@ -5,6 +5,7 @@ machine (a host named localhost runs its commands as local subprocesses), no lab
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -222,3 +223,32 @@ def test_what_owns_the_terminal_for_long_starts_cold():
     for argv in (["run", "--", "train.py"], ["logs", "--follow"], ["logs", "-f"], ["ssh", "0"],
                  ["lab", "up", "2"], ["fleetrun", "train.py"]):
         assert not served_warm(argv), argv
+
+
+def test_a_warm_sync_answers_as_cold_and_still_saves_its_snapshot(warm, tmp_path):
+    """A warm sync gives its status before it saves the snapshot of the code directory
+    (multihost/afterwards.py); the output and status are a cold sync's, and the snapshot
+    is saved all the same, so that the next sync skips the walk."""
+    from multihost.remote.sync_fs import tree_key
+
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    for i in range(20):
+        (code / "pkg" / f"m{i}.py").write_text(f"x = {i}\n")
+    sync = ("sync", "--ips=localhost", "--code", str(code), "--plain")
+    assert warm.run(*sync, "--workdir", str(tmp_path / "wd")).returncode == 0
+    warm.server()
+    snapshot = warm.home / ".cache" / "multihost" / "hashes" / (tree_key(str(code)) + ".tree")
+    results = {}
+    for name, setting in (("warm", {}), ("cold", {"MULTIHOST_WARM": "0"})):
+        (code / "pkg" / "m3.py").write_text(f"x = '{name}'\n")  # the same size each time
+        time.sleep(0.2)  # an edit, then a command: not within the same few milliseconds
+        before = snapshot.stat().st_mtime_ns
+        done = warm.run(*sync, "--workdir", str(tmp_path / "wd"), **setting)
+        deadline = time.monotonic() + 10
+        while snapshot.stat().st_mtime_ns == before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert snapshot.stat().st_mtime_ns != before, f"the {name} sync saved no snapshot"
+        results[name] = (done.returncode, done.stderr, re.sub(r"in [0-9.]+s", "", done.stdout))
+    assert results["warm"] == results["cold"] and results["warm"][0] == 0
+    assert "localhost: 1 file (" in results["warm"][2]
