@@ -177,19 +177,21 @@ def save_record(host_label: str, workdir: str, code_root: str, remote_root: str,
 
 
 def save_answer(host_label: str, workdir: str, code_root: str, remote_root: str,
-                manifest: Manifest, answer: bytes) -> bool:
+                manifest: Manifest, answer: bytes, names: Optional[bytes] = None) -> bool:
     """Record the host's state as its `stat` answer for the manifest's paths, in the
     manifest's order (what a quick write got back: the record's answer with the
     written paths' put in): nothing to unpack, merge or pack, where ``save_record``
-    costs 2-3 ms a host for 2,000 entries. Its keys are parsed only if ever needed."""
-    if not _save_tree(code_root, manifest):
+    costs 2-3 ms a host for 2,000 entries. Its keys are parsed only if ever needed.
+    ``names``: the manifest's paths as a tree holds them, when known (the record's,
+    for a plan that kept every path)."""
+    if not _save_tree(code_root, manifest, names):
         return False
     return _write(record_path(host_label, workdir, code_root), {
         "v": VERSION, "root": remote_root, "digest": manifest.digest,
         "stat": hashlib.sha256(answer).hexdigest(), "answer": answer})
 
 
-def _save_tree(code_root: str, manifest: Manifest) -> bool:
+def _save_tree(code_root: str, manifest: Manifest, names: Optional[bytes] = None) -> bool:
     """The manifest's tree, written if no host wrote it yet (else marked as used), and
     the trees of this code directory beyond the newest ``TREES_KEPT`` removed (a record
     whose tree is gone only costs its host a comparison by content)."""
@@ -202,8 +204,8 @@ def _save_tree(code_root: str, manifest: Manifest) -> bool:
             pass
         written = _write(path, {
             "v": VERSION, "digest": manifest.digest,
-            "names": b"\0".join(e.path.encode("utf-8", "surrogateescape")
-                                for e in manifest.entries),
+            "names": names if names is not None else b"\0".join(
+                e.path.encode("utf-8", "surrogateescape") for e in manifest.entries),
             "packed": marshal.dumps(manifest.wires())})
     if written:
         _prune_trees(path)
