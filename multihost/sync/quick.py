@@ -29,8 +29,10 @@ helper's way, which is always correct: this path only ever saves time.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 import shlex
 import stat
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
@@ -213,24 +215,46 @@ def restated(names: Sequence[str], files: Sequence[Entry]) -> List[int]:
 def splice(out: bytes, count: int, positions: Sequence[int]
            ) -> Optional[Tuple[bytes, bytes, bytes, bytes]]:
     """A probe's answer cut in two: (the answer for ``count`` names before the write,
-    the answer for ``positions`` after it, the first with the second put in their
-    places: what one `stat` of every name after the write would print, and what the
-    first said of ``positions``). None if the host's answer does not have exactly
-    those fields."""
-    fields = out.split(b"\0")
-    if fields.pop() != b"" or len(fields) != FIELDS * (count + len(positions)):
+    the answer for ``positions`` (ascending) after it, the first with the second put in
+    their places: what one `stat` of every name after the write would print, and what
+    the first said of ``positions``). None if the host's answer does not have exactly
+    those fields.
+
+    Without splitting it: 2,000 names are 10,000 fields, and a split and joins again
+    made 12 copies of a 140 KB answer and 11,000 objects per host (1.3 ms of CPU and,
+    in a fork of the warm controller, 1,500 page faults for 4 hosts). The fields are
+    counted in C (``bytes.count``, a regex for the positions' offsets) and the new
+    answer is made in one join of slices."""
+    if not out.endswith(b"\0"):
         return None
-    whole, fresh = fields[:FIELDS * count], fields[FIELDS * count:]
-    before = b"\0".join(whole) + b"\0"
-    old = []
+    cut = len(out) - 1
+    for _ in range(FIELDS * len(positions)):   # the last fields: the answer after the write
+        cut = out.rfind(b"\0", 0, cut)
+    before, fresh = out[:cut + 1], out[cut + 1:]
+    if before.count(b"\0") != FIELDS * count or fresh.count(b"\0") != FIELDS * len(positions):
+        return None
+    new = fresh.split(b"\0")
+    view = memoryview(before)
+    pieces, old, offset, at = [], [], 0, 0
     for n, index in enumerate(positions):
-        old += whole[FIELDS * index:FIELDS * (index + 1)]
-        whole[FIELDS * index:FIELDS * (index + 1)] = fresh[FIELDS * n:FIELDS * (n + 1)]
-    return (before, _joined(fresh), _joined(whole), _joined(old))
+        start = _after_fields(before, offset, FIELDS * (index - at))
+        end = _after_fields(before, start, FIELDS)
+        pieces += [view[offset:start], b"\0".join(new[FIELDS * n:FIELDS * (n + 1)]), b"\0"]
+        old.append(view[start:end])
+        offset, at = end, index + 1
+    pieces.append(view[offset:])
+    return before, fresh, b"".join(pieces), b"".join(old)
 
 
-def _joined(fields: List[bytes]) -> bytes:
-    return b"\0".join(fields) + b"\0" if fields else b""
+@functools.lru_cache(maxsize=64)
+def _fields(count: int):
+    return re.compile(rb"(?:[^\0]*\0){%d}" % count)
+
+
+def _after_fields(data: bytes, start: int, count: int) -> int:
+    """The offset just past ``count`` NUL-terminated fields from ``start`` (the answer's
+    fields are all counted already: there are enough)."""
+    return _fields(count).match(data, start).end()
 
 
 def probe_reply(label: str, needs: HostNeeds, record: dict, files: Sequence[Entry],

@@ -82,6 +82,7 @@ def serve() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 (a module the command had is only a speed-up here)
             pass
+    _one_malloc_arena()
     listener = _listen(place.socket)
     with open(place.pid_file, "w") as out:
         out.write(f"{os.getpid()}\n")
@@ -89,6 +90,20 @@ def serve() -> None:
     try:
         os.unlink(place.log_file)  # what it ran goes with it
     except OSError:
+        pass
+
+
+def _one_malloc_arena() -> None:
+    """One malloc arena for every thread of a command. A sync starts a dozen threads,
+    and glibc gives each its own arena: in a fork, every page of each fresh arena is a
+    page fault, about a quarter of a one-file sync's 4,700 (3,400 with one arena, 3-4 ms
+    of CPU); the threads take turns at the GIL anyway. A libc without it is left as
+    it is."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-8, 1)   # M_ARENA_MAX (glibc's malloc.h)
+    except (ImportError, OSError, AttributeError):
         pass
 
 
