@@ -3,9 +3,8 @@ command: one `ssh` client per host for a sync that finds little to do.
 
 A sync that finds nothing (or one edit) to do is mostly waiting: for the controller's
 manifest, then for each host's `stat`. So the host's side starts first: the probe is
-started as the sync starts (sync_quick's ``probe_script``), holds the recorded names (or
-is handed them at once), and checks the host against its record while the controller is
-still hashing.
+started as the sync starts (sync_quick's ``probe_script``), is handed the recorded names
+at once, and checks the host against its record while the controller is still hashing.
 Once the manifest is built, the controller sends it the rest: nothing (the host was only
 to be checked) or the writes of a small change with their contents. rsync with a
 ControlMaster pays one `ssh` client per host; so does this.
@@ -24,13 +23,13 @@ from .quick import CHECKED, HostMoved, probe_reply, probe_script, probe_writes, 
 
 
 class Probe:
-    """One host's probe command: what its input starts with goes to it at once (a thread
-    of its own, so a host that stops reading holds up nothing), its output is read to
-    the end by another, and ``finish`` waits for that at most its timeout, then kills it."""
+    """One host's probe command: the recorded names go to it at once (a thread of its
+    own, so a host that stops reading holds up nothing), its output is read to the end
+    by another, and ``finish`` waits for that at most its timeout, then kills it."""
 
     def __init__(self, process, names: bytes):
         self.process = process
-        self._names = names   # the recorded names, when the script does not hold them
+        self._names = names
         self._rest = b""
         self._go = threading.Event()
         self._out: List[bytes] = []
@@ -43,13 +42,12 @@ class Probe:
         to check against (the caller checks by parsing it), or the command cannot start."""
         if not record.get("stat") or not record["names"]:
             return None
-        script, first = probe_script(record["root"], record["names"], record["stat"],
-                                     keep="answer" not in record)
         try:
-            process = transport.start(script)
+            process = transport.start(probe_script(record["root"], len(record["names"]),
+                                                   record["stat"], keep="answer" not in record))
         except Exception:  # any trouble here only means: check the other way
             return None
-        return cls(process, first)
+        return cls(process, record["names"])
 
     def _write(self) -> None:
         stdin = self.process.stdin

@@ -48,9 +48,6 @@ if TYPE_CHECKING:  # the probe starts before the manifest's modules are loaded
     from .model import HostNeeds
 
 MAX_FILES = 16
-# The recorded names' bytes, quoted, that the check's script takes as its own words: the
-# script is one argument of the host's shell (`sh -c`), and Linux takes 128 KiB at most.
-INLINE_NAMES = 96 * 1024
 MAX_BYTES = 1 << 20
 # The mode bits a new file gets from the umask alone (`dd` creates it 0666 less the umask).
 _BY_UMASK = 0o666
@@ -147,26 +144,17 @@ def script(root: str, files: Sequence[Entry]) -> str:
                       f"exec xargs -0 -r {_ANSWER}"])
 
 
-def probe_script(root: str, names: bytes, digest: str, keep: bool = True) -> Tuple[str, bytes]:
-    """Check the host, then run what comes next on the input: (the script, what goes
-    first on its input). The recorded ``names`` (NUL-separated) are words of the script
-    itself when they fit in one argument of the host's shell (``INLINE_NAMES``): its
-    `stat` is then the only process of the check but `sha256sum`; else they come first
-    on the input, exactly their size read by a `dd` for an `xargs`. Then, once the
-    controller knows what changed, nothing (the host was only to be checked) or a line
-    with a count of lines and that many lines of shell (``probe_writes``; read by the
-    shell itself, without a `dd`), followed by what those read. Nothing runs unless the
-    host's `stat` answer for the names has the hash ``digest``. With ``keep``, that
-    answer is kept, to be printed after the writes (every recorded path is `stat`ed
-    once, not twice); without, the controller has it in the host's record
-    (sync_fastpath's ``save_answer``), and it goes straight into `sha256sum`: no file,
-    no `cat`, no `rm`."""
-    inline = _quoted_names(names)
-    if inline is not None:
-        names, first = f"{_ANSWER} {inline}", b""
-    else:
-        names, first = (f"dd bs={len(names)} count=1 iflag=fullblock status=none | "
-                        f"xargs -0 -r {_ANSWER}"), names
+def probe_script(root: str, names_size: int, digest: str, keep: bool = True) -> str:
+    """Check the host, then run what comes next on the input. The input: the recorded
+    names (``names_size`` bytes); then, once the controller knows what changed, nothing
+    (the host was only to be checked) or a line with a count of lines and that many
+    lines of shell (``probe_writes``; read by the shell itself, without a `dd`), followed
+    by what those read. Nothing runs unless the host's `stat` answer for the names has
+    the hash ``digest``. With ``keep``, that answer is kept, to be printed after the
+    writes (every recorded path is `stat`ed once, not twice); without, the controller
+    has it in the host's record (sync_fastpath's ``save_answer``), and it goes straight
+    into `sha256sum`: no file, no `cat`, no `rm`."""
+    names = f"dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER}"
     expected = shlex.quote(digest + "  -")
     check = [_ANSWER_FILE, f'{names} > "$o" || exit 1',
              f'[ "$(sha256sum < "$o")" = {expected} ] || exit 3'] if keep else \
@@ -180,18 +168,7 @@ def probe_script(root: str, names: bytes, digest: str, keep: bool = True) -> Tup
         "rest=",
         'while [ "$n" -gt 0 ]; do IFS= read -r line || exit 1; rest="$rest$line',
         '"; n=$((n - 1)); done',
-        'eval "$rest"']), first
-
-
-def _quoted_names(names: bytes) -> Optional[str]:
-    """The NUL-separated ``names`` as single-quoted shell words (any byte but NUL can be
-    in one), or None when the script would not fit in one argument of the host's shell
-    (Linux takes 128 KiB at most; 2,000 paths are about 60 KB). Bytes, not shlex: a
-    name need not be UTF-8, and this is 2,000 names in well under a millisecond."""
-    if len(names) > INLINE_NAMES:
-        return None
-    quoted = b"'" + names.replace(b"'", b"'\\''").replace(b"\0", b"' '") + b"'"
-    return quoted.decode("utf-8", "surrogateescape") if len(quoted) <= INLINE_NAMES else None
+        'eval "$rest"'])
 
 
 def probe_writes(files: Sequence[Entry], again: Sequence[str], keep: bool = True) -> bytes:

@@ -212,12 +212,12 @@ def test_a_failed_check_writes_nothing_and_says_nothing(env):
     writes = sync_quick.probe_writes([entry], ["pkg", "pkg/model.py"]) + \
         sync_quick.read_files(str(code), [entry])
     host = LocalTransport(Host(name="127.0.0.1"))
-    line, first = sync_quick.probe_script(workdirs[0], names, "0" * 64)
-    done = host.run(line, input=first + writes, timeout=30)
+    line = sync_quick.probe_script(workdirs[0], len(names), "0" * 64)
+    done = host.run(line, input=names + writes, timeout=30)
     assert done.exit_code == 3 and not done.stdout.startswith(sync_quick.CHECKED)
     assert open(target).read() == before
-    line, first = sync_quick.probe_script(workdirs[0], names, record["stat"])
-    done = host.run(line, input=first + writes, timeout=30)
+    line = sync_quick.probe_script(workdirs[0], len(names), record["stat"])
+    done = host.run(line, input=names + writes, timeout=30)
     assert done.ok and done.stdout.startswith(sync_quick.CHECKED)
     assert open(target).read() == "LAYERS = 48\n"
 
@@ -288,37 +288,26 @@ def shimmed(monkeypatch, tmp_path, *commands):
 
 def test_an_edit_costs_a_host_no_chmod_no_size_stat_and_no_dd_for_the_script(env, monkeypatch,
                                                                              tmp_path):
-    """At 64 hosts on shared cores every process a host starts is wall time: the
-    recorded names are words of the check's script (no `dd` and `xargs` to read them), a
-    file whose mode a umask gives is created with it, its size is known whole by what
-    follows it on the stream, and the shell reads the writes itself. Per host: one `dd`
-    of the file; the check's `stat` and the written paths' one; and, the first time
+    """At 64 hosts on shared cores every process a host starts is wall time: a file whose
+    mode a umask gives is created with it, its size is known whole by what follows it on
+    the stream, and the shell reads the writes itself. Per host: one `dd` of the names,
+    one of the file; the check's `stat` and the written paths' one; and, the first time
     only, the `cat` and `rm` of the check's answer (then the record holds it)."""
     code, workdirs, sync = env.code, env.workdirs, env.sync
     sync()
     (code / "pkg" / "model.py").write_text("LAYERS = 48\n")
-    calls = shimmed(monkeypatch, tmp_path, "chmod", "stat", "dd", "cat", "rm", "xargs")
+    calls = shimmed(monkeypatch, tmp_path, "chmod", "stat", "dd", "cat", "rm")
     assert [h.files for h in sync().hosts] == [1, 1]
-    assert sorted(calls()) == ["cat"] * 2 + ["dd"] * 2 + ["rm"] * 2 + ["stat"] * 4
+    assert sorted(calls()) == ["cat"] * 2 + ["dd"] * 4 + ["rm"] * 2 + ["stat"] * 4
     (code / "pkg" / "model.py").write_text("LAYERS = 96\n")
     before = len(calls())
     assert [h.files for h in sync().hosts] == [1, 1]
-    assert sorted(calls()[before:]) == ["dd"] * 2 + ["stat"] * 4
+    assert sorted(calls()[before:]) == ["dd"] * 4 + ["stat"] * 4
     for root in workdirs.values():
         same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
     before = len(calls())
     assert [h.files for h in sync().hosts] == [0, 0]     # nothing to do: a check alone
-    assert sorted(calls()[before:]) == ["stat"] * 2
-    # Names too many for one argument of the shell come on the input, read by `dd`
-    # for `xargs`: the same check, the same writes.
-    monkeypatch.setattr(sync_quick, "INLINE_NAMES", 16)
-    (code / "pkg" / "model.py").write_text("LAYERS = 24\n")
-    before = len(calls())
-    assert [h.files for h in sync().hosts] == [1, 1]
-    assert sorted(calls()[before:]) == ["dd"] * 4 + ["stat"] * 4 + ["xargs"] * 2
-    for root in workdirs.values():
-        same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
-    monkeypatch.setattr(sync_quick, "INLINE_NAMES", 96 * 1024)
+    assert sorted(calls()[before:]) == ["dd"] * 2 + ["stat"] * 2
     for root in workdirs.values():
         same_file(code / "pkg" / "model.py", os.path.join(root, "pkg", "model.py"))
     # an executable file needs its `chmod`: a umask cannot give execute bits
@@ -341,14 +330,14 @@ def test_a_probe_cut_short_in_a_file_never_renames_it_into_place(env):
         # the temporary file moved the directory's times: the check's hash, learned again
         record["stat"] = None
         assert fastpath.host_unchanged(host, record)
-        line, first = sync_quick.probe_script(workdirs[0], record["names"], record["stat"])
+        line = sync_quick.probe_script(workdirs[0], len(record["names"]), record["stat"])
         if cut == whole:
             break
-        done = host.run(line, input=first + writes + cut, timeout=30)
+        done = host.run(line, input=record["names"] + writes + cut, timeout=30)
         assert done.stdout.startswith(sync_quick.CHECKED) and not done.ok
         assert open(target).read() == before
         assert not [n for n in os.listdir(os.path.dirname(target)) if n.startswith(".mh-tmp.")]
-    done = host.run(line, input=first + writes + whole, timeout=30)
+    done = host.run(line, input=record["names"] + writes + whole, timeout=30)
     assert done.ok and open(target).read() == "LAYERS = 400000\n"
 
 
@@ -425,9 +414,10 @@ def test_a_quick_write_records_the_hosts_answer_and_a_later_sync_reads_its_keys(
 
 
 def test_names_any_shell_would_trip_on_are_checked_as_they_are(env, monkeypatch):
-    """The recorded names are words of the check's script: quotes, spaces, a newline, a
-    leading dash, `$` and bytes that are not UTF-8 must name exactly their file, or a
-    host would be checked against the wrong paths (or run a name as shell)."""
+    """Quotes, spaces, a newline, a leading dash, `$(...)`, backquotes and bytes that are
+    not UTF-8 in the code's paths: the host's shell checks and writes exactly those
+    files (the names reach `stat` NUL-separated, the written one quoted), and runs none
+    of them as shell."""
     code, workdirs, sync = env.code, env.workdirs, env.sync
     odd = ["it's here.py", "two  spaces.py", "new\nline.py", "-starts-with-dash.py",
            "$(touch pwned).py", "`id`.py", '"quoted".py']
