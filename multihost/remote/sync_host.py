@@ -169,6 +169,9 @@ def _receive(root, rank, stdin, kids=(), magic=None, keys=None):
     try:
         reader = Reader(stdin, [kid.feed for kid in kids], magic)
         receiver.apply(reader)
+        done = getattr(stdin, "done", None)
+        if done is not None:  # a relay's upstream: the whole stream is read
+            done()
         for kid in kids:  # the next hosts have it all: they finish while we do
             kid.end_input()
     except (StreamError, _Stop) as exc:

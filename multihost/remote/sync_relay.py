@@ -6,8 +6,11 @@ rate. Its hops are set up all at once, not one after the other: the controller s
 node on every host of the chain over its own open connection, and each node listens on
 a unix socket (its *rendezvous*, named by a token the controller made, in a private
 directory) while it starts ``ssh NEXT`` running ``sync.join``, which connects to the next
-node's rendezvous and copies its stdin into it. Setting up a chain of any length costs
-about one handshake. Each node answers the controller itself, over its own channel.
+node's rendezvous and hands it its stdin (the pipe from that host's sshd, passed over the
+socket): the node reads the stream straight from sshd, and the join only waits for the
+node to say it has read it all. No byte is copied by a process in between. Setting up a
+chain of any length costs about one handshake. Each node answers the controller itself,
+over its own channel.
 
 Nothing is lost: a next host that cannot be reached (its sshd down, no key, no node
 there) is skipped, the chain goes on to the one after it, and the skipped host is
@@ -22,6 +25,7 @@ import re
 import select
 import shlex
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -38,6 +42,9 @@ UPSTREAM_WAIT = 900.0    # a node for its upstream, when the controller never sa
 IDLE = 300.0             # no byte from the upstream for this long: it is gone
 MAX_NOISE = 1 << 20      # what a host's shell may print before the join's answer
 READY = b'{"ready":true}'
+HANDOFF = b"F"           # a join's one byte on the rendezvous, with its stdin attached
+DONE = b"D"              # the node's answer to its join: it read the whole stream
+_FD = struct.Struct("i")
 _TOKEN = re.compile(r"^[0-9a-f]{16,64}$")
 
 
@@ -88,7 +95,8 @@ class Rendezvous(object):
     def upstream(self, control, wait=UPSTREAM_WAIT):
         """The upstream's stream; ``control`` (the controller's stdin) ending means no
         upstream will come. Raises RelayError when none came."""
-        conns = []
+        conns = []    # connected, their stdin not handed over yet
+        handed = {}   # a handed-over stdin: its fd -> the join's connection
         deadline = time.monotonic() + wait
         closing = False
         try:
@@ -96,21 +104,25 @@ class Rendezvous(object):
                 left = 0 if closing else deadline - time.monotonic()
                 if left < 0:
                     raise RelayError("no upstream host connected within %d s" % wait)
-                watch = [self.sock] + conns + ([] if closing else [control])
+                watch = [self.sock] + conns + list(handed) + ([] if closing else [control])
                 ready = select.select(watch, [], [], left)[0]
-                for conn in [c for c in conns if c in ready]:
-                    try:
-                        first = conn.recv(1, socket.MSG_PEEK)
-                    except OSError:
-                        first = b""
+                for fd in [f for f in handed if f in ready]:
+                    conn = handed.pop(fd)
+                    first = _first_byte(fd)
                     if first:
-                        conns.remove(conn)
-                        return _SocketStream(conn)
-                    conns.remove(conn)
+                        return _PipeStream(fd, conn, first)
+                    os.close(fd)  # ended without a byte: a hop the chain went around
                     conn.close()
+                for conn in [c for c in conns if c in ready]:
+                    conns.remove(conn)
+                    fd = receive_stdin(conn)
+                    if fd is None:
+                        conn.close()
+                    else:
+                        handed[fd] = conn
                 if self.sock in ready:
                     conns.append(self.sock.accept()[0])
-                    continue  # look at what it sends before anything else
+                    continue  # look at what it hands over before anything else
                 if closing and not ready:
                     raise RelayError("no upstream: the relay went around this host")
                 if control in ready and not os.read(control.fileno(), 65536):
@@ -118,31 +130,80 @@ class Rendezvous(object):
         finally:
             for conn in conns:
                 conn.close()
+            for fd, conn in handed.items():
+                os.close(fd)
+                conn.close()
 
 
-class _SocketStream(object):
-    """The upstream socket as the Reader's stream: a silent or broken upstream is a
-    StreamError (this node's failure), never a hang or a traceback. Before it waits for
-    more, what the node gathered for the next host is passed on (``before_wait``): a
-    chain of 64 hops must not hold back 256 KB at each, on a slow link that is seconds
-    before the last host gets a byte."""
+def hand_over(sock, fd):
+    """Pass ``fd`` (a join's stdin) to the node at the other end of ``sock``."""
+    sock.sendmsg([HANDOFF], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _FD.pack(fd))])
 
-    def __init__(self, conn):
-        conn.settimeout(IDLE)
+
+def receive_stdin(conn):
+    """The fd a join handed over on ``conn``, or None (it sent something else, or went
+    away). Any other fd that came with it is closed."""
+    try:
+        data, ancillary, _, _ = conn.recvmsg(1, socket.CMSG_SPACE(_FD.size * 4))
+    except OSError:
+        return None
+    fds = []
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % _FD.size
+            fds += [_FD.unpack_from(payload, at)[0] for at in range(0, usable, _FD.size)]
+    if data == HANDOFF and len(fds) == 1:
+        return fds[0]
+    for fd in fds:
+        os.close(fd)
+    return None
+
+
+def _first_byte(fd):
+    try:
+        return os.read(fd, 1)
+    except OSError:
+        return b""
+
+
+class _PipeStream(object):
+    """The upstream's stream, read straight from the pipe its join handed over: a silent
+    or broken upstream is a StreamError (this node's failure), never a hang or a
+    traceback. Before it waits for more, what the node gathered for the next host is
+    passed on (``before_wait``): a chain of 64 hops must not hold back 256 KB at each,
+    on a slow link that is seconds before the last host gets a byte."""
+
+    def __init__(self, fd, conn, first=b""):
+        self.fd = fd
         self.conn = conn
+        self.first = first
         self.before_wait = None
 
     def read(self, count):
-        try:
-            if self.before_wait is not None and not select.select([self.conn], [], [], 0)[0]:
+        if self.first:
+            data, self.first = self.first[:count], self.first[count:]
+            return data
+        if not select.select([self.fd], [], [], 0)[0]:
+            if self.before_wait is not None:
                 self.before_wait()
-            return self.conn.recv(count)
-        except socket.timeout:
-            raise StreamError("the upstream host sent nothing for %d s" % IDLE)
+            if not select.select([self.fd], [], [], IDLE)[0]:
+                raise StreamError("the upstream host sent nothing for %d s" % IDLE)
+        try:
+            return os.read(self.fd, count)
         except OSError as exc:
             raise StreamError("the upstream host broke off (%s)" % (exc.strerror or exc))
 
+    def done(self):
+        """The whole stream is read: the join may end (and its sshd with it)."""
+        try:
+            self.conn.sendall(DONE)
+        except OSError:
+            pass
+
     def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
         self.conn.close()
 
 
@@ -288,6 +349,7 @@ class Node(object):
 
     def __init__(self, spec):
         token = spec.get("token")
+        self.upstream = None
         self.rendezvous = Rendezvous(token) if spec.get("listen") else None
         try:
             self.downstream = Downstream(spec.get("next") or [], token)
@@ -299,23 +361,28 @@ class Node(object):
         if self.rendezvous is None:
             return stdin
         try:
-            stream = self.rendezvous.upstream(stdin)
-            stream.before_wait = self.downstream.flush
-            return stream
+            self.upstream = self.rendezvous.upstream(stdin)
         except RelayError:
             self.downstream.end_input()  # the next node drops a hop that sent nothing
             self.downstream.finish()
             self.close()
             raise
+        self.upstream.before_wait = self.downstream.flush
+        return self.upstream
 
     def close(self):
         """The socket file removed: nothing of this node is left on the host."""
         if self.rendezvous is not None:
             self.rendezvous.close()
+        if self.upstream is not None:
+            self.upstream.close()
+            self.upstream = None
 
 
 def join(request):
-    """sync.join: connect to this host's node of the chain and copy stdin into it."""
+    """sync.join: connect to this host's node of the chain and hand it this process's
+    stdin, the stream from the host before; then wait until the node has read it all
+    (this process's end ends the ssh session that carries the stream)."""
     try:
         path = rendezvous_path(request.get("token"))
     except RelayError as exc:
@@ -333,20 +400,21 @@ def join(request):
             if time.monotonic() > deadline:
                 return _answer(False, "no relay node started here within %d s" % JOIN_WAIT)
             time.sleep(0.05)
-    _write_line(READY)
     stdin = sys.stdin.buffer
-    grow_pipe(stdin)
+    grow_pipe(stdin)  # sshd keeps writing while the node writes a chunk to disk
     try:
-        while True:
-            data = os.read(stdin.fileno(), FLUSH_AT)
-            if not data:
-                break
-            sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)
+        hand_over(sock, stdin.fileno())
+        _write_line(READY)
+        said = sock.recv(1)
     except OSError as exc:
-        return _answer(False, "the relay node here went away (%s)" % (exc.strerror or exc))
+        said = b""
+        cause = exc.strerror or str(exc)
+    else:
+        cause = "it ended before the stream did"
     finally:
         sock.close()
+    if said != DONE:
+        return _answer(False, "the relay node here went away (%s)" % cause)
     return _answer(True, None)
 
 
