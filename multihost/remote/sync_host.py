@@ -20,8 +20,8 @@ import sys
 import time
 
 from .sync_apply import ApplyError, SafeRoot
-from .sync_fs import (FILE, LINK, HashCache, UnsafePath, check_relpath, grow_pipe, resolve_root,
-                      stat_key)
+from .sync_fs import FILE, LINK, HashCache, UnsafePath, check_relpath, resolve_root, stat_key
+from .sync_pipe import grow_pipe
 from .sync_plan import NO_MANIFEST, absent_plan, make_plan, workdir_absent, write_tracked
 from .sync_wire import MAGIC, Reader, StreamError, Writer
 from .proto import OpError, reply

@@ -18,54 +18,25 @@ reported with its cause; the controller sends it its files itself. A node nobody
 connected to gives up when the controller says the nodes before it are done (its stdin
 ends). Every wait is bounded.
 """
-import errno
 import json
 import os
-import re
 import select
 import shlex
 import socket
-import struct
 import subprocess
-import sys
 import threading
 import time
 
-from .sync_fs import grow_pipe
+from .sync_pipe import grow_pipe
+from .sync_rendezvous import DONE, READY, RelayError, receive_stdin, rendezvous_path
 from .sync_wire import StreamError
 
 FLUSH_AT = 256 * 1024
-RELAY_DIR = os.path.join("~", ".cache", "multihost", "relay")
-JOIN_WAIT = 20.0         # sync.join: for the node to appear on its host
+DIRECT = 32 * 1024       # a piece this big is written to the next host as it is
 HOP_READY = 40.0         # ssh's connect timeout (10 s) + JOIN_WAIT, with room to spare
 UPSTREAM_WAIT = 900.0    # a node for its upstream, when the controller never says
 IDLE = 300.0             # no byte from the upstream for this long: it is gone
 MAX_NOISE = 1 << 20      # what a host's shell may print before the join's answer
-READY = b'{"ready":true}'
-HANDOFF = b"F"           # a join's one byte on the rendezvous, with its stdin attached
-DONE = b"D"              # the node's answer to its join: it read the whole stream
-_FD = struct.Struct("i")
-_TOKEN = re.compile(r"^[0-9a-f]{16,64}$")
-
-
-class RelayError(Exception):
-    pass
-
-
-def rendezvous_path(token):
-    """The socket of the node with this token, in the user's own 0700 directory."""
-    if not isinstance(token, str) or not _TOKEN.match(token):
-        raise RelayError("bad relay token")
-    directory = os.path.expanduser(RELAY_DIR)
-    try:
-        os.makedirs(directory, 0o700, exist_ok=True)
-        st = os.lstat(directory)
-    except OSError as exc:
-        raise RelayError("cannot make %s: %s" % (directory, exc.strerror))
-    import stat
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise RelayError("%s is not a private directory of this user" % directory)
-    return os.path.join(directory, token + ".sock")
 
 
 class Rendezvous(object):
@@ -133,30 +104,6 @@ class Rendezvous(object):
             for fd, conn in handed.items():
                 os.close(fd)
                 conn.close()
-
-
-def hand_over(sock, fd):
-    """Pass ``fd`` (a join's stdin) to the node at the other end of ``sock``."""
-    sock.sendmsg([HANDOFF], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _FD.pack(fd))])
-
-
-def receive_stdin(conn):
-    """The fd a join handed over on ``conn``, or None (it sent something else, or went
-    away). Any other fd that came with it is closed."""
-    try:
-        data, ancillary, _, _ = conn.recvmsg(1, socket.CMSG_SPACE(_FD.size * 4))
-    except OSError:
-        return None
-    fds = []
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            usable = len(payload) - len(payload) % _FD.size
-            fds += [_FD.unpack_from(payload, at)[0] for at in range(0, usable, _FD.size)]
-    if data == HANDOFF and len(fds) == 1:
-        return fds[0]
-    for fd in fds:
-        os.close(fd)
-    return None
 
 
 def _first_byte(fd):
@@ -259,10 +206,13 @@ class Downstream(object):
 
     def feed(self, data):
         """Forward bytes; small pieces (record headers, small files) are gathered into
-        large writes, so the next host sees a few big ssh packets, not many tiny ones."""
+        large writes, so the next host sees a few big ssh packets, not many tiny ones.
+        A piece as big as an ssh packet goes as it is: gathering it would only copy it
+        twice more."""
         if self.proc is None or self.failure is not None:
             return
-        if not self.pending and len(data) >= FLUSH_AT:
+        if len(data) >= DIRECT:
+            self.flush()
             self._write(data)
             return
         self.pending += data
@@ -379,52 +329,3 @@ class Node(object):
             self.upstream = None
 
 
-def join(request):
-    """sync.join: connect to this host's node of the chain and hand it this process's
-    stdin, the stream from the host before; then wait until the node has read it all
-    (this process's end ends the ssh session that carries the stream)."""
-    try:
-        path = rendezvous_path(request.get("token"))
-    except RelayError as exc:
-        return _answer(False, str(exc))
-    deadline = time.monotonic() + JOIN_WAIT
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(path)
-            break
-        except OSError as exc:
-            sock.close()
-            if exc.errno not in (errno.ENOENT, errno.ECONNREFUSED):
-                return _answer(False, "cannot reach the relay node: %s" % exc.strerror)
-            if time.monotonic() > deadline:
-                return _answer(False, "no relay node started here within %d s" % JOIN_WAIT)
-            time.sleep(0.05)
-    stdin = sys.stdin.buffer
-    grow_pipe(stdin)  # sshd keeps writing while the node writes a chunk to disk
-    try:
-        hand_over(sock, stdin.fileno())
-        _write_line(READY)
-        said = sock.recv(1)
-    except OSError as exc:
-        said = b""
-        cause = exc.strerror or str(exc)
-    else:
-        cause = "it ended before the stream did"
-    finally:
-        sock.close()
-    if said != DONE:
-        return _answer(False, "the relay node here went away (%s)" % cause)
-    return _answer(True, None)
-
-
-def _write_line(data):
-    sys.stdout.buffer.write(data + b"\n")
-    sys.stdout.buffer.flush()
-
-
-def _answer(ok, error):
-    payload = {"ok": True, "result": None} if ok else {
-        "ok": False, "error": error, "fix": "the controller sends this host its files itself"}
-    _write_line(json.dumps(payload, separators=(",", ":")).encode())
-    return 0 if ok else 1

@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from multihost.remote import sync_relay
+from multihost.remote import sync_relay, sync_rendezvous
 from multihost.remote.sync_relay import RelayError, Rendezvous
 from multihost.sync.relay import SKIP_AHEAD, chain_requests, feeder_spec, merge_answers
 
@@ -77,12 +77,13 @@ def hand_over(path, data):
     read_end, write_end = os.pipe()
     os.write(write_end, data)
     os.close(write_end)
-    sync_relay.hand_over(sock, read_end)
+    sync_rendezvous.hand_over(sock, read_end)
     os.close(read_end)  # the node holds its own copy now
     return sock
 
 
-def test_the_upstream_is_the_join_whose_stdin_has_bytes_and_a_silent_one_is_dropped(home):
+def test_the_upstream_is_the_connection_that_sends_and_a_silent_one_is_dropped(home):
+    """Each join hands over its stdin: the one whose stdin has bytes is the upstream."""
     node = Rendezvous("0123456789abcdef")
     assert oct(os.stat(os.path.dirname(node.path)).st_mode & 0o777) == "0o700"
     idle = hand_over(node.path, b"")  # a host the chain went around: its stream just ends
@@ -95,13 +96,47 @@ def test_the_upstream_is_the_join_whose_stdin_has_bytes_and_a_silent_one_is_drop
         assert stream.read(100) == b"s" and stream.read(100) == b"tream bytes"
     assert idle.recv(1) == b""                 # dropped: that join ends (and says so)
     stream.done()
-    assert real.recv(1) == sync_relay.DONE     # the join of the upstream may end now
+    assert real.recv(1) == sync_rendezvous.DONE     # the join of the upstream may end now
     stream.close()
     os.close(control_w)
     late = connect(node.path)          # a hop that comes late is not left waiting
     late.close()
     node.close()
     assert not os.path.exists(node.path)  # nothing left on the host
+
+
+def dropped(sock):
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:  # closed with what it sent unread
+        return True
+
+
+def test_a_connection_that_hands_over_anything_else_is_dropped_and_nothing_kept(home):
+    """Bytes without a descriptor, or two descriptors at once, are not a join: the node
+    drops the connection and keeps none of what came with it (the pipes' readers are
+    gone: a write to them fails)."""
+    node = Rendezvous("0123456789abcdef")
+    plain = connect(node.path)
+    plain.sendall(sync_rendezvous.HANDOFF + b"stream bytes")
+    two = connect(node.path)
+    pipes = [os.pipe(), os.pipe()]
+    two.sendmsg([sync_rendezvous.HANDOFF], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                        sync_rendezvous._FD.pack(pipes[0][0]) +
+                                        sync_rendezvous._FD.pack(pipes[1][0]))])
+    for read_end, _ in pipes:
+        os.close(read_end)
+    control_r, control_w = os.pipe()
+    os.close(control_w)  # the controller says no upstream will come
+    with os.fdopen(control_r, "rb", buffering=0) as control:
+        with pytest.raises(RelayError, match="went around this host"):
+            node.upstream(control, wait=10)
+    assert dropped(plain) and dropped(two)
+    for _, write_end in pipes:
+        with pytest.raises(BrokenPipeError):
+            os.write(write_end, b"x")
+        os.close(write_end)
+    node.close()
 
 
 def test_a_node_nobody_reaches_gives_up_when_the_controller_ends_its_stdin(home):
@@ -134,8 +169,8 @@ def test_a_rendezvous_refuses_a_bad_token_and_a_directory_others_can_enter(home)
 
 
 def test_a_join_waits_a_bounded_time_for_its_node(home, monkeypatch, capsys):
-    monkeypatch.setattr(sync_relay, "JOIN_WAIT", 0.2)
-    assert sync_relay.join({"token": "0123456789abcdef"}) == 1
+    monkeypatch.setattr(sync_rendezvous, "JOIN_WAIT", 0.2)
+    assert sync_rendezvous.join({"token": "0123456789abcdef"}) == 1
     assert "no relay node started here within" in capsys.readouterr().out
 
 
@@ -188,9 +223,9 @@ def run_join(home, stdin):
     import subprocess
     import sys
 
-    code = ("import sys; from multihost.remote import sync_relay; "
-            "sys.exit(sync_relay.join({'token': '0123456789abcdef'}))")
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(sync_relay.__file__))))
+    code = ("import sys; from multihost.remote import sync_rendezvous; "
+            "sys.exit(sync_rendezvous.join({'token': '0123456789abcdef'}))")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(sync_rendezvous.__file__))))
     env = dict(os.environ, HOME=str(home), PYTHONPATH=repo)
     return subprocess.Popen([sys.executable, "-c", code], stdin=stdin, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env)
@@ -209,7 +244,7 @@ def test_the_node_reads_the_stream_from_the_hop_itself_and_its_join_copies_nothi
     try:
         control_r, control_w = os.pipe()
         with os.fdopen(control_r, "rb", buffering=0) as control:
-            assert join.stdout.readline() == sync_relay.READY + b"\n"  # handed over
+            assert join.stdout.readline() == sync_rendezvous.READY + b"\n"  # handed over
             os.kill(join.pid, signal.SIGSTOP)   # from now on the join runs no code
             os.write(hop_w, b"x" * 300000)
             os.close(hop_w)
