@@ -8,8 +8,9 @@ all lab hosts share this machine's cores, so the sshds, helpers and ssh clients 
 host count as much. This samples every CPU with `perf record -e cpu-clock -a` while each
 command runs and names each sample's process by its command line (read from /proc while
 it runs): controller, host helper by operation, ssh client and sshd by what they carry.
-Processes of other work on the machine show as "other"; "not seen" are processes that
-ended before they could be named. Needs `perf`.
+Only the processes in this lab's network namespaces are named; other work on the
+machine (another lab's sync is made of the same kinds) shows as "not this lab", and
+"not seen" are processes that ended before they could be named. Needs `perf`.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from _lab import (REPO, addresses, bench_lab, hostfile, measured, parallel_ssh, 
 from scale import MH, make_tree  # noqa: E402
 
 FREQUENCY = 199  # samples a second on each CPU
+KERNEL_THREADS = ("kworker", "ksoftirq", "kswapd", "kdamond", "jbd2", "rcu_")
 OP = re.compile(r"__main__\.py['\"]? (\w+\.\w+)")
 
 
@@ -39,21 +41,26 @@ class Names(threading.Thread):
     """pid -> (comm, command line, parent pid), read from /proc every 0.2 s; a shell is
     read again until it has exec'd what it runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, lab_namespaces: set) -> None:
         super().__init__(daemon=True)
+        self.lab_namespaces = lab_namespaces
         self.seen: Dict[int, Tuple[str, str, int]] = {}
         self.done = threading.Event()
 
-    @staticmethod
-    def read(pid: int) -> Optional[Tuple[str, str, int]]:
+    def read(self, pid: int) -> Optional[Tuple[str, str, int]]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
             with open(f"/proc/{pid}/stat") as f:
                 stat = f.read()
+            net = os.readlink(f"/proc/{pid}/ns/net")
         except OSError:
             return None
         comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if comm.startswith(KERNEL_THREADS):
+            return comm, "", 2
+        if int(net[net.index("[") + 1:-1]) not in self.lab_namespaces:
+            return "not this lab", "", 0
         return comm, cmd, int(stat[stat.rindex(")") + 2:].split()[1])
 
     def run(self) -> None:
@@ -93,13 +100,23 @@ def kind(pid: int, names: Dict[int, Tuple[str, str, int]], command: int) -> str:
         return "host rsync --server" if "--server" in cmd else "controller rsync"
     if comm == "ssh":
         return "controller ssh for rsync" if "rsync" in cmd else "ssh (masters, other)"
-    if comm.startswith(("kworker", "ksoftirq", "kswapd", "kdamond", "jbd2", "rcu_")):
+    if comm.startswith(KERNEL_THREADS):
         return "kernel threads"
+    if comm == "not this lab":
+        return comm
     return "other"
 
 
-def profile(label: str, argv, work: Path) -> float:
-    names = Names()
+def lab_namespaces(lab: str, n: int) -> set:
+    """The inode numbers of the lab's network namespaces: its controller's and hosts'."""
+    from multihost.lab.config import ctl_netns, host_netns
+
+    names = [ctl_netns(lab)] + [host_netns(lab, i) for i in range(1, n + 1)]
+    return {os.stat(f"/run/netns/{name}").st_ino for name in names}
+
+
+def profile(label: str, argv, work: Path, namespaces: set) -> float:
+    names = Names(namespaces)
     names.start()
     data = str(work / "perf.data")
     perf = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-a", "-F",
@@ -137,7 +154,8 @@ def profile(label: str, argv, work: Path) -> float:
     return wall
 
 
-def inside(n: int, runs: int) -> None:
+def inside(n: int, runs: int, lab: str) -> None:
+    namespaces = lab_namespaces(lab, n)
     work = Path(tempfile.mkdtemp(prefix=".sync-cpu-", dir=REPO / "bench"))
     try:
         tree = work / "tree"
@@ -150,8 +168,9 @@ def inside(n: int, runs: int) -> None:
         measured(sync)  # warm-up: the helper installed, the warm controller up
         for run in range(runs):
             measured(parallel_ssh(hosts, "rm -rf /root/synced /root/rsync-tree"))
-            mine = profile(f"multihost first sync, {n} hosts", sync, work)
-            theirs = profile(f"parallel rsync -a, {n} hosts", ["sh", "-c", f"{rsync} wait"], work)
+            mine = profile(f"multihost first sync, {n} hosts", sync, work, namespaces)
+            theirs = profile(f"parallel rsync -a, {n} hosts", ["sh", "-c", f"{rsync} wait"], work,
+                             namespaces)
             print(f"ratio {mine / theirs:.2f}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -163,15 +182,17 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=64)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lab", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
-        inside(args.hosts, args.runs)
+        inside(args.hosts, args.runs, args.lab)
         return 0
     if shutil.which("perf") is None:
         raise SystemExit("bench: perf is not installed")
     with bench_lab(max(args.hosts, 8)) as lab:
         return reexec_inside(lab, os.path.abspath(__file__),
-                             ["--hosts", str(args.hosts), "--runs", str(args.runs)])
+                             ["--hosts", str(args.hosts), "--runs", str(args.runs),
+                              "--lab", lab.name])
 
 
 if __name__ == "__main__":
