@@ -5,7 +5,7 @@ only when one of these runs, so that every other helper call stays quick to star
   sync_plan      the plan alone (stdin: the manifest)
   sync.receive   apply a sync stream; forward it to the next hosts of a relay
   sync.push      feed files of this host into a relay chain of other hosts (--sync-data)
-  sync.join      a relay hop: copy stdin into this host's node of the chain
+  sync.join      a relay hop: hand stdin to this host's node of the chain
 """
 from .proto import op
 
@@ -36,5 +36,5 @@ def sync_push(request):
 
 @op("sync.join", stream=True)
 def sync_join(request):
-    from .sync_relay import join
+    from .sync_rendezvous import join
     return join(request)

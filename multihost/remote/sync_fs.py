@@ -208,21 +208,6 @@ class _locked(object):
         os.close(self.fd)
 
 
-F_SETPIPE_SZ = 1031      # Linux; fcntl names it only from Python 3.10
-PIPE_SIZE = 1 << 20
-
-
-def grow_pipe(stream):
-    """A 1 MiB pipe instead of 64 KiB, so whoever writes into it goes on while the reader
-    is busy with a chunk (not a pipe, or not allowed: nothing changes)."""
-    if fcntl is None:
-        return
-    try:
-        fcntl.fcntl(stream.fileno(), F_SETPIPE_SZ, PIPE_SIZE)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
 def default_threads():
     return max(2, min(16, os.cpu_count() or 2))
 

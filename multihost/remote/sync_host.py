@@ -20,8 +20,8 @@ import sys
 import time
 
 from .sync_apply import ApplyError, SafeRoot
-from .sync_fs import (FILE, LINK, HashCache, UnsafePath, check_relpath, grow_pipe, resolve_root,
-                      stat_key)
+from .sync_fs import FILE, LINK, HashCache, UnsafePath, check_relpath, resolve_root, stat_key
+from .sync_pipe import grow_pipe
 from .sync_plan import NO_MANIFEST, absent_plan, make_plan, workdir_absent, write_tracked
 from .sync_wire import MAGIC, Reader, StreamError, Writer
 from .proto import OpError, reply
@@ -169,6 +169,9 @@ def _receive(root, rank, stdin, kids=(), magic=None, keys=None):
     try:
         reader = Reader(stdin, [kid.feed for kid in kids], magic)
         receiver.apply(reader)
+        done = getattr(stdin, "done", None)
+        if done is not None:  # a relay's upstream: the whole stream is read
+            done()
         for kid in kids:  # the next hosts have it all: they finish while we do
             kid.end_input()
     except (StreamError, _Stop) as exc:

@@ -6,8 +6,11 @@ rate. Its hops are set up all at once, not one after the other: the controller s
 node on every host of the chain over its own open connection, and each node listens on
 a unix socket (its *rendezvous*, named by a token the controller made, in a private
 directory) while it starts ``ssh NEXT`` running ``sync.join``, which connects to the next
-node's rendezvous and copies its stdin into it. Setting up a chain of any length costs
-about one handshake. Each node answers the controller itself, over its own channel.
+node's rendezvous and hands it its stdin (the pipe from that host's sshd, passed over the
+socket): the node reads the stream straight from sshd, and the join only waits for the
+node to say it has read it all. No byte is copied by a process in between. Setting up a
+chain of any length costs about one handshake. Each node answers the controller itself,
+over its own channel.
 
 Nothing is lost: a next host that cannot be reached (its sshd down, no key, no node
 there) is skipped, the chain goes on to the one after it, and the skipped host is
@@ -15,50 +18,25 @@ reported with its cause; the controller sends it its files itself. A node nobody
 connected to gives up when the controller says the nodes before it are done (its stdin
 ends). Every wait is bounded.
 """
-import errno
 import json
 import os
-import re
 import select
 import shlex
 import socket
 import subprocess
-import sys
 import threading
 import time
 
-from .sync_fs import grow_pipe
+from .sync_pipe import grow_pipe
+from .sync_rendezvous import DONE, READY, RelayError, receive_stdin, rendezvous_path
 from .sync_wire import StreamError
 
 FLUSH_AT = 256 * 1024
-RELAY_DIR = os.path.join("~", ".cache", "multihost", "relay")
-JOIN_WAIT = 20.0         # sync.join: for the node to appear on its host
+DIRECT = 32 * 1024       # a piece this big is written to the next host as it is
 HOP_READY = 40.0         # ssh's connect timeout (10 s) + JOIN_WAIT, with room to spare
 UPSTREAM_WAIT = 900.0    # a node for its upstream, when the controller never says
 IDLE = 300.0             # no byte from the upstream for this long: it is gone
 MAX_NOISE = 1 << 20      # what a host's shell may print before the join's answer
-READY = b'{"ready":true}'
-_TOKEN = re.compile(r"^[0-9a-f]{16,64}$")
-
-
-class RelayError(Exception):
-    pass
-
-
-def rendezvous_path(token):
-    """The socket of the node with this token, in the user's own 0700 directory."""
-    if not isinstance(token, str) or not _TOKEN.match(token):
-        raise RelayError("bad relay token")
-    directory = os.path.expanduser(RELAY_DIR)
-    try:
-        os.makedirs(directory, 0o700, exist_ok=True)
-        st = os.lstat(directory)
-    except OSError as exc:
-        raise RelayError("cannot make %s: %s" % (directory, exc.strerror))
-    import stat
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise RelayError("%s is not a private directory of this user" % directory)
-    return os.path.join(directory, token + ".sock")
 
 
 class Rendezvous(object):
@@ -88,7 +66,8 @@ class Rendezvous(object):
     def upstream(self, control, wait=UPSTREAM_WAIT):
         """The upstream's stream; ``control`` (the controller's stdin) ending means no
         upstream will come. Raises RelayError when none came."""
-        conns = []
+        conns = []    # connected, their stdin not handed over yet
+        handed = {}   # a handed-over stdin: its fd -> the join's connection
         deadline = time.monotonic() + wait
         closing = False
         try:
@@ -96,21 +75,25 @@ class Rendezvous(object):
                 left = 0 if closing else deadline - time.monotonic()
                 if left < 0:
                     raise RelayError("no upstream host connected within %d s" % wait)
-                watch = [self.sock] + conns + ([] if closing else [control])
+                watch = [self.sock] + conns + list(handed) + ([] if closing else [control])
                 ready = select.select(watch, [], [], left)[0]
-                for conn in [c for c in conns if c in ready]:
-                    try:
-                        first = conn.recv(1, socket.MSG_PEEK)
-                    except OSError:
-                        first = b""
+                for fd in [f for f in handed if f in ready]:
+                    conn = handed.pop(fd)
+                    first = _first_byte(fd)
                     if first:
-                        conns.remove(conn)
-                        return _SocketStream(conn)
-                    conns.remove(conn)
+                        return _PipeStream(fd, conn, first)
+                    os.close(fd)  # ended without a byte: a hop the chain went around
                     conn.close()
+                for conn in [c for c in conns if c in ready]:
+                    conns.remove(conn)
+                    fd = receive_stdin(conn)
+                    if fd is None:
+                        conn.close()
+                    else:
+                        handed[fd] = conn
                 if self.sock in ready:
                     conns.append(self.sock.accept()[0])
-                    continue  # look at what it sends before anything else
+                    continue  # look at what it hands over before anything else
                 if closing and not ready:
                     raise RelayError("no upstream: the relay went around this host")
                 if control in ready and not os.read(control.fileno(), 65536):
@@ -118,31 +101,56 @@ class Rendezvous(object):
         finally:
             for conn in conns:
                 conn.close()
+            for fd, conn in handed.items():
+                os.close(fd)
+                conn.close()
 
 
-class _SocketStream(object):
-    """The upstream socket as the Reader's stream: a silent or broken upstream is a
-    StreamError (this node's failure), never a hang or a traceback. Before it waits for
-    more, what the node gathered for the next host is passed on (``before_wait``): a
-    chain of 64 hops must not hold back 256 KB at each, on a slow link that is seconds
-    before the last host gets a byte."""
+def _first_byte(fd):
+    try:
+        return os.read(fd, 1)
+    except OSError:
+        return b""
 
-    def __init__(self, conn):
-        conn.settimeout(IDLE)
+
+class _PipeStream(object):
+    """The upstream's stream, read straight from the pipe its join handed over: a silent
+    or broken upstream is a StreamError (this node's failure), never a hang or a
+    traceback. Before it waits for more, what the node gathered for the next host is
+    passed on (``before_wait``): a chain of 64 hops must not hold back 256 KB at each,
+    on a slow link that is seconds before the last host gets a byte."""
+
+    def __init__(self, fd, conn, first=b""):
+        self.fd = fd
         self.conn = conn
+        self.first = first
         self.before_wait = None
 
     def read(self, count):
-        try:
-            if self.before_wait is not None and not select.select([self.conn], [], [], 0)[0]:
+        if self.first:
+            data, self.first = self.first[:count], self.first[count:]
+            return data
+        if not select.select([self.fd], [], [], 0)[0]:
+            if self.before_wait is not None:
                 self.before_wait()
-            return self.conn.recv(count)
-        except socket.timeout:
-            raise StreamError("the upstream host sent nothing for %d s" % IDLE)
+            if not select.select([self.fd], [], [], IDLE)[0]:
+                raise StreamError("the upstream host sent nothing for %d s" % IDLE)
+        try:
+            return os.read(self.fd, count)
         except OSError as exc:
             raise StreamError("the upstream host broke off (%s)" % (exc.strerror or exc))
 
+    def done(self):
+        """The whole stream is read: the join may end (and its sshd with it)."""
+        try:
+            self.conn.sendall(DONE)
+        except OSError:
+            pass
+
     def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
         self.conn.close()
 
 
@@ -198,10 +206,13 @@ class Downstream(object):
 
     def feed(self, data):
         """Forward bytes; small pieces (record headers, small files) are gathered into
-        large writes, so the next host sees a few big ssh packets, not many tiny ones."""
+        large writes, so the next host sees a few big ssh packets, not many tiny ones.
+        A piece as big as an ssh packet goes as it is: gathering it would only copy it
+        twice more."""
         if self.proc is None or self.failure is not None:
             return
-        if not self.pending and len(data) >= FLUSH_AT:
+        if len(data) >= DIRECT:
+            self.flush()
             self._write(data)
             return
         self.pending += data
@@ -288,6 +299,7 @@ class Node(object):
 
     def __init__(self, spec):
         token = spec.get("token")
+        self.upstream = None
         self.rendezvous = Rendezvous(token) if spec.get("listen") else None
         try:
             self.downstream = Downstream(spec.get("next") or [], token)
@@ -299,64 +311,21 @@ class Node(object):
         if self.rendezvous is None:
             return stdin
         try:
-            stream = self.rendezvous.upstream(stdin)
-            stream.before_wait = self.downstream.flush
-            return stream
+            self.upstream = self.rendezvous.upstream(stdin)
         except RelayError:
             self.downstream.end_input()  # the next node drops a hop that sent nothing
             self.downstream.finish()
             self.close()
             raise
+        self.upstream.before_wait = self.downstream.flush
+        return self.upstream
 
     def close(self):
         """The socket file removed: nothing of this node is left on the host."""
         if self.rendezvous is not None:
             self.rendezvous.close()
+        if self.upstream is not None:
+            self.upstream.close()
+            self.upstream = None
 
 
-def join(request):
-    """sync.join: connect to this host's node of the chain and copy stdin into it."""
-    try:
-        path = rendezvous_path(request.get("token"))
-    except RelayError as exc:
-        return _answer(False, str(exc))
-    deadline = time.monotonic() + JOIN_WAIT
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(path)
-            break
-        except OSError as exc:
-            sock.close()
-            if exc.errno not in (errno.ENOENT, errno.ECONNREFUSED):
-                return _answer(False, "cannot reach the relay node: %s" % exc.strerror)
-            if time.monotonic() > deadline:
-                return _answer(False, "no relay node started here within %d s" % JOIN_WAIT)
-            time.sleep(0.05)
-    _write_line(READY)
-    stdin = sys.stdin.buffer
-    grow_pipe(stdin)
-    try:
-        while True:
-            data = os.read(stdin.fileno(), FLUSH_AT)
-            if not data:
-                break
-            sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)
-    except OSError as exc:
-        return _answer(False, "the relay node here went away (%s)" % (exc.strerror or exc))
-    finally:
-        sock.close()
-    return _answer(True, None)
-
-
-def _write_line(data):
-    sys.stdout.buffer.write(data + b"\n")
-    sys.stdout.buffer.flush()
-
-
-def _answer(ok, error):
-    payload = {"ok": True, "result": None} if ok else {
-        "ok": False, "error": error, "fix": "the controller sends this host its files itself"}
-    _write_line(json.dumps(payload, separators=(",", ":")).encode())
-    return 0 if ok else 1

@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from multihost.remote import sync_relay
+from multihost.remote import sync_relay, sync_rendezvous
 from multihost.remote.sync_relay import RelayError, Rendezvous
 from multihost.sync.relay import SKIP_AHEAD, chain_requests, feeder_spec, merge_answers
 
@@ -70,23 +70,73 @@ def test_a_host_is_synced_only_by_its_own_answer_and_a_skipped_one_gets_the_caus
     assert merge_answers([5], [{}])["5"]["error"] == "no answer from the relay"
 
 
+def hand_over(path, data):
+    """What a join does: connect and hand over its stdin, here a pipe holding ``data``
+    and then its end. Returns the connection (the join waits on it)."""
+    sock = connect(path)
+    read_end, write_end = os.pipe()
+    os.write(write_end, data)
+    os.close(write_end)
+    sync_rendezvous.hand_over(sock, read_end)
+    os.close(read_end)  # the node holds its own copy now
+    return sock
+
+
 def test_the_upstream_is_the_connection_that_sends_and_a_silent_one_is_dropped(home):
+    """Each join hands over its stdin: the one whose stdin has bytes is the upstream."""
     node = Rendezvous("0123456789abcdef")
     assert oct(os.stat(os.path.dirname(node.path)).st_mode & 0o777) == "0o700"
-    idle = connect(node.path)          # a host the chain went around: connects, sends nothing
-    idle.shutdown(socket.SHUT_WR)
-    real = connect(node.path)
-    real.sendall(b"stream bytes")
-    real.shutdown(socket.SHUT_WR)
+    idle = hand_over(node.path, b"")  # a host the chain went around: its stream just ends
+    stray = connect(node.path)        # one that hands over nothing at all
+    stray.close()
+    real = hand_over(node.path, b"stream bytes")
     control_r, control_w = os.pipe()
     with os.fdopen(control_r, "rb", buffering=0) as control:
         stream = node.upstream(control, wait=10)
-        assert stream.read(100) == b"stream bytes"
+        assert stream.read(100) == b"s" and stream.read(100) == b"tream bytes"
+    assert idle.recv(1) == b""                 # dropped: that join ends (and says so)
+    stream.done()
+    assert real.recv(1) == sync_rendezvous.DONE     # the join of the upstream may end now
+    stream.close()
     os.close(control_w)
     late = connect(node.path)          # a hop that comes late is not left waiting
     late.close()
     node.close()
     assert not os.path.exists(node.path)  # nothing left on the host
+
+
+def dropped(sock):
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:  # closed with what it sent unread
+        return True
+
+
+def test_a_connection_that_hands_over_anything_else_is_dropped_and_nothing_kept(home):
+    """Bytes without a descriptor, or two descriptors at once, are not a join: the node
+    drops the connection and keeps none of what came with it (the pipes' readers are
+    gone: a write to them fails)."""
+    node = Rendezvous("0123456789abcdef")
+    plain = connect(node.path)
+    plain.sendall(sync_rendezvous.HANDOFF + b"stream bytes")
+    two = connect(node.path)
+    pipes = [os.pipe(), os.pipe()]
+    two.sendmsg([sync_rendezvous.HANDOFF], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                        sync_rendezvous._FD.pack(pipes[0][0]) +
+                                        sync_rendezvous._FD.pack(pipes[1][0]))])
+    for read_end, _ in pipes:
+        os.close(read_end)
+    control_r, control_w = os.pipe()
+    os.close(control_w)  # the controller says no upstream will come
+    with os.fdopen(control_r, "rb", buffering=0) as control:
+        with pytest.raises(RelayError, match="went around this host"):
+            node.upstream(control, wait=10)
+    assert dropped(plain) and dropped(two)
+    for _, write_end in pipes:
+        with pytest.raises(BrokenPipeError):
+            os.write(write_end, b"x")
+        os.close(write_end)
+    node.close()
 
 
 def test_a_node_nobody_reaches_gives_up_when_the_controller_ends_its_stdin(home):
@@ -119,8 +169,8 @@ def test_a_rendezvous_refuses_a_bad_token_and_a_directory_others_can_enter(home)
 
 
 def test_a_join_waits_a_bounded_time_for_its_node(home, monkeypatch, capsys):
-    monkeypatch.setattr(sync_relay, "JOIN_WAIT", 0.2)
-    assert sync_relay.join({"token": "0123456789abcdef"}) == 1
+    monkeypatch.setattr(sync_rendezvous, "JOIN_WAIT", 0.2)
+    assert sync_rendezvous.join({"token": "0123456789abcdef"}) == 1
     assert "no relay node started here within" in capsys.readouterr().out
 
 
@@ -150,17 +200,91 @@ def test_a_node_passes_on_what_it_gathered_before_it_waits_for_more():
     while the node waits: down a chain of 64 slow hops that would add up to seconds."""
     import threading
 
-    ours, upstream = socket.socketpair()
-    stream = sync_relay._SocketStream(ours)
+    read_end, write_end = os.pipe()
+    ours, join_side = socket.socketpair()
+    stream = sync_relay._PipeStream(read_end, ours)
     flushed = []
     stream.before_wait = lambda: flushed.append(True)
-    upstream.sendall(b"0123456789")
+    os.write(write_end, b"0123456789")
     assert stream.read(4) == b"0123" and stream.read(6) == b"456789"
     assert flushed == []                       # more was there: no flush yet
-    later = threading.Timer(0.2, lambda: upstream.sendall(b"more"))
+    later = threading.Timer(0.2, lambda: os.write(write_end, b"more"))
     later.start()
     assert stream.read(4) == b"more"
     later.join()
     assert flushed == [True]                   # nothing there: passed on before waiting
-    upstream.close()
-    ours.close()
+    stream.close()
+    os.close(write_end)
+    join_side.close()
+
+
+def run_join(home, stdin):
+    """``sync.join`` as ssh starts it on a host: its own process, stdin from the hop."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from multihost.remote import sync_rendezvous; "
+            "sys.exit(sync_rendezvous.join({'token': '0123456789abcdef'}))")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(sync_rendezvous.__file__))))
+    env = dict(os.environ, HOME=str(home), PYTHONPATH=repo)
+    return subprocess.Popen([sys.executable, "-c", code], stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+
+
+def test_the_node_reads_the_stream_from_the_hop_itself_and_its_join_copies_nothing(home):
+    """The join hands its stdin (the pipe from sshd) to the node and copies no byte: the
+    stream reaches the node even while the join is stopped, and the join says the
+    stream is through only once the node has read all of it."""
+    import signal
+
+    node = Rendezvous("0123456789abcdef")
+    hop_r, hop_w = os.pipe()
+    join = run_join(home, hop_r)
+    os.close(hop_r)
+    try:
+        control_r, control_w = os.pipe()
+        with os.fdopen(control_r, "rb", buffering=0) as control:
+            assert join.stdout.readline() == sync_rendezvous.READY + b"\n"  # handed over
+            os.kill(join.pid, signal.SIGSTOP)   # from now on the join runs no code
+            os.write(hop_w, b"x" * 300000)
+            os.close(hop_w)
+            stream = node.upstream(control, wait=10)
+            got = b""
+            while len(got) < 300000:
+                got += stream.read(1 << 20)
+            assert got == b"x" * 300000 and stream.read(10) == b""
+        os.kill(join.pid, signal.SIGCONT)
+        stream.done()
+        out, _ = join.communicate(timeout=20)
+        assert join.returncode == 0 and b'"ok":true' in out
+        stream.close()
+        os.close(control_w)
+    finally:
+        if join.poll() is None:
+            join.kill()  # ours, started above
+            join.wait()
+        node.close()
+
+
+def test_a_join_whose_node_ends_before_the_stream_does_says_so(home):
+    node = Rendezvous("0123456789abcdef")
+    hop_r, hop_w = os.pipe()
+    join = run_join(home, hop_r)
+    os.close(hop_r)
+    try:
+        os.write(hop_w, b"a first part")
+        control_r, control_w = os.pipe()
+        with os.fdopen(control_r, "rb", buffering=0) as control:
+            stream = node.upstream(control, wait=10)
+            assert stream.read(1) == b"a"
+        stream.close()                          # the node fails: no DONE
+        out, _ = join.communicate(timeout=20)
+        assert join.returncode == 1
+        assert b"the relay node here went away (it ended before the stream did)" in out
+        os.close(control_w)
+    finally:
+        os.close(hop_w)
+        if join.poll() is None:
+            join.kill()
+            join.wait()
+        node.close()
