@@ -4,7 +4,9 @@ and push. Stdlib only, Python 3.6+.
   sync.session   the sync of one host in one process: reads the controller's manifest
                  (only its length for a workdir that is not there yet),
                  answers the plan (sync_plan: what differs, by content), then reads
-                 and applies the stream of what differs. One process, one round trip.
+                 and applies the stream of what differs, or, given a relay request
+                 instead, is this host's node of a relay chain (as sync.receive is).
+                 One process, one round trip.
   sync_plan      the plan alone (stdin: the manifest; for dry runs and tests).
   sync.receive   stdin: a sync stream (sync_wire). Applies it, atomically per file,
                  forwarding it to the next hosts when it is a relay.
@@ -23,7 +25,7 @@ from .sync_apply import ApplyError, SafeRoot
 from .sync_fs import FILE, LINK, HashCache, UnsafePath, check_relpath, resolve_root, stat_key
 from .sync_pipe import grow_pipe
 from .sync_plan import NO_MANIFEST, absent_plan, make_plan, workdir_absent, write_tracked
-from .sync_wire import MAGIC, Reader, StreamError, Writer
+from .sync_wire import Reader, StreamError, Writer, read_next
 from .proto import OpError, reply
 
 MAX_ERRORS = 50
@@ -199,7 +201,8 @@ def session(request):
     exists; stdin carries the manifest (4-byte length, then zlib JSON), or for a workdir
     that does not exist only the number of its entries (NO_MANIFEST, then 4 bytes: every
     entry is added, nothing to compare); the plan is replied as one line; then stdin
-    carries the sync stream, or ends (nothing to send, or a dry run)."""
+    carries the sync stream, or a relay request (this process becomes the host's node
+    of a chain: no second helper start), or ends (nothing to send, or a dry run)."""
     _catch_signals()
     stdin = _stdin()
     reply({"absent": workdir_absent(request)})
@@ -222,21 +225,31 @@ def session(request):
     keys = plan.pop("keys", None)  # for the end: the controller records them
     reply({"ok": True, "result": plan})
     try:
-        magic = stdin.read(len(MAGIC))
+        kind, what = read_next(stdin)
+    except StreamError as exc:
+        reply({"ok": False, "error": "the controller sent %s" % exc, "fix": "run the sync again"})
+        return 1
     except _Stop:
         return 1
     rank = request.get("rank", 0)
-    if not magic:  # nothing to send
+    if kind is None:  # nothing to send
         if keys is not None:
             reply({"ok": True, "result": {"nodes": {str(rank): {"keys": keys}}}})
         return 0
-    return _receive(plan["root"], rank, stdin, magic=magic, keys=keys)
+    if kind == "stream":
+        return _receive(plan["root"], rank, stdin, magic=what, keys=keys)
+    # This session is the host's relay node: for its own workdir and rank only, whatever
+    # the request says (the plan's root is the one this host checked and resolved).
+    if what["root"] != plan["root"] or what["rank"] != rank:
+        reply({"ok": False, "error": "a relay request for %s (rank %s) reached the session of "
+               "%s (rank %s)" % (what["root"], what["rank"], plan["root"], rank),
+               "fix": "run the sync again"})
+        return 1
+    return _relay_node(plan["root"], rank, what["relay"], stdin, keys)
 
 
 def receive(request):
     _catch_signals()
-    from . import sync_relay as relay  # subprocess and threads: only when receiving
-
     try:
         root, rank = _root_of(request)
     except (KeyError, ValueError, IndexError):
@@ -246,9 +259,18 @@ def receive(request):
     spec = request.get("relay")
     if not isinstance(spec, dict):  # a direct stream
         return _receive(root, rank, _stdin(), keys=keys)
+    return _relay_node(root, rank, spec, _stdin(), keys)
+
+
+def _relay_node(root, rank, spec, stdin, keys):
+    """This host's node of a relay chain (``spec``: its token, the hops after it, whether
+    it listens for its upstream or reads the stream from ``stdin``): apply the stream to
+    root and forward it. ``stdin`` ending before an upstream came means none will."""
+    from . import sync_relay as relay  # subprocess and threads: only when relaying
+
     try:
         node = relay.Node(spec)
-        stream = node.stream(_stdin())
+        stream = node.stream(stdin)
     except relay.RelayError as exc:
         reply({"ok": False, "error": str(exc), "fix": "the controller sends this host its files itself"})
         return 1

@@ -16,6 +16,12 @@ JSON header of that length, and for a file exactly ``s`` bytes of content:
 
 A stream cut before "end" (the sender was killed) is a failed transfer: the receiver
 drops the file it was writing and keeps every file it had already renamed into place.
+
+A host's ``sync.session``, once its plan is answered, gets one of two things on the same
+stdin, told apart by their first 8 bytes (``read_next``, the one place that parses
+them): a sync stream (MAGIC), or a relay request (NODE_MAGIC, a 4-byte big-endian
+length, then that much JSON: ``{"root", "rank", "keys", "relay"}``, what a relay node's
+``sync.receive`` gets in argv), which makes the session that host's node of a chain.
 """
 import json
 import os
@@ -23,7 +29,9 @@ import struct
 import zlib
 
 MAGIC = b"MHSYNC1\n"
+NODE_MAGIC = b"MHNODE1\n"  # as long as MAGIC: one read tells them apart
 MAX_HEADER = 1 << 20
+MAX_NODE_REQUEST = 64 * 1024  # a request names at most a few hops: a few KB
 CHUNK = 1 << 20
 _LENGTH = struct.Struct(">I")
 
@@ -155,3 +163,62 @@ class Reader(object):
     def skip(self, size):
         for _ in self.content(size):
             pass
+
+
+def encode_node_request(request):
+    """A relay request for a session (``read_next`` reads it back)."""
+    body = json.dumps(request, separators=(",", ":")).encode("utf-8", "surrogateescape")
+    if len(body) > MAX_NODE_REQUEST:
+        raise ValueError("a relay request of %d bytes" % len(body))
+    return NODE_MAGIC + _LENGTH.pack(len(body)) + body
+
+
+def read_next(stream):
+    """What a session gets after its plan: ``("stream", MAGIC)`` (the stream's records
+    follow), ``("node", request)`` (a checked relay request), or ``(None, None)`` when
+    the input ended (nothing to send). Anything else is a StreamError, before a byte
+    of it is acted on."""
+    tag = _read_exactly(stream, len(MAGIC), allow_empty=True)
+    if not tag:
+        return None, None
+    if tag == MAGIC:
+        return "stream", tag
+    if tag != NODE_MAGIC:
+        raise StreamError("neither a sync stream nor a relay request (got %r)" % tag[:16])
+    (length,) = _LENGTH.unpack(_read_exactly(stream, _LENGTH.size))
+    if length > MAX_NODE_REQUEST:
+        raise StreamError("a relay request of %d bytes (at most %d)" % (length, MAX_NODE_REQUEST))
+    try:
+        request = json.loads(_read_exactly(stream, length).decode("utf-8", "surrogateescape"))
+    except ValueError:
+        raise StreamError("unreadable relay request")
+    return "node", _checked_node_request(request)
+
+
+def _read_exactly(stream, count, allow_empty=False):
+    data = b""
+    while len(data) < count:
+        more = stream.read(count - len(data))
+        if not more:
+            if allow_empty and not data:
+                return b""
+            raise StreamError("the relay request ended early: the controller stopped")
+        data += more
+    return data
+
+
+def _checked_node_request(request):
+    """The request's fields, each of the type a relay node needs; the relay spec's own
+    contents are checked by the node (sync_relay.Node)."""
+    if not isinstance(request, dict):
+        raise StreamError("a relay request that is not an object")
+    wanted = (("root", str), ("rank", int), ("keys", bool), ("relay", dict))
+    for name, kind in wanted:
+        value = request.get(name)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise StreamError("a relay request whose %r is not a %s" % (name, kind.__name__))
+    spec = request["relay"]
+    if not isinstance(spec.get("token"), str) or not isinstance(spec.get("next", []), list) \
+            or not isinstance(spec.get("listen", False), bool):
+        raise StreamError("a relay request with a malformed relay spec")
+    return request

@@ -105,6 +105,11 @@ class _Delivery:
         # relay's receiver alone then writes into them, and gives them their modes last.
         self.whole = [g for g in self.listing if self.relay_is_all(g)]
         self.dirs_relayed = {r for g in self.whole for r in g.ranks}
+        # A host of such a relay, but its head (the head's stream comes through OpenSSH's
+        # C crypto, not the session's channel), gets nothing of its own: its session,
+        # still open from the plan, becomes its relay node instead of taking an empty
+        # stream beside a node started for it (one helper start and one channel less).
+        self.in_node = {r for g in self.whole for r in g.ranks[1:] if r in sessions}
         self.outcomes: Dict[int, List[dict]] = {rank: [] for rank in needs}
         self.errors: Dict[int, MultihostError] = {}
         self.lock = threading.Lock()
@@ -136,7 +141,7 @@ class _Delivery:
         """Each host's direct stream (without what a relay brings) and every relay."""
         jobs = [pool.submit(self.guarded, rank, self.direct_stream, rank, self.direct_part(rank),
                             True)
-                for rank in self.needs]
+                for rank in self.needs if rank not in self.in_node]
         jobs += [pool.submit(self.guarded, group.ranks[0], self.relay_stream, group)
                  for group in self.relays]
         for job in jobs:
@@ -218,7 +223,9 @@ class _Delivery:
         hops = [hop_spec(h, t, self.needs[h.rank].root, op="sync.join")
                 for h, t in zip(hosts, transports)]
         chain = Chain(transports, [h.label for h in hosts], group.ranks, hops,
-                      {r: self.needs[r].root for r in group.ranks}, self.register)
+                      {r: self.needs[r].root for r in group.ranks}, self.register,
+                      sessions={i: self.sessions[r] for i, r in enumerate(group.ranks)
+                                if r in self.in_node})
         nodes = chain.run(functools.partial(self.head_stream, group, head, transports[0]))
         return None if self.cancelled.is_set() else nodes
 

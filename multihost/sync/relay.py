@@ -2,7 +2,9 @@
 
 Every host of the chain gets its node at once, over the controller's own open
 connection: the head reads the stream from the controller, every other node listens on
-its rendezvous for the one before it. So a chain of 64 hosts is set up in about the time
+its rendezvous for the one before it. A host whose ``sync.session`` is still open (it
+made the host's plan, and the relay brings all the host gets) is handed its node's
+request there (``sessions``): the session is the node, and no ``sync.receive`` starts. So a chain of 64 hosts is set up in about the time
 of one host-to-host handshake, not 64 one after the other. Each node answers here over
 its own channel; the answers are merged with what a node said about the hosts it had to
 go around (``merge_answers``).
@@ -83,8 +85,12 @@ class Chain:
 
     def __init__(self, transports: Sequence[object], labels: Sequence[str], ranks: Sequence[int],
                  hops: Sequence[dict], roots: Dict[int, str],
-                 register: Callable[[object], None], fed: bool = False, keys: bool = True):
+                 register: Callable[[object], None], fed: bool = False, keys: bool = True,
+                 sessions: Optional[Dict[int, object]] = None):
+        """``sessions``: by index in the chain (never the head's, which reads the
+        controller's stream), the open HostSession that becomes that host's node."""
         self.transports = transports
+        self.sessions = dict(sessions or {})
         self.labels = labels
         self.ranks = list(ranks)
         token = secrets.token_hex(16)
@@ -131,8 +137,13 @@ class Chain:
         transport = self.transports[index]
         key = str(self.ranks[index])
         process = None
+        session = self.sessions.get(index)
+        op = "sync.session" if session is not None else "sync.receive"
         try:
-            process = helper.launch(transport, "sync.receive", self.requests[index])
+            if session is not None:
+                process = session.become_node(self.requests[index])
+            else:
+                process = helper.launch(transport, op, self.requests[index])
             with self.lock:
                 self.started.append(process)
             self.register(process)
@@ -146,7 +157,7 @@ class Chain:
             out = process.stdout.read()
             err = process.read_stderr()
             code = process.wait(NODE_WAIT)
-            result = helper.parse_reply(transport, "sync.receive", code, out, err)
+            result = helper.parse_reply(transport, op, code, out, err)
             nodes = result.get("nodes") if isinstance(result, dict) else None
             self.answers[index] = nodes if isinstance(nodes, dict) else {
                 key: {"error": f"{self.labels[index]}: its relay node gave no results"}}

@@ -4,7 +4,9 @@ The controller starts it as soon as the host is connected (the interpreter start
 the host while the controller hashes), writes the manifest, reads back the plan, and
 later writes the stream of what differs into the same process (or just closes it when
 the host is already identical). A host thus costs one process and one round trip for
-the comparison, which is most of a no-change sync.
+the comparison, which is most of a no-change sync. A host of a relay chain whose stream
+is all the relay's gets the chain's relay request instead (``become_node``): the same
+process is then its node, with no second helper started on the host.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Callable, Optional
 from .. import helper
 from ..errors import ConnectError, MultihostError, RemoteError
 from ..remote.sync_plan import NO_MANIFEST
-from ..remote.sync_wire import Writer
+from ..remote.sync_wire import Writer, encode_node_request
 from ..transport.base import BrokenStream
 from .transfer import SendBuffer, close_process
 
@@ -102,6 +104,22 @@ class HostSession:
             raise RemoteError("the host's sync reply has no results", host=label,
                               fix="run the sync again")
         return nodes
+
+    def become_node(self, request: dict):
+        """Hand the session a relay node's request (relay.chain_requests); returns its
+        process, which from now on is that node's (its caller ends its stdin, reads its
+        answer and closes it, as for a ``sync.receive`` node). A session that is gone
+        is a ConnectError naming the host: the chain goes around it."""
+        self.closed = True  # the chain owns the process now
+        try:
+            self.process.stdin.write(encode_node_request(request))
+            self.process.stdin.flush()
+        except BrokenStream as exc:
+            close_process(self.process)
+            raise ConnectError(f"its sync session ended before it became a relay node ({exc})",
+                               host=self.transport.host.label, kind=ConnectError.LOST,
+                               fix="check the host, then sync again") from None
+        return self.process
 
     def close(self) -> dict:
         """Nothing to send: end the session; returns its ``nodes`` reply (maybe empty)."""

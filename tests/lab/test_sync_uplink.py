@@ -107,25 +107,32 @@ def test_a_first_sync_is_recorded_and_owned_on_every_host(lab6, code):
         assert tree_of(host) == tree_of(code), f"h{i}"
 
 
-def receiver_of(lab, i, workdir):
+def node_of(lab, i, workdir):
     """The pid of host i's relay node (the helper that writes its files and passes the
-    stream on; the controller started it, the host before it feeds it)."""
+    stream on; the host before it feeds it): its sync session, the helper that made its
+    plan, once it is the node, its hop to the next host (an `ssh` child) started."""
+    procs = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        if b"sync.receive" not in argv:
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        procs[int(pid)] = (argv, comm, int(stat[stat.rindex(")") + 2:].split()[1]))
+    for pid, (argv, _, _) in procs.items():
+        if b"sync.session" not in argv:
             continue
         try:
-            request = json.loads(argv[argv.index(b"sync.receive") + 1])
+            request = json.loads(argv[argv.index(b"sync.session") + 1])
         except (ValueError, IndexError):
             continue
         # node ranks follow the --ips order: host i is rank i - 1
-        if request.get("relay") and request.get("root") == workdir and request.get("rank") == i - 1:
-            return int(pid)
+        if request.get("root") == workdir and request.get("rank") == i - 1 and any(
+                comm == "ssh" and parent == pid for _, comm, parent in procs.values()):
+            return pid
     return None
 
 
@@ -139,10 +146,10 @@ def shaped_head(lab):
                                    "root"], check=True)
 
 
-def test_a_relay_cut_mid_stream_still_leaves_every_host_complete(lab6, code):
-    """Host 3's receiver is killed while the heavy file is on its way: hosts 3-6 then get
-    everything from the controller (directories and the list of paths included), and
-    every host is complete and recorded."""
+def test_a_session_killed_mid_chain_still_leaves_every_host_complete(lab6, code):
+    """Host 3's sync session, which is its relay node, is killed while the heavy file is
+    on its way: hosts 3-6 then get everything from the controller (directories and the
+    list of paths included), and every host is complete and recorded."""
     workdir = f"/root/cut-{secrets.token_hex(3)}"
     restore = shaped_head(lab6)
     try:
@@ -155,7 +162,7 @@ def test_a_relay_cut_mid_stream_still_leaves_every_host_complete(lab6, code):
         killed = False
         while not killed and time.monotonic() < deadline and proc.poll() is None:
             temps = list(victim.glob(".mh-tmp.*")) if victim.is_dir() else []
-            pid = receiver_of(lab6, 3, workdir)
+            pid = node_of(lab6, 3, workdir)
             if pid and any(t.stat().st_size > (2 << 20) for t in temps if t.exists()):
                 os.kill(pid, signal.SIGKILL)
                 killed = True

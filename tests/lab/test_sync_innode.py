@@ -1,0 +1,81 @@
+"""A first sync through a relay chain on real sshd hosts: a host whose sync session made
+its plan is its relay node in that same process. Every helper start on a host is
+counted by the interpreter itself (``--python`` is a wrapper that notes the operation
+and execs python3), so what is asserted is what ran on the host, not what the
+controller meant to start."""
+import hashlib
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+HOSTS = (1, 2, 3, 4)
+
+
+@pytest.fixture
+def code(tmp_path):
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(20):
+        (root / "pkg" / f"m{i}.py").write_text(f"VALUE = {i}\n")
+    (root / "weights.bin").write_bytes(os.urandom(17 << 20))  # heavy enough to relay
+    return root
+
+
+def digest_tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def on_host(lab, i, path):
+    return lab.lab.paths.host_root(i) / Path(path).relative_to("/root")
+
+
+@pytest.fixture
+def counted_python(lab):
+    """The path, on every host, of a python3 that appends the helper operation it runs
+    to ``/root/<name>.log`` first; yields (path, a function giving host i's ops)."""
+    name = f"countpy-{secrets.token_hex(3)}"
+    for i in HOSTS:
+        wrapper = lab.lab.paths.host_root(i) / name
+        # a helper call is `PYTHON -S -E HELPER/__main__.py OP REQUEST`: OP is the 4th word
+        wrapper.write_text(f'#!/bin/sh\necho "$4" >> /root/{name}.log\nexec python3 "$@"\n')
+        wrapper.chmod(0o755)
+
+    def ops(i):
+        log = lab.lab.paths.host_root(i) / f"{name}.log"
+        return log.read_text().split() if log.exists() else []
+
+    yield f"/root/{name}", ops
+    for i in HOSTS:
+        for leftover in (name, f"{name}.log"):
+            (lab.lab.paths.host_root(i) / leftover).unlink(missing_ok=True)
+
+
+def test_a_chained_host_runs_one_helper_its_session_being_its_relay_node(lab, code,
+                                                                         counted_python):
+    python, ops = counted_python
+    workdir = f"/root/innode-{secrets.token_hex(3)}"
+    done = lab.multihost("sync", "--ips", ",".join(lab.address(i) for i in HOSTS),
+                         "--python", python, "--code", str(code), "--workdir", workdir,
+                         "--plain")
+    assert done.returncode == 0, done.stderr
+    want = digest_tree(code)
+    for i in HOSTS:
+        assert digest_tree(on_host(lab, i, workdir)) == want, f"host {i}"
+    for i in HOSTS[1:]:
+        assert any(l.startswith(f"{lab.address(i)}: ") and "came host to host" in l
+                   for l in done.stdout.splitlines()), done.stdout
+        # one helper started by the controller: the session, which was also the node
+        started = [op for op in ops(i) if op in ("sync.session", "sync.receive")]
+        assert started == ["sync.session"], (i, ops(i))
+    # the head still reads the controller's stream through its own `sync.receive`
+    # (OpenSSH's C crypto, not the session's channel)
+    assert sorted(op for op in ops(1) if op.startswith("sync.")) == ["sync.receive",
+                                                                    "sync.session"], ops(1)
+    lab.assert_no_relay_left(HOSTS)
+    again = lab.multihost("sync", "--ips", ",".join(lab.address(i) for i in HOSTS),
+                          "--python", python, "--code", str(code), "--workdir", workdir,
+                          "--plain")
+    assert again.returncode == 0 and again.stdout.count("up to date") == len(HOSTS), again.stdout
