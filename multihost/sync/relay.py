@@ -4,8 +4,9 @@ Every host of the chain gets its node at once, over the controller's own open
 connection: the head reads the stream from the controller, every other node listens on
 its rendezvous for the one before it. A host whose ``sync.session`` is still open (it
 made the host's plan, and the relay brings all the host gets) is handed its node's
-request there (``sessions``): the session is the node, and no ``sync.receive`` starts. So a chain of 64 hosts is set up in about the time
-of one host-to-host handshake, not 64 one after the other. Each node answers here over
+request there (``sessions``): the session is the node, and no ``sync.receive`` starts.
+So a chain of 64 hosts is set up in about the time of one host-to-host handshake, not
+64 one after the other. Each node answers here over
 its own channel; the answers are merged with what a node said about the hosts it had to
 go around (``merge_answers``).
 
