@@ -29,6 +29,7 @@ import time
 
 from .sync_pipe import grow_pipe
 from .sync_rendezvous import DONE, READY, RelayError, receive_stdin, rendezvous_path
+from .sync_shelljoin import JoinFifo
 from .sync_wire import StreamError
 
 FLUSH_AT = 256 * 1024
@@ -40,7 +41,8 @@ MAX_NOISE = 1 << 20      # what a host's shell may print before the join's answe
 
 
 class Rendezvous(object):
-    """Where this node's upstream connects. Several may connect (a host the chain went
+    """Where this node's upstream connects: a shell join writes its pid into the node's
+    FIFO (sync_shelljoin.py), a Python join connects to its socket. Several may connect (a host the chain went
     around may still have started its own hop here): the first that sends a byte is
     the upstream; one that ends without sending any is dropped. It listens until the
     node ends (``close``): a late hop connects and is dropped then, instead of waiting
@@ -55,6 +57,13 @@ class Rendezvous(object):
         except OSError as exc:
             self.sock.close()
             raise RelayError("cannot listen on %s: %s" % (self.path, exc.strerror or exc))
+        # Made after the socket: the socket is what makes a token's node one per host.
+        try:
+            self.fifo = JoinFifo(os.path.dirname(self.path), token)
+        except RelayError:
+            self.fifo = None
+            self.close()
+            raise
 
     def close(self):
         self.sock.close()
@@ -62,6 +71,9 @@ class Rendezvous(object):
             os.unlink(self.path)
         except OSError:
             pass
+        if self.fifo is not None:
+            self.fifo.close()
+            self.fifo = None
 
     def upstream(self, control, wait=UPSTREAM_WAIT):
         """The upstream's stream; ``control`` (the controller's stdin) ending means no
@@ -75,7 +87,8 @@ class Rendezvous(object):
                 left = 0 if closing else deadline - time.monotonic()
                 if left < 0:
                     raise RelayError("no upstream host connected within %d s" % wait)
-                watch = [self.sock] + conns + list(handed) + ([] if closing else [control])
+                watch = [self.sock, self.fifo] + conns + list(handed) + (
+                    [] if closing else [control])
                 ready = select.select(watch, [], [], left)[0]
                 for fd in [f for f in handed if f in ready]:
                     conn = handed.pop(fd)
@@ -91,6 +104,9 @@ class Rendezvous(object):
                         conn.close()
                     else:
                         handed[fd] = conn
+                if self.fifo in ready:
+                    handed.update(self.fifo.joins())  # a shell join's stdin, its answer
+                    continue
                 if self.sock in ready:
                     conns.append(self.sock.accept()[0])
                     continue  # look at what it hands over before anything else
