@@ -5,10 +5,11 @@ A relay is a chain: every host sends one copy on its own link, so each link runs
 rate. Its hops are set up all at once, not one after the other: the controller starts a
 node on every host of the chain over its own open connection, and each node listens on
 a unix socket (its *rendezvous*, named by a token the controller made, in a private
-directory) while it starts ``ssh NEXT`` running ``sync.join``, which connects to the next
-node's rendezvous and hands it its stdin (the pipe from that host's sshd, passed over the
-socket): the node reads the stream straight from sshd, and the join only waits for the
-node to say it has read it all. No byte is copied by a process in between. Setting up a
+directory) while it starts ``ssh NEXT`` running a join, which gets the next node its
+stdin (the pipe from that host's sshd: the login shell writes its pid into the node's
+FIFO and the node opens /proc/PID/fd/0, sync_shelljoin.py; else Python's ``sync.join``
+passes it over the socket): the node reads the stream straight from sshd, and the join
+only waits for the node to say it has read it all. No byte is copied by a process in between. Setting up a
 chain of any length costs about one handshake. Each node answers the controller itself,
 over its own channel.
 
