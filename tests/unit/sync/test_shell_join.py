@@ -253,3 +253,21 @@ def test_only_a_pipe_that_is_the_stdin_of_this_users_process_is_opened(tmp_path)
             assert open_stdin(4242, other) is None
     finally:
         os.close(keep)
+
+
+def test_a_hops_join_line_checks_the_helper_and_falls_back_to_its_python_join():
+    """The controller's line for a hop: the marker and the helper's check first (exit 97
+    when it is missing), the shell join, then the helper's own sync.join with the host's
+    python, quoted, and the request the relay appends as its argument."""
+    from multihost import helper
+    from multihost.hosts import Host
+    from multihost.sync.transfer import hop_line
+
+    line = hop_line(Host(name="gpu7", rank=6, python="/opt/my python/bin/python3"), "sync.join")
+    assert line.startswith("printf '\\n%s\\n' " + helper.MARKER.decode())
+    assert '[ -d "$H" ] || exit 97; mhs() {' in line
+    assert line.endswith("exec '/opt/my python/bin/python3' -S -E \"$H/__main__.py\" "
+                         "sync.join \"$1\"; }\nmhj")
+    request = " " + shlex.quote(json.dumps({"token": TOKEN}))
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n", "-c", line + request]).returncode == 0
