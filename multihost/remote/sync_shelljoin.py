@@ -3,8 +3,9 @@
 Each hop of a chain is ``ssh NEXT <line>``: sshd starts the user's login shell, and the
 join only has to get the pipe from sshd (the shell's stdin) to the node of that host and
 wait until the node has read all of it. Python's join (sync_rendezvous.join) does that
-over the node's unix socket (SCM_RIGHTS); starting an interpreter for it was 20 ms of
-CPU a hop, 50-80 ms when 64 hosts start theirs on two cores. Here the shell does it:
+over the node's unix socket (SCM_RIGHTS); with the interpreter's start that join is
+about 30 ms of CPU a hop, more when 64 hosts start theirs on two cores, where the shell
+and its ``mkfifo`` are about 4 ms (bench/join_cpu.py). Here the shell does it:
 
 1. it makes its answer FIFO ``<token>.<its pid>.ans`` in the relay directory (0600) and
    holds it open both ways (an open of a FIFO with nobody at the other end blocks);
@@ -21,9 +22,9 @@ CPU a hop, 50-80 ms when 64 hosts start theirs on two cores. Here the shell does
 
 The shell never reads its stdin, nor moves it: its reads name their descriptor (``read
 -u``), since a redirection of a builtin (``read <&4``) puts that file at descriptor 0
-while it runs, where the node may be looking. The node unlinks an answer FIFO as soon as it has it
-open (an ``rm`` would be a second process in every hop); a shell that got no answer
-removes its own. The shell join is bash's (``read -t`` with fractions, bash 4 on); any
+while it runs, where the node may be looking. The node unlinks an answer FIFO as soon
+as it has it open (an ``rm`` would be a second process in every hop); a shell that got
+no answer removes its own. The shell join is bash's (``read -t`` with fractions, bash 4 on); any
 other shell, or anything unexpected, runs Python's join.
 
 A host is untrusted input even here: a pid is taken only from a whole short line of
