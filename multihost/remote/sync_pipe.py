@@ -11,10 +11,12 @@ PIPE_SIZE = 1 << 20
 
 def grow_pipe(stream):
     """A 1 MiB pipe instead of 64 KiB, so whoever writes into it goes on while the reader
-    is busy with a chunk (not a pipe, or not allowed: nothing changes)."""
+    is busy with a chunk (not a pipe, or not allowed: nothing changes). ``stream``: a
+    file, or a file descriptor."""
     if fcntl is None:
         return
     try:
-        fcntl.fcntl(stream.fileno(), F_SETPIPE_SZ, PIPE_SIZE)
+        fd = stream if isinstance(stream, int) else stream.fileno()
+        fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE)
     except (OSError, ValueError, AttributeError):
         pass

@@ -1,6 +1,8 @@
-"""A relay node's rendezvous, as the join on its host sees it (``sync.join``).
+"""A relay node's rendezvous, as Python's join on its host sees it (``sync.join``).
 
-A hop of the chain is ``ssh NEXT sync.join``: the join connects to the node the
+A hop of the chain joins its node from the login shell, with no Python start
+(sync_shelljoin.py); where that cannot work (another shell, no /proc, a stdin that is
+not a pipe) the shell runs this join instead. It connects to the node the
 controller started on its host (a unix socket named by the sync's token, in the user's
 own 0700 directory) and hands it its standard input, the pipe from sshd, as a file
 descriptor (SCM_RIGHTS). The node reads the stream from that pipe itself; the join
