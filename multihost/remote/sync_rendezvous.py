@@ -40,6 +40,13 @@ def rendezvous_path(token):
     """The socket of the node with this token, in the user's own 0700 directory."""
     if not isinstance(token, str) or not 16 <= len(token) <= 64 or not _HEX.issuperset(token):
         raise RelayError("bad relay token")
+    return os.path.join(relay_dir(), token + ".sock")
+
+
+def relay_dir():
+    """The user's own 0700 directory of relay rendezvous, made if missing. A sync's
+    session makes it as soon as its plan is sent: a hop's shell join looks for it before
+    the node of its host has started, and joins with Python where it is not there yet."""
     directory = os.path.expanduser(RELAY_DIR)
     try:
         os.makedirs(directory, 0o700, exist_ok=True)
@@ -48,7 +55,7 @@ def rendezvous_path(token):
         raise RelayError("cannot make %s: %s" % (directory, exc.strerror))
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise RelayError("%s is not a private directory of this user" % directory)
-    return os.path.join(directory, token + ".sock")
+    return directory
 
 
 def hand_over(sock, fd):

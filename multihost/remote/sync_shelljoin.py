@@ -8,7 +8,10 @@ about 30 ms of CPU a hop, more when 64 hosts start theirs on two cores, where th
 and its ``mkfifo`` are about 4 ms (bench/join_cpu.py). Here the shell does it:
 
 1. it makes its answer FIFO ``<token>.<its pid>.ans`` in the relay directory (0600) and
-   holds it open both ways (an open of a FIFO with nobody at the other end blocks);
+   holds it open both ways (an open of a FIFO with nobody at the other end blocks); a
+   host's sync session makes that directory as soon as its plan is sent, so it is there
+   before the chain starts, even on a host's first relay (where it is not, the shell
+   runs Python's join, which waits for the node);
 2. waits (bounded) for the node's FIFO ``<token>.<node pid>.join``, writes its pid into
    it (one short write: atomic) and prints the READY line the host before waits for;
 3. reads its answer: ``G`` the node opened ``/proc/PID/fd/0`` (for a pipe that is the
