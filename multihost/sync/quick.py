@@ -53,6 +53,10 @@ MAX_BYTES = 1 << 20
 _BY_UMASK = 0o666
 # The line a host prints once it has found its tree exactly as recorded, before writing.
 CHECKED = b"checked\n"
+# What it prints instead when it also kept the names it was sent (see ``probe_script``).
+NAMES_KEPT = b"checked; names kept\n"
+# Where a host keeps them: its user's cache (each file named by ``names_file``).
+NAMES_DIR = '"$HOME/.cache/multihost/names"'
 _ANSWER = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
 
 # clean DIR: remove what a killed receiver left there (its pid is gone), as the helper does.
@@ -62,8 +66,8 @@ _ANSWER = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
 # are followed by an empty line: `dd` stops at exactly SIZE bytes or at the end of the
 # input, so that line is read only when the file is whole (no `stat` process to check its
 # size); a stream cut short fails here, before anything is renamed.
-_FUNCTIONS = r"""t= o=
-trap '[ -z "$t$o" ] || rm -f -- "$t" "$o"' EXIT
+_FUNCTIONS = r"""t= o= c=
+trap '[ -z "$t$o$c" ] || rm -f -- "$t" "$o" "$c"' EXIT
 trap 'exit 1' HUP INT TERM PIPE
 clean() {
   for f in "$1"/.mh-tmp.*; do
@@ -144,24 +148,67 @@ def script(root: str, files: Sequence[Entry]) -> str:
                       f"exec xargs -0 -r {_ANSWER}"])
 
 
-def probe_script(root: str, names_size: int, digest: str, keep: bool = True) -> str:
+def names_file(root: str, digest: str) -> str:
+    """The name, in the host's NAMES_DIR, of its copy of the names ``digest`` for the
+    tree at ``root``: one per root (a new one replaces the root's others), named by
+    both, so that a copy is never taken for another tree's."""
+    return f"{hashlib.sha256(root.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}-{digest[:32]}"
+
+
+def probe_script(root: str, names_size: int, digest: str, keep: bool = True,
+                 names: Optional[str] = None, held: bool = False) -> str:
     """Check the host, then run what comes next on the input. The input: the recorded
-    names (``names_size`` bytes); then, once the controller knows what changed, nothing
-    (the host was only to be checked) or a line with a count of lines and that many
-    lines of shell (``probe_writes``; read by the shell itself, without a `dd`), followed
-    by what those read. Nothing runs unless the host's `stat` answer for the names has
-    the hash ``digest``. With ``keep``, that answer is kept, to be printed after the
-    writes (every recorded path is `stat`ed once, not twice); without, the controller
-    has it in the host's record (sync_fastpath's ``save_answer``), and it goes straight
-    into `sha256sum`: no file, no `cat`, no `rm`."""
-    names = f"dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER}"
-    expected = shlex.quote(digest + "  -")
-    check = [_ANSWER_FILE, f'{names} > "$o" || exit 1',
-             f'[ "$(sha256sum < "$o")" = {expected} ] || exit 3'] if keep else \
-        [f'[ "$({names} | sha256sum)" = {expected} ] || exit 3']
-    return "\n".join([
-        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, *check,
-        f"printf {shlex.quote(CHECKED.decode())}",
+    names (``names_size`` bytes), unless the host holds them (``held``); then, once the
+    controller knows what changed, nothing (the host was only to be checked) or a line
+    with a count of lines and that many lines of shell (``probe_writes``; read by the
+    shell itself, without a `dd`), followed by what those read. Nothing runs unless the
+    host's `stat` answer for the names has the hash ``digest``. With ``keep``, that
+    answer is kept, to be printed after the writes (every recorded path is `stat`ed
+    once, not twice); without, the controller has it in the host's record
+    (sync_fastpath's ``save_answer``), and it goes straight into `sha256sum`: no file,
+    no `cat`, no `rm`.
+
+    ``names``: the hash of the names (sync_fastpath's ``names_digest``). Sent, they are
+    also kept in the host's cache: the `dd` that reads them writes them to a file of
+    this shell's own, created exclusively, checked from there and then renamed into
+    place (hosts that share a home over NFS each rename a whole copy; none reads another
+    one's half; the root's copies of other names go); a host whose cache cannot be
+    written checks them from the input, as without. It says so (NAMES_KEPT instead of
+    CHECKED), and the next check reads them there, with no `dd` and none of their bytes
+    sent. That check proves the copy is the one meant: the same `sha256sum` that hashes
+    the `stat` answer hashes the copy, and both hashes must be the expected ones; a copy
+    that is missing or altered fails the check (the host is then compared by content,
+    and sent the names again the next time)."""
+    lines = [f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS]
+    if names is None:
+        lines += _check(_names_from_input(names_size), digest, keep)
+        lines.append(f"printf {shlex.quote(CHECKED.decode())}")
+    else:
+        kept = names_file(root, names)
+        lines.append(f'd={NAMES_DIR} k=')
+        if held:
+            lines += [f'[ -r "$d/{kept}" ] || exit 3',
+                      *_check(f'xargs -0 -r -a "$d/{kept}" {_ANSWER}', digest, keep, (names, kept)),
+                      f"printf {shlex.quote(CHECKED.decode())}"]
+        else:
+            lines += [
+                f'n="$d/{kept}"',
+                'if { [ -d "$d" ] || mkdir -p -m 700 -- "$d"; } 2>/dev/null &&',
+                f'    dd bs={names_size} count=1 iflag=fullblock status=none conv=excl '
+                'of="$n.$$" 2>/dev/null; then',
+                'c=$n.$$',
+                *_check(f'xargs -0 -r -a "$c" {_ANSWER}', digest, keep),
+                f'set --; for f in "$d"/{kept.partition("-")[0]}-*; do',
+                '  case $f in "$n"|"$n".*) ;; *) [ ! -e "$f" ] || set -- "$@" "$f";; esac',
+                'done',
+                '[ $# -eq 0 ] || rm -f -- "$@"',
+                'mv -f -- "$c" "$n" && c= && k=1',
+                "else",
+                *_check(_names_from_input(names_size), digest, keep),
+                "fi",
+                f'if [ -n "$k" ]; then printf {shlex.quote(NAMES_KEPT.decode())}; '
+                f'else printf {shlex.quote(CHECKED.decode())}; fi']
+    return "\n".join(lines + [
         "read -r n || exit 0",
         "case $n in ''|*[!0-9]*) exit 1;; esac",
         '[ "$n" -gt 0 ] || exit 0',
@@ -169,6 +216,31 @@ def probe_script(root: str, names_size: int, digest: str, keep: bool = True) -> 
         'while [ "$n" -gt 0 ]; do IFS= read -r line || exit 1; rest="$rest$line',
         '"; n=$((n - 1)); done',
         'eval "$rest"'])
+
+
+def _names_from_input(size: int) -> str:
+    return f"dd bs={size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER}"
+
+
+def _check(answer: str, digest: str, keep: bool,
+           copy: Optional[Tuple[str, str]] = None) -> List[str]:
+    """The shell that runs ``answer`` (the `stat` of every recorded name) and goes on
+    only if its hash is ``digest``; with ``copy`` (the names' hash, the name of the
+    host's copy in "$d"), only if that copy hashes to it too: one `sha256sum` for both,
+    run in "$d" so that it prints the copy's name as given."""
+    if copy is None:
+        hasher, expected = "sha256sum", shlex.quote(digest + "  -")
+    else:
+        hasher = f"{{ cd -- \"$d\" && exec sha256sum -- {copy[1]} -; }}"
+        expected = shlex.quote(f"{copy[0]}  {copy[1]}\n{digest}  -")
+    if not keep:
+        return [f'[ "$({answer} | {hasher})" = {expected} ] || exit 3']
+    if copy is not None:
+        hasher = f'exec < "$o" && {hasher}'
+    else:
+        hasher = f'{hasher} < "$o"'
+    return [_ANSWER_FILE, f'{answer} > "$o" || exit 1',
+            f'[ "$({hasher})" = {expected} ] || exit 3']
 
 
 def probe_writes(files: Sequence[Entry], again: Sequence[str], keep: bool = True) -> bytes:
