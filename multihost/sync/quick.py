@@ -188,7 +188,7 @@ def probe_script(root: str, names_size: int, digest: str, keep: bool = True,
         lines.append(f'd={NAMES_DIR} k=')
         if held:
             lines += [f'[ -r "$d/{kept}" ] || exit 3',
-                      *_check(f'xargs -0 -r -a "$d/{kept}" {_ANSWER}', digest, keep, (names, kept)),
+                      *_check(f'xargs -0 -r {_ANSWER} < "$d/{kept}"', digest, keep, (names, kept)),
                       f"printf {shlex.quote(CHECKED.decode())}"]
         else:
             lines += [
@@ -197,7 +197,7 @@ def probe_script(root: str, names_size: int, digest: str, keep: bool = True,
                 f'    dd bs={names_size} count=1 iflag=fullblock status=none conv=excl '
                 'of="$n.$$" 2>/dev/null; then',
                 'c=$n.$$',
-                *_check(f'xargs -0 -r -a "$c" {_ANSWER}', digest, keep),
+                *_check(f'xargs -0 -r {_ANSWER} < "$c"', digest, keep),
                 f'set --; for f in "$d"/{kept.partition("-")[0]}-*; do',
                 '  case $f in "$n"|"$n".*) ;; *) [ ! -e "$f" ] || set -- "$@" "$f";; esac',
                 'done',
