@@ -246,8 +246,9 @@ def _check(answer: str, digest: str, keep: bool,
 def probe_writes(files: Sequence[Entry], again: Sequence[str], keep: bool = True) -> bytes:
     """What a probe runs to write ``files`` (their contents follow it on the input): then
     the answer kept by the check (``keep``: see ``probe_script``), and the `stat` of
-    ``again`` (see ``restated``)."""
-    kept = 'cat -- "$o" && ' if keep else ""
+    ``again`` (see ``restated``): by the shell itself (`exec`: no fork) when it has no
+    answer file for its EXIT trap to remove."""
+    kept = 'cat -- "$o" && ' if keep else "exec "
     text = "\n".join(_writes(files) + [
         f"{kept}{_ANSWER} " + " ".join(shlex.quote(n) for n in again), ""]).encode()
     return b"%d\n" % text.count(b"\n") + text
