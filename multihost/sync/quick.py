@@ -14,8 +14,9 @@ Two ways in. Through a reused connection (and on this machine), one command does
 against its record (the hash of its `stat` answer, the fast path's own check, done by
 the host's `sha256sum`) while the controller is still hashing, prints CHECKED, and then
 runs whatever the controller sends once it knows what changed: nothing, or the writes
-(``probe_writes``). One `ssh` client and one `stat` of the tree per host. A host that is
-not as recorded writes nothing and does not say CHECKED: it is compared by content.
+(``probe_writes``). One `ssh` client and one `stat` of the tree per host, whose recorded
+names it is sent once and then keeps. A host that is not as recorded writes nothing and
+does not say CHECKED: it is compared by content.
 Otherwise (a fresh paramiko connection) the host was checked first by the fast path and
 ``script`` writes and `stat`s.
 
@@ -152,7 +153,8 @@ def names_file(root: str, digest: str) -> str:
     """The name, in the host's NAMES_DIR, of its copy of the names ``digest`` for the
     tree at ``root``: one per root (a new one replaces the root's others), named by
     both, so that a copy is never taken for another tree's."""
-    return f"{hashlib.sha256(root.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}-{digest[:32]}"
+    where = hashlib.sha256(root.encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{where[:16]}-{digest[:32]}"
 
 
 def probe_script(root: str, names_size: int, digest: str, keep: bool = True,
@@ -168,46 +170,24 @@ def probe_script(root: str, names_size: int, digest: str, keep: bool = True,
     (sync_fastpath's ``save_answer``), and it goes straight into `sha256sum`: no file,
     no `cat`, no `rm`.
 
-    ``names``: the hash of the names (sync_fastpath's ``names_digest``). Sent, they are
-    also kept in the host's cache: the `dd` that reads them writes them to a file of
-    this shell's own, created exclusively, checked from there and then renamed into
-    place (hosts that share a home over NFS each rename a whole copy; none reads another
-    one's half; the root's copies of other names go); a host whose cache cannot be
-    written checks them from the input, as without. It says so (NAMES_KEPT instead of
-    CHECKED), and the next check reads them there, with no `dd` and none of their bytes
-    sent. That check proves the copy is the one meant: the same `sha256sum` that hashes
-    the `stat` answer hashes the copy, and both hashes must be the expected ones; a copy
-    that is missing or altered fails the check (the host is then compared by content,
-    and sent the names again the next time)."""
+    ``names``: the names' hash (sync_fastpath's ``names_digest``). Sent, they are also
+    kept in the host's cache (``_keep_names``: written whole under a name of this
+    shell's own, then renamed; hosts sharing a home over NFS never read a half copy),
+    and it says so (NAMES_KEPT for CHECKED). The next check reads that copy: no `dd`,
+    none of their bytes sent. The same `sha256sum` that hashes the `stat` answer hashes
+    the copy, and both must be the expected hashes: a copy missing or altered fails the
+    check (the host is compared by content, and sent the names again next time)."""
     lines = [f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS]
     if names is None:
-        lines += _check(_names_from_input(names_size), digest, keep)
-        lines.append(f"printf {shlex.quote(CHECKED.decode())}")
+        lines += [*_check(_names_from_input(names_size), digest, keep),
+                  f"printf {shlex.quote(CHECKED.decode())}"]
+    elif held:
+        copy = names_file(root, names)
+        lines += [f'd={NAMES_DIR}', f'[ -r "$d/{copy}" ] || exit 3',
+                  *_check(f'xargs -0 -r {_ANSWER} < "$d/{copy}"', digest, keep, (names, copy)),
+                  f"printf {shlex.quote(CHECKED.decode())}"]
     else:
-        kept = names_file(root, names)
-        lines.append(f'd={NAMES_DIR} k=')
-        if held:
-            lines += [f'[ -r "$d/{kept}" ] || exit 3',
-                      *_check(f'xargs -0 -r {_ANSWER} < "$d/{kept}"', digest, keep, (names, kept)),
-                      f"printf {shlex.quote(CHECKED.decode())}"]
-        else:
-            lines += [
-                f'n="$d/{kept}"',
-                'if { [ -d "$d" ] || mkdir -p -m 700 -- "$d"; } 2>/dev/null &&',
-                f'    dd bs={names_size} count=1 iflag=fullblock status=none conv=excl '
-                'of="$n.$$" 2>/dev/null; then',
-                'c=$n.$$',
-                *_check(f'xargs -0 -r {_ANSWER} < "$c"', digest, keep),
-                f'set --; for f in "$d"/{kept.partition("-")[0]}-*; do',
-                '  case $f in "$n"|"$n".*) ;; *) [ ! -e "$f" ] || set -- "$@" "$f";; esac',
-                'done',
-                '[ $# -eq 0 ] || rm -f -- "$@"',
-                'mv -f -- "$c" "$n" && c= && k=1',
-                "else",
-                *_check(_names_from_input(names_size), digest, keep),
-                "fi",
-                f'if [ -n "$k" ]; then printf {shlex.quote(NAMES_KEPT.decode())}; '
-                f'else printf {shlex.quote(CHECKED.decode())}; fi']
+        lines += _keep_names(names_file(root, names), names_size, digest, keep)
     return "\n".join(lines + [
         "read -r n || exit 0",
         "case $n in ''|*[!0-9]*) exit 1;; esac",
@@ -216,6 +196,29 @@ def probe_script(root: str, names_size: int, digest: str, keep: bool = True,
         'while [ "$n" -gt 0 ]; do IFS= read -r line || exit 1; rest="$rest$line',
         '"; n=$((n - 1)); done',
         'eval "$rest"'])
+
+
+def _keep_names(copy: str, size: int, digest: str, keep: bool) -> List[str]:
+    """The check of the names on the input, kept as ``copy`` in NAMES_DIR: NAMES_KEPT
+    once they are; a host whose cache cannot be written checks from its input."""
+    return [
+        f'd={NAMES_DIR} copy="$d/{copy}" k=',
+        'if { [ -d "$d" ] || mkdir -p -m 700 -- "$d"; } 2>/dev/null &&',
+        f'    dd bs={size} count=1 iflag=fullblock status=none conv=excl of="$copy.$$" '
+        '2>/dev/null; then',
+        'c=$copy.$$',
+        *_check(f'xargs -0 -r {_ANSWER} < "$c"', digest, keep),
+        # this root's copies of other names go (never another host's copy of these)
+        f'set --; for f in "$d"/{copy.partition("-")[0]}-*; do',
+        '  case $f in "$copy"|"$copy".*) ;; *) [ ! -e "$f" ] || set -- "$@" "$f";; esac',
+        'done',
+        '[ $# -eq 0 ] || rm -f -- "$@"',
+        'mv -f -- "$c" "$copy" && c= && k=1',
+        "else",
+        *_check(_names_from_input(size), digest, keep),
+        "fi",
+        f'if [ -n "$k" ]; then printf {shlex.quote(NAMES_KEPT.decode())}; '
+        f'else printf {shlex.quote(CHECKED.decode())}; fi']
 
 
 def _names_from_input(size: int) -> str:
@@ -235,10 +238,7 @@ def _check(answer: str, digest: str, keep: bool,
         expected = shlex.quote(f"{copy[0]}  {copy[1]}\n{digest}  -")
     if not keep:
         return [f'[ "$({answer} | {hasher})" = {expected} ] || exit 3']
-    if copy is not None:
-        hasher = f'exec < "$o" && {hasher}'
-    else:
-        hasher = f'{hasher} < "$o"'
+    hasher = f'exec < "$o" && {hasher}'   # the kept answer (before a `cd`: $o may be relative)
     return [_ANSWER_FILE, f'{answer} > "$o" || exit 1',
             f'[ "$({hasher})" = {expected} ] || exit 3']
 
