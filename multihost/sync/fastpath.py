@@ -122,6 +122,13 @@ def record_names(record: dict) -> List[str]:
         "utf-8", "surrogateescape").split("\0") if tree["names"] else [])
 
 
+def names_digest(record: dict) -> str:
+    """The hash of the recorded names as sent (NUL-separated): what a host's kept copy of
+    them must hash to (sync_quick's ``probe_script``). Worked out once per tree."""
+    return _unpacked(record["tree"], "names_digest",
+                     lambda tree: hashlib.sha256(tree["names"]).hexdigest())
+
+
 def record_kinds(record: dict) -> Dict[str, str]:
     """{path: kind} of the recorded entries."""
     return _unpacked(record["tree"], "kinds",
@@ -177,18 +184,22 @@ def save_record(host_label: str, workdir: str, code_root: str, remote_root: str,
 
 
 def save_answer(host_label: str, workdir: str, code_root: str, remote_root: str,
-                manifest: Manifest, answer: bytes, names: Optional[bytes] = None) -> bool:
+                manifest: Manifest, answer: bytes, names: Optional[bytes] = None,
+                held: str = "") -> bool:
     """Record the host's state as its `stat` answer for the manifest's paths, in the
     manifest's order (what a quick write got back: the record's answer with the
     written paths' put in): nothing to unpack, merge or pack, where ``save_record``
     costs 2-3 ms a host for 2,000 entries. Its keys are parsed only if ever needed.
     ``names``: the manifest's paths as a tree holds them, when known (the record's,
-    for a plan that kept every path)."""
+    for a plan that kept every path). ``held``: the hash of those names when the host
+    keeps a copy of them (sync_quick's ``probe_script``): its next check is sent none."""
     if not _save_tree(code_root, manifest, names):
         return False
-    return _write(record_path(host_label, workdir, code_root), {
-        "v": VERSION, "root": remote_root, "digest": manifest.digest,
-        "stat": hashlib.sha256(answer).hexdigest(), "answer": answer})
+    record = {"v": VERSION, "root": remote_root, "digest": manifest.digest,
+              "stat": hashlib.sha256(answer).hexdigest(), "answer": answer}
+    if held and names is not None:
+        record["held"] = held
+    return _write(record_path(host_label, workdir, code_root), record)
 
 
 def _save_tree(code_root: str, manifest: Manifest, names: Optional[bytes] = None) -> bool:
@@ -325,10 +336,11 @@ def host_unchanged(transport, record: dict, timeout: float = 60) -> bool:
 
 
 def remember_check(host_label: str, workdir: str, code_root: str, record: dict) -> None:
-    """Keep the hash a check just learned, so the next one parses nothing."""
+    """Keep the hash a check just learned, so the next one parses nothing (and that the
+    host keeps the names, so the next one sends none)."""
     if record.pop("fresh", False):
         _write(record_path(host_label, workdir, code_root),
-               {k: record[k] for k in ("v", "root", "digest", "stat", "keys", "answer")
+               {k: record[k] for k in ("v", "root", "digest", "stat", "keys", "answer", "held")
                 if k in record})
 
 

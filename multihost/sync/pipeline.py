@@ -218,6 +218,8 @@ class _CodeSync:
             checked, _ = probe.finish(b"", timeouts[0])
             if not checked:
                 return None
+            if record.get("held") != probe.held:   # saved with the record (remember_check)
+                record["held"], record["fresh"] = probe.held, True
             self.used[host.rank] = transport
             return self.as_known(host, transport, record)
         began = time.monotonic()
@@ -228,21 +230,23 @@ class _CodeSync:
         except MultihostError:  # checked, then not written: the helper's stream does it
             nodes = _stream_small_change(transport, host, needs, manifest)
         else:
-            self.record_now(host, record, plan, manifest, nodes[str(host.rank)])
+            self.record_now(host, record, plan, manifest, nodes[str(host.rank)], probe.held)
         self.used[host.rank] = transport
         self.emit(SyncPlanned(host.label, needs))
         return _Known(record, needs, nodes, time.monotonic() - began, plan)
 
-    def record_now(self, host, record: dict, plan: dict, manifest: Manifest, node: dict) -> None:
+    def record_now(self, host, record: dict, plan: dict, manifest: Manifest, node: dict,
+                   held: str = "") -> None:
         """A host its shell has just written is recorded at once, in its own thread. At
         64 hosts, saving every record after the last answer (its keys unpacked, merged
         and packed: 2-3 ms a host) was a serial tail of 0.1-0.4 s; it is saved as the
         host's answer (sync_fastpath's ``save_answer``). Without that answer (a
-        directory not as recorded), ``_record`` does it, as before."""
+        directory not as recorded), ``_record`` does it, as before. ``held``: the hash of
+        the names the host keeps (sync_probe), when the plan kept them all."""
         if not node.get("answer") or not plan.get("same_names"):
             return
         if save_answer(host.label, self.workdirs[host.rank], self.code_root, plan["root"],
-                       manifest, node["answer"], record["names"]):
+                       manifest, node["answer"], record["names"], held):
             self.recorded.add(host.rank)
 
     def start_session(self, host, transport) -> HostSession:

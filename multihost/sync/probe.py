@@ -18,8 +18,9 @@ import threading
 from typing import List, Optional, Tuple
 
 from ..transport.base import BrokenStream
-from .fastpath import record_names
-from .quick import CHECKED, HostMoved, probe_reply, probe_script, probe_writes, restated
+from .fastpath import names_digest, record_names
+from .quick import (CHECKED, NAMES_KEPT, HostMoved, probe_reply, probe_script, probe_writes,
+                    restated)
 
 
 class Probe:
@@ -27,9 +28,13 @@ class Probe:
     own, so a host that stops reading holds up nothing), its output is read to the end
     by another, and ``finish`` waits for that at most its timeout, then kills it."""
 
-    def __init__(self, process, names: bytes):
+    def __init__(self, process, names: bytes, digest: str = "", holds: bool = False):
         self.process = process
-        self._names = names
+        self._names = b"" if holds else names   # a host that holds them is sent none
+        self._digest = digest
+        # Once the host said it is as recorded: the hash of the names it holds ("" if
+        # none), for its record (sync_pipeline), so that its next check is sent none.
+        self.held = digest if holds else ""
         self._rest = b""
         self._go = threading.Event()
         self._out: List[bytes] = []
@@ -42,12 +47,15 @@ class Probe:
         to check against (the caller checks by parsing it), or the command cannot start."""
         if not record.get("stat") or not record["names"]:
             return None
+        names = names_digest(record)
+        held = record.get("held") == names  # its last check kept them: none are sent
         try:
             process = transport.start(probe_script(record["root"], len(record["names"]),
-                                                   record["stat"], keep="answer" not in record))
+                                                   record["stat"], keep="answer" not in record,
+                                                   names=names, held=held))
         except Exception:  # any trouble here only means: check the other way
             return None
-        return cls(process, record["names"])
+        return cls(process, record["names"], names, held)
 
     def _write(self) -> None:
         stdin = self.process.stdin
@@ -77,7 +85,10 @@ class Probe:
             code = None
         _close(self.process)
         out = self._out[0] if self._out else b""
+        if out.startswith(NAMES_KEPT):
+            self.held, out = self._digest, CHECKED + out[len(NAMES_KEPT):]
         if not out.startswith(CHECKED):
+            self.held = ""
             return False, None
         return True, out[len(CHECKED):] if code == 0 else None
 

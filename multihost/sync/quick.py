@@ -14,8 +14,9 @@ Two ways in. Through a reused connection (and on this machine), one command does
 against its record (the hash of its `stat` answer, the fast path's own check, done by
 the host's `sha256sum`) while the controller is still hashing, prints CHECKED, and then
 runs whatever the controller sends once it knows what changed: nothing, or the writes
-(``probe_writes``). One `ssh` client and one `stat` of the tree per host. A host that is
-not as recorded writes nothing and does not say CHECKED: it is compared by content.
+(``probe_writes``). One `ssh` client and one `stat` of the tree per host, whose recorded
+names it is sent once and then keeps. A host that is not as recorded writes nothing and
+does not say CHECKED: it is compared by content.
 Otherwise (a fresh paramiko connection) the host was checked first by the fast path and
 ``script`` writes and `stat`s.
 
@@ -53,6 +54,10 @@ MAX_BYTES = 1 << 20
 _BY_UMASK = 0o666
 # The line a host prints once it has found its tree exactly as recorded, before writing.
 CHECKED = b"checked\n"
+# What it prints instead when it also kept the names it was sent (see ``probe_script``).
+NAMES_KEPT = b"checked; names kept\n"
+# Where a host keeps them: its user's cache (each file named by ``names_file``).
+NAMES_DIR = '"$HOME/.cache/multihost/names"'
 _ANSWER = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
 
 # clean DIR: remove what a killed receiver left there (its pid is gone), as the helper does.
@@ -62,8 +67,8 @@ _ANSWER = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
 # are followed by an empty line: `dd` stops at exactly SIZE bytes or at the end of the
 # input, so that line is read only when the file is whole (no `stat` process to check its
 # size); a stream cut short fails here, before anything is renamed.
-_FUNCTIONS = r"""t= o=
-trap '[ -z "$t$o" ] || rm -f -- "$t" "$o"' EXIT
+_FUNCTIONS = r"""t= o= c=
+trap '[ -z "$t$o$c" ] || rm -f -- "$t" "$o" "$c"' EXIT
 trap 'exit 1' HUP INT TERM PIPE
 clean() {
   for f in "$1"/.mh-tmp.*; do
@@ -144,24 +149,46 @@ def script(root: str, files: Sequence[Entry]) -> str:
                       f"exec xargs -0 -r {_ANSWER}"])
 
 
-def probe_script(root: str, names_size: int, digest: str, keep: bool = True) -> str:
+def names_file(root: str, digest: str) -> str:
+    """The name, in the host's NAMES_DIR, of its copy of the names ``digest`` for the
+    tree at ``root``: one per root (a new one replaces the root's others), named by
+    both, so that a copy is never taken for another tree's."""
+    where = hashlib.sha256(root.encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{where[:16]}-{digest[:32]}"
+
+
+def probe_script(root: str, names_size: int, digest: str, keep: bool = True,
+                 names: Optional[str] = None, held: bool = False) -> str:
     """Check the host, then run what comes next on the input. The input: the recorded
-    names (``names_size`` bytes); then, once the controller knows what changed, nothing
-    (the host was only to be checked) or a line with a count of lines and that many
-    lines of shell (``probe_writes``; read by the shell itself, without a `dd`), followed
-    by what those read. Nothing runs unless the host's `stat` answer for the names has
-    the hash ``digest``. With ``keep``, that answer is kept, to be printed after the
-    writes (every recorded path is `stat`ed once, not twice); without, the controller
-    has it in the host's record (sync_fastpath's ``save_answer``), and it goes straight
-    into `sha256sum`: no file, no `cat`, no `rm`."""
-    names = f"dd bs={names_size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER}"
-    expected = shlex.quote(digest + "  -")
-    check = [_ANSWER_FILE, f'{names} > "$o" || exit 1',
-             f'[ "$(sha256sum < "$o")" = {expected} ] || exit 3'] if keep else \
-        [f'[ "$({names} | sha256sum)" = {expected} ] || exit 3']
-    return "\n".join([
-        f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS, *check,
-        f"printf {shlex.quote(CHECKED.decode())}",
+    names (``names_size`` bytes), unless the host holds them (``held``); then, once the
+    controller knows what changed, nothing (the host was only to be checked) or a line
+    with a count of lines and that many lines of shell (``probe_writes``; read by the
+    shell itself, without a `dd`), followed by what those read. Nothing runs unless the
+    host's `stat` answer for the names has the hash ``digest``. With ``keep``, that
+    answer is kept, to be printed after the writes (every recorded path is `stat`ed
+    once, not twice); without, the controller has it in the host's record
+    (sync_fastpath's ``save_answer``), and it goes straight into `sha256sum`: no file,
+    no `cat`, no `rm`.
+
+    ``names``: the names' hash (sync_fastpath's ``names_digest``). Sent, they are also
+    kept in the host's cache (``_keep_names``: written whole under a name of this
+    shell's own, then renamed; hosts sharing a home over NFS never read a half copy),
+    and it says so (NAMES_KEPT for CHECKED). The next check reads that copy: no `dd`,
+    none of their bytes sent. The same `sha256sum` that hashes the `stat` answer hashes
+    the copy, and both must be the expected hashes: a copy missing or altered fails the
+    check (the host is compared by content, and sent the names again next time)."""
+    lines = [f"cd -- {quote_path(root)} || exit 1", _FUNCTIONS]
+    if names is None:
+        lines += [*_check(_names_from_input(names_size), digest, keep),
+                  f"printf {shlex.quote(CHECKED.decode())}"]
+    elif held:
+        copy = names_file(root, names)
+        lines += [f'd={NAMES_DIR}', f'[ -r "$d/{copy}" ] || exit 3',
+                  *_check(f'xargs -0 -r {_ANSWER} < "$d/{copy}"', digest, keep, (names, copy)),
+                  f"printf {shlex.quote(CHECKED.decode())}"]
+    else:
+        lines += _keep_names(names_file(root, names), names_size, digest, keep)
+    return "\n".join(lines + [
         "read -r n || exit 0",
         "case $n in ''|*[!0-9]*) exit 1;; esac",
         '[ "$n" -gt 0 ] || exit 0',
@@ -171,11 +198,57 @@ def probe_script(root: str, names_size: int, digest: str, keep: bool = True) -> 
         'eval "$rest"'])
 
 
+def _keep_names(copy: str, size: int, digest: str, keep: bool) -> List[str]:
+    """The check of the names on the input, kept as ``copy`` in NAMES_DIR: NAMES_KEPT
+    once they are; a host whose cache cannot be written checks from its input."""
+    return [
+        f'd={NAMES_DIR} copy="$d/{copy}" k=',
+        'if { [ -d "$d" ] || mkdir -p -m 700 -- "$d"; } 2>/dev/null &&',
+        f'    dd bs={size} count=1 iflag=fullblock status=none conv=excl of="$copy.$$" '
+        '2>/dev/null; then',
+        'c=$copy.$$',
+        *_check(f'xargs -0 -r {_ANSWER} < "$c"', digest, keep),
+        # this root's copies of other names go (never another host's copy of these)
+        f'set --; for f in "$d"/{copy.partition("-")[0]}-*; do',
+        '  case $f in "$copy"|"$copy".*) ;; *) [ ! -e "$f" ] || set -- "$@" "$f";; esac',
+        'done',
+        '[ $# -eq 0 ] || rm -f -- "$@"',
+        'mv -f -- "$c" "$copy" && c= && k=1',
+        "else",
+        *_check(_names_from_input(size), digest, keep),
+        "fi",
+        f'if [ -n "$k" ]; then printf {shlex.quote(NAMES_KEPT.decode())}; '
+        f'else printf {shlex.quote(CHECKED.decode())}; fi']
+
+
+def _names_from_input(size: int) -> str:
+    return f"dd bs={size} count=1 iflag=fullblock status=none | xargs -0 -r {_ANSWER}"
+
+
+def _check(answer: str, digest: str, keep: bool,
+           copy: Optional[Tuple[str, str]] = None) -> List[str]:
+    """The shell that runs ``answer`` (the `stat` of every recorded name) and goes on
+    only if its hash is ``digest``; with ``copy`` (the names' hash, the name of the
+    host's copy in "$d"), only if that copy hashes to it too: one `sha256sum` for both,
+    run in "$d" so that it prints the copy's name as given."""
+    if copy is None:
+        hasher, expected = "sha256sum", shlex.quote(digest + "  -")
+    else:
+        hasher = f"{{ cd -- \"$d\" && exec sha256sum -- {copy[1]} -; }}"
+        expected = shlex.quote(f"{copy[0]}  {copy[1]}\n{digest}  -")
+    if not keep:
+        return [f'[ "$({answer} | {hasher})" = {expected} ] || exit 3']
+    hasher = f'exec < "$o" && {hasher}'   # the kept answer (before a `cd`: $o may be relative)
+    return [_ANSWER_FILE, f'{answer} > "$o" || exit 1',
+            f'[ "$({hasher})" = {expected} ] || exit 3']
+
+
 def probe_writes(files: Sequence[Entry], again: Sequence[str], keep: bool = True) -> bytes:
     """What a probe runs to write ``files`` (their contents follow it on the input): then
     the answer kept by the check (``keep``: see ``probe_script``), and the `stat` of
-    ``again`` (see ``restated``)."""
-    kept = 'cat -- "$o" && ' if keep else ""
+    ``again`` (see ``restated``): by the shell itself (`exec`: no fork) when it has no
+    answer file for its EXIT trap to remove."""
+    kept = 'cat -- "$o" && ' if keep else "exec "
     text = "\n".join(_writes(files) + [
         f"{kept}{_ANSWER} " + " ".join(shlex.quote(n) for n in again), ""]).encode()
     return b"%d\n" % text.count(b"\n") + text

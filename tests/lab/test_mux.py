@@ -1,7 +1,9 @@
 """Commands through a real OpenSSH master spoken to by the controller itself
 (transport/mux_client.py): real sshd hosts, a master left by `start_master`, no `ssh`
 client per command; a master killed half-way is exit 255 and the caller's other way."""
+import hashlib
 import json
+import marshal
 import os
 import re
 import shutil
@@ -125,3 +127,45 @@ def test_a_quick_sync_starts_no_ssh_client_and_killed_masters_lose_nothing(lab, 
         assert snapshot(on_host(lab, i, workdir)) == snapshot(code), f"h{i}"
     again = sync(lab, code, workdir, env=env)
     assert again.returncode == 0 and again.stdout.count("up to date") == 3, again.stdout
+
+
+def test_hosts_keep_the_recorded_names_and_a_lost_copy_costs_one_comparison(lab, code, workdir):
+    """On real sshd hosts: after the first quick step each host keeps the recorded names
+    in its own cache, and the controller's record says so (its next checks are sent
+    none). A copy removed, or overwritten with other names, on one host: that host is
+    compared by content, gets the edit like the others, and keeps the names again."""
+    from multihost.sync.quick import names_file
+
+    def copies(i):   # this workdir's (other tests' workdirs keep theirs)
+        folder = on_host(lab, i, "/root/.cache/multihost/names")
+        return sorted(folder.glob(names_file(workdir, "") + "*")) if folder.is_dir() else []
+
+    assert sync(lab, code, workdir).returncode == 0
+    (code / "pkg1" / "mod1.py").write_text("VALUE = 'kept names'\n")
+    assert sync(lab, code, workdir).stdout.count(") written") == 3
+    kept = [copies(i) for i in (1, 2, 3)]
+    assert all(len(copy) == 1 for copy in kept)
+    state = lab.home / ".cache" / "multihost" / "sync-state"
+
+    def held():   # {host: the hash of the names its record says it keeps}
+        records = [marshal.loads(p.read_bytes()) for p in state.glob("*.state")]
+        return sorted(r.get("held", "") for r in records if r["root"].startswith(workdir))
+
+    names = hashlib.sha256(held_copy := copies(1)[0].read_bytes()).hexdigest()
+    assert held() == [names] * 3 and all(c[0].read_bytes() == held_copy for c in kept)
+    for damage in ("removed", "other names"):
+        if damage == "removed":
+            kept[1][0].unlink()
+        else:
+            kept[1][0].write_bytes(b"pkg0\0pkg1")
+        (code / "pkg1" / "mod1.py").write_text(f"VALUE = 'copy {damage}'\n")
+        done = sync(lab, code, workdir)
+        assert done.returncode == 0 and done.stdout.count(") written") == 3, done.stdout
+        for i in (1, 2, 3):
+            assert snapshot(on_host(lab, i, workdir)) == snapshot(code), f"h{i}"
+        assert held() == ["", names, names]     # h2 was compared by content
+        (code / "pkg1" / "mod1.py").write_text(f"VALUE = 'after the copy {damage}'\n")
+        again = sync(lab, code, workdir)
+        assert again.returncode == 0 and again.stdout.count(") written") == 3, again.stdout
+        assert held() == [names] * 3 and kept[1][0].read_bytes() == held_copy
+        assert snapshot(on_host(lab, 2, workdir)) == snapshot(code)
