@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
 import secrets
 import shutil
@@ -154,6 +155,16 @@ class LabHandle:
         assert proc.returncode == 0, err
         return out
 
+    @staticmethod
+    def tree_digest(root: Path) -> dict:
+        """{relative path: sha256} of every file under ``root`` (on this machine)."""
+        return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(root.rglob("*")) if p.is_file()}
+
+    def host_path(self, i: int, path: str) -> Path:
+        """Where host ``i``'s ``path`` (under its home, /root) is on this machine."""
+        return self.lab.paths.host_root(i) / Path(path).relative_to("/root")
+
     def assert_no_relay_left(self, hosts: Sequence[int]) -> None:
         """No relay node, join or push running on any of ``hosts``, no rendezvous socket
         (a join may still be exiting as its session closes: a few seconds' grace)."""
@@ -196,6 +207,17 @@ def running_lab(n: int) -> Iterator[LabHandle]:
     finally:
         the_lab.down()
         atexit.unregister(the_lab.down)
+
+
+@pytest.fixture
+def relay_code(tmp_path) -> Path:
+    """A code directory heavy enough to go host to host (a 17 MB file), 20 small files."""
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(20):
+        (root / "pkg" / f"m{i}.py").write_text(f"VALUE = {i}\n")
+    (root / "weights.bin").write_bytes(os.urandom(17 << 20))
+    return root
 
 
 @pytest.fixture(scope="session")

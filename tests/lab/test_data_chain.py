@@ -2,11 +2,9 @@
 every receiving host at once, fed by the first host; a middle host the chain cannot
 reach is gone around and named while the others get their data; nothing is left on
 any host."""
-import hashlib
 import json
 import os
 import secrets
-from pathlib import Path
 
 import pytest
 
@@ -51,21 +49,12 @@ with multihost.Cluster.from_ips(ips)._connect() as cluster:
 def dataset(lab6):
     """A dataset on the first host only: every other host needs all of it."""
     path = f"/root/ds-{secrets.token_hex(3)}"
-    root = on_host(lab6, 1, path)
+    root = lab6.host_path(1, path)
     (root / "train").mkdir(parents=True)
     for n in range(30):
         (root / "train" / f"{n:03}.jpg").write_bytes(os.urandom(1000 + n))
     (root / "shard.bin").write_bytes(os.urandom(3 << 20))
     return path
-
-
-def on_host(lab, i, path):
-    return lab.lab.paths.host_root(i) / Path(path).relative_to("/root")
-
-
-def digest_tree(root: Path) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def repair(lab, path, stopped=None):
@@ -78,12 +67,12 @@ def repair(lab, path, stopped=None):
 
 def test_a_data_push_is_one_chain_whose_nodes_the_controller_starts(lab6, dataset):
     hosts, launched = repair(lab6, dataset)
-    want = digest_tree(on_host(lab6, 1, dataset))
+    want = lab6.tree_digest(lab6.host_path(1, dataset))
     for i in ALL[1:]:
-        assert digest_tree(on_host(lab6, i, dataset)) == want, f"host {i}"
+        assert lab6.tree_digest(lab6.host_path(i, dataset)) == want, f"host {i}"
         files, size, error, _ = hosts[lab6.address(i)]
         assert error is None and files == 31 and size == sum(
-            p.stat().st_size for p in on_host(lab6, 1, dataset).rglob("*") if p.is_file())
+            p.stat().st_size for p in lab6.host_path(1, dataset).rglob("*") if p.is_file())
     # Every receiving host's node was started by the controller, listening, all in one
     # chain (one token); the first host only feeds it.
     nodes = {label: request for label, op, request in launched if op == "sync.receive"}
@@ -104,15 +93,15 @@ def test_a_middle_host_whose_sshd_stopped_is_named_and_the_others_get_their_data
     """Host 4's sshd stops after the controller connected to every host: host 3 cannot
     reach it, so the chain goes 3 -> 5; host 4 is named with the cause and the fix."""
     hosts, _ = repair(lab6, dataset, stopped=4)
-    want = digest_tree(on_host(lab6, 1, dataset))
+    want = lab6.tree_digest(lab6.host_path(1, dataset))
     for i in (2, 3, 5, 6):
-        assert digest_tree(on_host(lab6, i, dataset)) == want, f"host {i}"
+        assert lab6.tree_digest(lab6.host_path(i, dataset)) == want, f"host {i}"
         assert hosts[lab6.address(i)][2] is None, hosts
     files, _, error, fix = hosts[lab6.address(4)]
     assert files == 0
     assert f"host-to-host ssh to {lab6.address(4)} failed" in error, error
     assert f"ssh to {lab6.address(4)} without a password" in fix, fix
-    assert not on_host(lab6, 4, dataset).exists()
+    assert not lab6.host_path(4, dataset).exists()
     lab6.assert_no_relay_left(ALL)
 
 
@@ -121,9 +110,9 @@ def test_a_head_the_first_host_cannot_reach_is_gone_around_and_named(lab6, datas
     host feeds host 3 instead, and host 2 is named with ssh's cause, not as a node that
     merely got nothing."""
     hosts, _ = repair(lab6, dataset, stopped=2)
-    want = digest_tree(on_host(lab6, 1, dataset))
+    want = lab6.tree_digest(lab6.host_path(1, dataset))
     for i in ALL[2:]:
-        assert digest_tree(on_host(lab6, i, dataset)) == want, f"host {i}"
+        assert lab6.tree_digest(lab6.host_path(i, dataset)) == want, f"host {i}"
         assert hosts[lab6.address(i)][2] is None, hosts
     _, _, error, fix = hosts[lab6.address(2)]
     assert f"host-to-host ssh to {lab6.address(2)} failed" in error, error

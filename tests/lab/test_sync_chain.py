@@ -1,11 +1,8 @@
 """The relay chain of a first sync on 9 real hosts: every node started at once by the
 controller, each host fed by the one before it; a middle host the chain cannot use is
 gone around, named, and sent its files by the controller; nothing is left on any host."""
-import hashlib
 import json
-import os
 import secrets
-from pathlib import Path
 
 import pytest
 
@@ -14,45 +11,26 @@ ALL = tuple(range(1, HOSTS + 1))
 
 
 @pytest.fixture
-def code(tmp_path):
-    root = tmp_path / "proj"
-    (root / "pkg").mkdir(parents=True)
-    for i in range(20):
-        (root / "pkg" / f"m{i}.py").write_text(f"VALUE = {i}\n")
-    (root / "weights.bin").write_bytes(os.urandom(17 << 20))   # heavy enough to relay
-    return root
-
-
-@pytest.fixture
 def workdir():
     return f"/root/relay-{secrets.token_hex(3)}"
-
-
-def digest_tree(root: Path) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def on_host(lab, i, path):
-    return lab.lab.paths.host_root(i) / Path(path).relative_to("/root")
 
 
 def host_lines(stdout: str, address: str) -> str:
     return "\n".join(l for l in stdout.splitlines() if l.startswith(f"{address}: "))
 
 
-def assert_everyone_has_it(lab, code, workdir):
-    want = digest_tree(code)
+def assert_everyone_has_it(lab, relay_code, workdir):
+    want = lab.tree_digest(relay_code)
     for i in ALL:
-        assert digest_tree(on_host(lab, i, workdir)) == want, f"host {i}"
+        assert lab.tree_digest(lab.host_path(i, workdir)) == want, f"host {i}"
 
 
-def test_a_relay_of_nine_hosts_is_one_chain_each_host_fed_by_the_one_before_it(lab9, code, workdir):
+def test_a_relay_of_nine_hosts_is_one_chain_each_host_fed_by_the_one_before_it(lab9, relay_code, workdir):
     ips = ",".join(lab9.address(i) for i in ALL)
-    done = lab9.multihost("sync", "--ips", ips, "--code", str(code), "--workdir", workdir,
+    done = lab9.multihost("sync", "--ips", ips, "--code", str(relay_code), "--workdir", workdir,
                           "--plain")
     assert done.returncode == 0, done.stderr
-    assert_everyone_has_it(lab9, code, workdir)
+    assert_everyone_has_it(lab9, relay_code, workdir)
     for i in ALL[1:]:          # 17 MB came host to host to every host but the head
         assert "came host to host" in host_lines(done.stdout, lab9.address(i)), done.stdout
     for i in ALL[2:]:          # a chain: host i was reached by host i-1
@@ -77,15 +55,15 @@ with multihost.Cluster.from_ips(ips)._connect() as cluster:
 """
 
 
-def test_a_middle_host_whose_sshd_stopped_is_gone_around_and_synced_directly(lab9, code, workdir):
+def test_a_middle_host_whose_sshd_stopped_is_gone_around_and_synced_directly(lab9, relay_code, workdir):
     """Host 3's sshd stops after the controller connected to every host: host 2 cannot
     reach it, so the chain goes 2 -> 4; host 3 gets its files over the controller's
     open connection, and the report names it with the cause."""
     ips = ",".join(lab9.address(i) for i in ALL)
-    out = lab9.controller_script(SCRIPT, [str(code), workdir, ips], stopped=3)
+    out = lab9.controller_script(SCRIPT, [str(relay_code), workdir, ips], stopped=3)
     hosts = {host: (ok, relayed, notes) for host, ok, relayed, notes in json.loads(out.splitlines()[-1])}
     assert all(ok for ok, _, _ in hosts.values())
-    assert_everyone_has_it(lab9, code, workdir)
+    assert_everyone_has_it(lab9, relay_code, workdir)
     _, relayed, notes = hosts[lab9.address(3)]
     assert relayed == 0
     assert any(f"host-to-host ssh to {lab9.address(3)} failed" in n and
@@ -95,7 +73,7 @@ def test_a_middle_host_whose_sshd_stopped_is_gone_around_and_synced_directly(lab
     lab9.assert_no_relay_left(ALL)
 
 
-def test_a_middle_host_without_a_usable_relay_directory_is_named_and_synced(lab9, code, workdir):
+def test_a_middle_host_without_a_usable_relay_directory_is_named_and_synced(lab9, relay_code, workdir):
     """Host 3 cannot make its rendezvous (its relay directory is a file): the host is
     named with the cause, the chain goes around it, every host gets the files."""
     blocker = lab9.lab.paths.host_root(3) / ".cache" / "multihost" / "relay"
@@ -105,12 +83,12 @@ def test_a_middle_host_without_a_usable_relay_directory_is_named_and_synced(lab9
     blocker.write_text("")
     try:
         ips = ",".join(lab9.address(i) for i in ALL)
-        done = lab9.multihost("sync", "--ips", ips, "--code", str(code), "--workdir", workdir,
+        done = lab9.multihost("sync", "--ips", ips, "--code", str(relay_code), "--workdir", workdir,
                               "--plain")
     finally:
         blocker.unlink()
     assert done.returncode == 0, done.stderr
-    assert_everyone_has_it(lab9, code, workdir)
+    assert_everyone_has_it(lab9, relay_code, workdir)
     note = next(l for l in done.stdout.splitlines() if "note:" in l)
     assert f"{lab9.address(3)}: cannot make /root/.cache/multihost/relay: File exists; sent from " \
            "the controller instead" in note, done.stdout

@@ -3,34 +3,12 @@ its plan is its relay node in that same process. Every helper start on a host is
 counted by the interpreter itself (``--python`` is a wrapper that notes the operation
 and execs python3), so what is asserted is what ran on the host, not what the
 controller meant to start."""
-import hashlib
-import os
 import secrets
 import shutil
-from pathlib import Path
 
 import pytest
 
 HOSTS = (1, 2, 3, 4)
-
-
-@pytest.fixture
-def code(tmp_path):
-    root = tmp_path / "proj"
-    (root / "pkg").mkdir(parents=True)
-    for i in range(20):
-        (root / "pkg" / f"m{i}.py").write_text(f"VALUE = {i}\n")
-    (root / "weights.bin").write_bytes(os.urandom(17 << 20))  # heavy enough to relay
-    return root
-
-
-def digest_tree(root: Path) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def on_host(lab, i, path):
-    return lab.lab.paths.host_root(i) / Path(path).relative_to("/root")
 
 
 @pytest.fixture
@@ -54,20 +32,20 @@ def counted_python(lab):
             (lab.lab.paths.host_root(i) / leftover).unlink(missing_ok=True)
 
 
-def test_a_chained_host_runs_one_helper_its_session_being_its_relay_node(lab, code,
+def test_a_chained_host_runs_one_helper_its_session_being_its_relay_node(lab, relay_code,
                                                                          counted_python):
     """...and its hop joins it from the login shell, also where no relay ever ran."""
     python, ops = counted_python
     workdir = f"/root/innode-{secrets.token_hex(3)}"
     for i in HOSTS:  # hosts that never relayed: no relay directory yet
-        shutil.rmtree(on_host(lab, i, "/root/.cache/multihost/relay"), ignore_errors=True)
+        shutil.rmtree(lab.host_path(i, "/root/.cache/multihost/relay"), ignore_errors=True)
     done = lab.multihost("sync", "--ips", ",".join(lab.address(i) for i in HOSTS),
-                         "--python", python, "--code", str(code), "--workdir", workdir,
+                         "--python", python, "--code", str(relay_code), "--workdir", workdir,
                          "--plain")
     assert done.returncode == 0, done.stderr
-    want = digest_tree(code)
+    want = lab.tree_digest(relay_code)
     for i in HOSTS:
-        assert digest_tree(on_host(lab, i, workdir)) == want, f"host {i}"
+        assert lab.tree_digest(lab.host_path(i, workdir)) == want, f"host {i}"
     for i in HOSTS[1:]:
         assert any(l.startswith(f"{lab.address(i)}: ") and "came host to host" in l
                    for l in done.stdout.splitlines()), done.stdout
@@ -82,6 +60,6 @@ def test_a_chained_host_runs_one_helper_its_session_being_its_relay_node(lab, co
                                                                     "sync.session"], ops(1)
     lab.assert_no_relay_left(HOSTS)
     again = lab.multihost("sync", "--ips", ",".join(lab.address(i) for i in HOSTS),
-                          "--python", python, "--code", str(code), "--workdir", workdir,
+                          "--python", python, "--code", str(relay_code), "--workdir", workdir,
                           "--plain")
     assert again.returncode == 0 and again.stdout.count("up to date") == len(HOSTS), again.stdout
