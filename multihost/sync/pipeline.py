@@ -129,6 +129,10 @@ class _CodeSync:
         # A sync that fails before then only hashes the edited files again next time.
         self.later: List = []
         self.recorded: set = set()                  # hosts whose record is saved already
+        # Hosts reached by a new connection, to be left an OpenSSH master for the next
+        # command's quick checks: started once the files are delivered, not beside them
+        # (at 64 hosts, 64 handshakes would take the CPU a first sync's bytes need).
+        self.to_leave: List = []
 
     def run(self) -> SyncReport:
         # Connect and check or start every host while the code is hashed here.
@@ -155,6 +159,7 @@ class _CodeSync:
         if not self.dry_run:
             _record(self.cluster, manifest, self.workdirs, self.code_root, self.results,
                     self.keys, self.digests, self.used, self.recorded)
+        self.later.append(self.leave_connections)
         for step in self.later:  # nothing here waits on these; nor need the user
             afterwards.defer(step)
         git.join()
@@ -179,7 +184,7 @@ class _CodeSync:
             if known is not None:
                 return known
         transport = self.used[host.rank] = self.cluster.transport(host)
-        self.cluster.leave_connection(host)
+        self.to_leave.append(host)
         if record is None or quick is not None:
             return self.start_session(host, transport)
         if transport.is_local:  # this machine: the probe is a local shell
@@ -188,6 +193,10 @@ class _CodeSync:
             known = self.as_known(host, transport, record) if host_unchanged(transport, record) \
                 else None
         return known if known is not None else self.start_session(host, transport)
+
+    def leave_connections(self) -> None:
+        for host in self.to_leave:
+            self.cluster.leave_connection(host)
 
     def check_and_send(self, host, transport, record: dict,
                        timeouts: Tuple[float, float] = (60, 60)) -> Optional[_Known]:

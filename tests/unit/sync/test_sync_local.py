@@ -278,3 +278,16 @@ def test_a_host_whose_workdir_is_not_there_is_planned_without_the_manifest(tmp_p
     plan = session.plan(1, lambda: sent.append(1) or manifest)
     assert sent == [1] and plan["add"] == [0] and plan["exists"] is True
     session.abort()
+
+
+def test_a_host_is_left_its_reusable_connection_only_once_its_files_are_there(env, monkeypatch):
+    """The OpenSSH master each host is left for the next command's quick checks is a
+    handshake: started beside a first sync's bytes, 64 of them take the CPU the bytes
+    need; so it is started once every host has its files."""
+    from multihost.fanout import Cluster
+
+    seen = {}
+    monkeypatch.setattr(Cluster, "leave_connection", lambda self, host: seen.setdefault(
+        host.rank, os.path.exists(os.path.join(env.workdirs[host.rank], "pkg", "model.py"))))
+    assert env.sync().ok
+    assert seen == {0: True, 1: True}
