@@ -3,8 +3,9 @@
 A sync that finds nothing to do costs one `stat` per host; what made it slower than
 rsync was everything around that `stat`: importing paramiko and a full SSH handshake per
 host. So, as Ansible and SkyPilot do, a command that connects to a host also leaves an
-OpenSSH master connection behind it (a sync starts it once its files are delivered) (ControlMaster=auto, ControlPersist: it ends by
-itself after MULTIHOST_CONTROL_PERSIST idle seconds, 600 by default; 0 turns this off).
+OpenSSH master connection behind it (ControlMaster=auto, ControlPersist: it ends by
+itself after MULTIHOST_CONTROL_PERSIST idle seconds, 600 by default; 0 turns this off);
+a sync starts them once its files are delivered.
 The next command's quick checks go through that master, with no handshake and without
 loading paramiko: the controller speaks the master's own protocol (mux_client.py), so
 a check costs no process either; a plain `ssh` client is the fallback.
