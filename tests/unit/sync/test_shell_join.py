@@ -83,28 +83,44 @@ def finish(join):
             join.wait()
 
 
-@needs_bash
-def test_a_shell_join_gives_the_node_its_stdin_and_runs_no_python(home):
-    """The node reads the hop's pipe itself; the join is the shell alone while the
-    stream flows; it ends ok once the node has read everything; nothing is left."""
+def deliver(home, data, during=lambda join: None, before=lambda node: None):
+    """``data`` through a shell join to a node in this process, as a hop sends it: what
+    the join printed after its ready line, once the node has read it all and said so.
+    ``before(node)`` is called before the join starts; ``during(join)`` as the stream
+    starts and once it is all read."""
     node = Rendezvous(TOKEN)
+    before(node)
     hop_r, hop_w = os.pipe()
     join = start_join(home, hop_r)
     os.close(hop_r)
     try:
         wait_ready(join)
-        assert os.path.basename(os.readlink("/proc/%d/exe" % join.pid)).startswith("bash")
-        writer = feed(hop_w, b"y" * 300000)
-        stream, got = take_stream(node, 300000)
+        during(join)
+        writer = feed(hop_w, data)
+        stream, got = take_stream(node, len(data))
         writer.join()
-        assert got == b"y" * 300000
-        assert os.path.basename(os.readlink("/proc/%d/exe" % join.pid)).startswith("bash")
+        assert got == data
+        during(join)
         stream.done()
-        assert finish(join).endswith(b'{"ok":true,"result":null}\n') and join.returncode == 0
+        out = finish(join)
+        assert join.returncode == 0, out
         stream.close()
+        return out
     finally:
         node.close()
         finish(join)
+
+
+def is_bash(join):
+    assert os.path.basename(os.readlink("/proc/%d/exe" % join.pid)).startswith("bash")
+
+
+@needs_bash
+def test_a_shell_join_gives_the_node_its_stdin_and_runs_no_python(home):
+    """The node reads the hop's pipe itself; the join is the shell alone while the
+    stream flows; it ends ok once the node has read everything; nothing is left."""
+    out = deliver(home, b"y" * 300000, during=is_bash)
+    assert out.endswith(b'{"ok":true,"result":null}\n')
     assert os.listdir(relay_dir(home)) == []
 
 
@@ -113,23 +129,8 @@ def test_a_node_that_cannot_open_the_joins_stdin_sends_it_to_pythons_join(home, 
     """Where /proc/PID/fd/0 cannot be used (here: the test hook), the node answers P and
     the shell runs Python's join, which hands its stdin over the socket: delivered."""
     monkeypatch.setenv(sync_shelljoin.PYTHON_JOIN_ENV, "1")
-    node = Rendezvous(TOKEN)
-    hop_r, hop_w = os.pipe()
-    join = start_join(home, hop_r)
-    os.close(hop_r)
-    try:
-        wait_ready(join)
-        writer = feed(hop_w, b"z" * 200000)
-        stream, got = take_stream(node, 200000)
-        writer.join()
-        assert got == b"z" * 200000
-        stream.done()
-        out = finish(join)
-        assert out == b'{"ready":true}\n{"ok":true,"result":null}\n' and join.returncode == 0
-        stream.close()
-    finally:
-        node.close()
-        finish(join)
+    out = deliver(home, b"z" * 200000)
+    assert out == b'{"ready":true}\n{"ok":true,"result":null}\n'
     assert os.listdir(relay_dir(home)) == []
 
 
@@ -182,29 +183,17 @@ def test_garbage_in_the_nodes_fifo_neither_hangs_nor_stops_it(home):
     """Whatever is written into the node's FIFO (not numbers, a huge line, the pid of
     the node itself, of init, of a process gone, several pids in one write) is passed
     over, and the real join that comes after is still taken."""
-    node = Rendezvous(TOKEN)
     gone = subprocess.Popen(["true"])
     gone.wait()
     junk = b"hello\n-5\n\n" + b"9" * 50000 + b"\n1\n%d\n%d 2\n%d\n" % (
         os.getpid(), gone.pid, gone.pid)
-    fd = os.open(node.fifo.path, os.O_WRONLY | os.O_NONBLOCK)
-    os.write(fd, junk)
-    os.close(fd)
-    hop_r, hop_w = os.pipe()
-    join = start_join(home, hop_r)
-    os.close(hop_r)
-    try:
-        wait_ready(join)
-        writer = feed(hop_w, b"real")
-        stream, got = take_stream(node, 4)
-        writer.join()
-        assert got == b"real"
-        stream.done()
-        assert finish(join).endswith(b'{"ok":true,"result":null}\n')
-        stream.close()
-    finally:
-        node.close()
-        finish(join)
+
+    def write_junk(node):
+        fd = os.open(node.fifo.path, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(fd, junk)
+        os.close(fd)
+
+    assert deliver(home, b"real", before=write_junk).endswith(b'{"ok":true,"result":null}\n')
     assert os.listdir(relay_dir(home)) == []
 
 
