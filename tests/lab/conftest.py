@@ -20,13 +20,14 @@ import atexit
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
@@ -155,6 +156,32 @@ class LabHandle:
         assert proc.returncode == 0, err
         return out
 
+    def masters(self) -> Dict[str, int]:
+        """The live OpenSSH masters that commands left on the controller: {the address
+        of the host each is connected to: the master's pid}. Stale sockets (a master
+        killed) are passed over."""
+        directory = self.home / ".cache" / "multihost" / "ssh"
+        found: Dict[str, int] = {}
+        for path in sorted(directory.iterdir()) if directory.is_dir() else []:
+            shown = self.run(["ssh", "-o", f"ControlPath={path}", "-O", "check", "x"], timeout=10)
+            pid = re.search(r"pid=(\d+)", shown.stderr + shown.stdout)
+            peer = _tcp_peer(int(pid.group(1))) if pid else None
+            if peer:
+                found[peer] = int(pid.group(1))
+        return found
+
+    def wait_for_masters(self, hosts: Sequence[int], timeout: float = 30) -> Dict[str, int]:
+        """{address: pid} of a live master for each of ``hosts``, once there is one for
+        every one of them (a sync starts them once its files are delivered)."""
+        addresses = [self.address(i) for i in hosts]
+        deadline = time.monotonic() + timeout
+        while True:
+            live = self.masters()
+            if all(a in live for a in addresses):
+                return {a: live[a] for a in addresses}
+            assert time.monotonic() < deadline, f"no master for {set(addresses) - set(live)}"
+            time.sleep(0.2)
+
     @staticmethod
     def tree_digest(root: Path) -> dict:
         """{relative path: sha256} of every file under ``root`` (on this machine)."""
@@ -189,6 +216,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.lab)
+
+
+def _tcp_peer(pid: int) -> Optional[str]:
+    """The IPv4 address process ``pid``'s first TCP connection goes to (a master's title
+    is its socket's path: its command line no longer names the host)."""
+    try:
+        inodes = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        table = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None   # it died just now
+    for row in table:
+        fields = row.split()
+        if f"socket:[{fields[9]}]" in inodes:
+            peer = bytes.fromhex(fields[2].split(":")[0])[::-1]
+            return ".".join(str(b) for b in peer)
+    return None
 
 
 @contextlib.contextmanager

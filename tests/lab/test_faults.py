@@ -449,22 +449,11 @@ def test_a_killed_master_connection_costs_the_next_sync_nothing_but_time(lab, co
     assert lab.multihost(*sync).returncode == 0
     sockets = lab.home / ".cache" / "multihost" / "ssh"
 
-    def master_pids():
-        pids = {}
-        for path in (sorted(sockets.iterdir()) if sockets.is_dir() else []):
-            shown = lab.run(["ssh", "-o", f"ControlPath={path}", "-O", "check", lab.address(1)],
-                            timeout=10)
-            found = re.search(r"pid=(\d+)", shown.stderr + shown.stdout)
-            if found:
-                pids[path] = int(found.group(1))
-        return pids
-
-    wait_for(lambda: len(master_pids()) >= 2, 15, "no master connections were left")
-    killed = master_pids()
-    for pid in killed.values():   # started by the sync above, in this test's lab
+    killed = lab.wait_for_masters((1, 2))
+    for pid in killed.values():   # started by a sync, in this test's lab
         os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not master_pids(), 10, "the masters did not die")
-    assert all(path.exists() for path in killed)   # stale sockets stay behind
+    wait_for(lambda: not set(lab.masters()) & set(killed), 10, "the masters did not die")
+    assert sockets.is_dir() and any(sockets.iterdir())   # stale sockets stay behind
     (code / "train.py").write_text("print('after the masters died')\n")
     started = time.monotonic()
     done = lab.multihost(*sync, timeout=120)
@@ -472,8 +461,7 @@ def test_a_killed_master_connection_costs_the_next_sync_nothing_but_time(lab, co
     assert time.monotonic() - started < 20
     for i in (1, 2):
         assert (on_host(lab, i, workdir) / "train.py").read_text() == "print('after the masters died')\n"
-    wait_for(lambda: len(master_pids()) >= 2, 15, "no new master connections")
-    assert not set(master_pids().values()) & set(killed.values())
+    assert not set(lab.wait_for_masters((1, 2)).values()) & set(killed.values())
     for i in (1, 2):
         lab.host_run(i, ["rm", "-rf", workdir])
 

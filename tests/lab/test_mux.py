@@ -5,14 +5,12 @@ import hashlib
 import json
 import marshal
 import os
-import re
 import shutil
 import signal
 import sys
 import textwrap
-import time
 
-from test_sync import code, masters, on_host, snapshot, sync, workdir  # noqa: F401 (fixtures)
+from test_sync import code, on_host, snapshot, sync, workdir  # noqa: F401 (fixtures)
 
 SCRIPT = textwrap.dedent("""\
     import json, os, re, signal, subprocess, sys, time
@@ -72,17 +70,6 @@ def test_a_command_through_the_master_gets_its_streams_and_status_without_an_ssh
     assert out["again"] == ["", 255, 1]
 
 
-def master_pids(lab):
-    """The processes of the masters the last command left, by asking each socket."""
-    pids = []
-    for socket_path in masters(lab):
-        check = lab.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "check", "x"])
-        found = re.search(r"pid=([0-9]+)", check.stderr)
-        if found:
-            pids.append(int(found.group(1)))
-    return pids
-
-
 def logged_ssh(lab, tmp_path):
     """The environment of a controller whose `ssh` writes its arguments to a log (one
     line per client started), and that log."""
@@ -105,11 +92,7 @@ def test_a_quick_sync_starts_no_ssh_client_and_killed_masters_lose_nothing(lab, 
                                                                             tmp_path):
     env, log = logged_ssh(lab, tmp_path)
     assert sync(lab, code, workdir, env=env).returncode == 0
-    deadline = time.monotonic() + 15
-    while len(master_pids(lab)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    pids = master_pids(lab)
-    assert len(pids) >= 3
+    pids = list(lab.wait_for_masters((1, 2, 3)).values())
     quiet = sync(lab, code, workdir, env=env)     # through the masters: nothing to do
     assert quiet.returncode == 0 and quiet.stdout.count("up to date") == 3, quiet.stdout
     (code / "pkg3" / "mod3.py").write_text("VALUE = 'through the masters'\n")
