@@ -156,29 +156,41 @@ class LabHandle:
         assert proc.returncode == 0, err
         return out
 
-    def masters(self) -> Dict[str, int]:
+    def masters(self) -> Dict[str, List[int]]:
         """The live OpenSSH masters that commands left on the controller: {the address
-        of the host each is connected to: the master's pid}. Stale sockets (a master
-        killed) are passed over."""
+        of the host they are connected to: their pids}. Commands reaching a host with
+        other options (user, port, identity) leave masters of their own. Stale sockets
+        (a master killed) are passed over."""
         directory = self.home / ".cache" / "multihost" / "ssh"
-        found: Dict[str, int] = {}
+        found: Dict[str, List[int]] = {}
         for path in sorted(directory.iterdir()) if directory.is_dir() else []:
             shown = self.run(["ssh", "-o", f"ControlPath={path}", "-O", "check", "x"], timeout=10)
             pid = re.search(r"pid=(\d+)", shown.stderr + shown.stdout)
             peer = _tcp_peer(int(pid.group(1))) if pid else None
             if peer:
-                found[peer] = int(pid.group(1))
+                found.setdefault(peer, []).append(int(pid.group(1)))
         return found
 
-    def wait_for_masters(self, hosts: Sequence[int], timeout: float = 30) -> Dict[str, int]:
-        """{address: pid} of a live master for each of ``hosts``, once there is one for
-        every one of them (a sync starts them once its files are delivered)."""
+    def stop_masters(self) -> None:
+        """Every master that earlier commands left ends (``ssh -O exit``): what a test
+        then finds was left by its own commands."""
+        directory = self.home / ".cache" / "multihost" / "ssh"
+        for path in sorted(directory.iterdir()) if directory.is_dir() else []:
+            self.run(["ssh", "-o", f"ControlPath={path}", "-O", "exit", "x"], timeout=10)
+        deadline = time.monotonic() + 10
+        while self.masters():
+            assert time.monotonic() < deadline, "masters left by earlier tests did not end"
+            time.sleep(0.2)
+
+    def wait_for_masters(self, hosts: Sequence[int], timeout: float = 30) -> List[int]:
+        """The pids of every live master to ``hosts``, once there is one to each of them
+        (a sync starts them once its files are delivered)."""
         addresses = [self.address(i) for i in hosts]
         deadline = time.monotonic() + timeout
         while True:
             live = self.masters()
             if all(a in live for a in addresses):
-                return {a: live[a] for a in addresses}
+                return [pid for a in addresses for pid in live[a]]
             assert time.monotonic() < deadline, f"no master for {set(addresses) - set(live)}"
             time.sleep(0.2)
 

@@ -104,8 +104,9 @@ def test_the_next_sync_goes_through_the_connection_the_last_one_left(lab, code, 
     """A sync leaves an OpenSSH master connection per host; the next sync's check and a
     small edit go through it, without a new SSH connection: they succeed while a host's
     sshd takes none, which no other way of connecting could."""
+    lab.stop_masters()
     assert sync(lab, code, workdir).returncode == 0
-    lab.wait_for_masters((1, 2, 3))
+    lab.wait_for_masters((1, 2, 3))                 # this sync's
     assert all((os.stat(p).st_mode & 0o777) == 0o600 for p in masters(lab))
     assert (os.stat(masters(lab)[0].parent).st_mode & 0o777) == 0o700
     (code / "pkg3" / "mod3.py").write_text("VALUE = 'edited'\n")
