@@ -9,9 +9,9 @@ directory) while it starts ``ssh NEXT`` running a join, which gets the next node
 stdin (the pipe from that host's sshd: the login shell writes its pid into the node's
 FIFO and the node opens /proc/PID/fd/0, sync_shelljoin.py; else Python's ``sync.join``
 passes it over the socket): the node reads the stream straight from sshd, and the join
-only waits for the node to say it has read it all. No byte is copied by a process in between. Setting up a
-chain of any length costs about one handshake. Each node answers the controller itself,
-over its own channel.
+only waits for the node to say it has read it all. No byte is copied by a process in
+between. Setting up a chain of any length costs about one handshake. Each node answers
+the controller itself, over its own channel.
 
 Nothing is lost: a next host that cannot be reached (its sshd down, no key, no node
 there) is skipped, the chain goes on to the one after it, and the skipped host is
@@ -43,8 +43,9 @@ MAX_NOISE = 1 << 20      # what a host's shell may print before the join's answe
 
 class Rendezvous(object):
     """Where this node's upstream connects: a shell join writes its pid into the node's
-    FIFO (sync_shelljoin.py), a Python join connects to its socket. Several may connect (a host the chain went
-    around may still have started its own hop here): the first that sends a byte is
+    FIFO (sync_shelljoin.py), a Python join connects to its socket. Several may connect
+    (a host the chain went around may still have started its own hop here): the first
+    that sends a byte is
     the upstream; one that ends without sending any is dropped. It listens until the
     node ends (``close``): a late hop connects and is dropped then, instead of waiting
     for a node that seems never to have started."""

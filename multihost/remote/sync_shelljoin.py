@@ -27,8 +27,8 @@ The shell never reads its stdin, nor moves it: its reads name their descriptor (
 -u``), since a redirection of a builtin (``read <&4``) puts that file at descriptor 0
 while it runs, where the node may be looking. The node unlinks an answer FIFO as soon
 as it has it open (an ``rm`` would be a second process in every hop); a shell that got
-no answer removes its own. The shell join is bash's (``read -t`` with fractions, bash 4 on); any
-other shell, or anything unexpected, runs Python's join.
+no answer removes its own. The shell join is bash's (``read -t`` with fractions, bash 4
+on); any other shell, or anything unexpected, runs Python's join.
 
 A host is untrusted input even here: a pid is taken only from a whole short line of
 digits, only when its answer FIFO (named by this sync's token, in this user's private
@@ -189,7 +189,8 @@ def open_stdin(pid, proc="/proc"):
     finally:
         os.close(folder)
     after = os.fstat(fd)
-    if not stat.S_ISFIFO(after.st_mode) or (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+    same = (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
+    if not stat.S_ISFIFO(after.st_mode) or not same:
         os.close(fd)
         return None
     os.set_blocking(fd, True)
