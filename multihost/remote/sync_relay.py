@@ -45,10 +45,9 @@ class Rendezvous(object):
     """Where this node's upstream connects: a shell join writes its pid into the node's
     FIFO (sync_shelljoin.py), a Python join connects to its socket. Several may connect
     (a host the chain went around may still have started its own hop here): the first
-    that sends a byte is
-    the upstream; one that ends without sending any is dropped. It listens until the
-    node ends (``close``): a late hop connects and is dropped then, instead of waiting
-    for a node that seems never to have started."""
+    that sends a byte is the upstream; one that ends without sending any is dropped. It
+    listens until the node ends (``close``): a late hop connects and is dropped then,
+    instead of waiting for a node that seems never to have started."""
 
     def __init__(self, token):
         self.path = rendezvous_path(token)
