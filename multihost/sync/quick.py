@@ -60,7 +60,8 @@ NAMES_KEPT = b"checked; names kept\n"
 NAMES_DIR = '"$HOME/.cache/multihost/names"'
 _ANSWER = f"stat --printf {shlex.quote(STAT_FORMAT)} --"
 
-# clean DIR: remove what a killed receiver left there (its pid is gone), as the helper does.
+# clean DIR: remove what a killed receiver left there (its pid is gone, or is now this
+# shell's), as the helper does.
 # put SIZE UMASK MTIME DIR NAME [MODE]: the temporary file carries this shell's pid, and is
 # created exclusively (never through a link), with its mode from the umask (no `chmod`
 # process; MODE only for the execute bits, which a umask cannot give). The contents
@@ -74,7 +75,7 @@ clean() {
   for f in "$1"/.mh-tmp.*; do
     p=${f##*/.mh-tmp.}; p=${p%%.*}
     case $p in ''|*[!0-9]*) continue;; esac
-    [ -d "/proc/$p" ] || rm -f -- "$f"
+    [ "$p" != $$ ] && [ -d "/proc/$p" ] || rm -f -- "$f"   # this pid's: a killed shell's
   done
 }
 put() {
@@ -94,10 +95,15 @@ put() {
 
 # Where the check's answer is kept until the writes are done: a file of this shell's own,
 # created exclusively (noclobber: never through a link, never one already there), without
-# a `mktemp` process; `true`, not `:`, so that a name taken fails the command instead of
-# ending the shell. Named in $o only once it is ours (the EXIT trap removes $o).
-_ANSWER_FILE = ('p="${TMPDIR:-/tmp}/mh-probe.$$"; set -C; { true > "$p"; } 2>/dev/null || exit 1; '
-                'set +C; o=$p')
+# a `mktemp` process; `true`, not `:`, so that a name taken fails the redirection instead
+# of ending the shell. Named in $o only once it is ours (the EXIT trap removes $o).
+# A name taken is a probe's that was killed (SIGKILL runs no trap) and whose pid this
+# shell now has: with 200 such files in a /tmp and pids wrapping at 32768, one check in
+# 150 failed for that alone. That file is removed (only ours can be, in a sticky /tmp);
+# what cannot be (another user's, a directory) leaves `mktemp` a name to choose.
+_ANSWER_FILE = ('p="${TMPDIR:-/tmp}/mh-probe.$$"; set -C; { true > "$p"; } 2>/dev/null || '
+                '{ rm -f -- "$p" 2>/dev/null; { true > "$p"; } 2>/dev/null; } || '
+                'p=$(mktemp -- "${TMPDIR:-/tmp}/mh-probe.XXXXXXXX") || exit 1; set +C; o=$p')
 
 
 class HostMoved(SyncError):

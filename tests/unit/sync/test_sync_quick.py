@@ -1,6 +1,7 @@
 """The shell-written small change (sync_quick), on this machine's own /bin/sh: what a
 host holds after it, and that a cut stream or a failing host never leaves a half file."""
 import os
+import shlex
 
 import pytest
 
@@ -92,7 +93,8 @@ def test_a_host_that_cannot_do_it_gets_the_change_from_the_helper(env, monkeypat
     code, workdirs, sync = env.code, env.workdirs, env.sync
     sync()
     (code / "train.py").write_text("print('changed')\n")
-    monkeypatch.setattr(sync_quick, "_FUNCTIONS", "put() { return 1; }\nclean() { :; }\n")
+    monkeypatch.setattr(sync_quick, "_FUNCTIONS",
+                        sync_quick._FUNCTIONS.replace("put() {\n", "put() {\n  return 1\n"))
     streams = helper_streams(monkeypatch)
     report = sync()
     assert report.ok and len(streams) == 2
@@ -220,6 +222,32 @@ def test_a_failed_check_writes_nothing_and_says_nothing(env):
     done = host.run(line, input=names + writes, timeout=30)
     assert done.ok and done.stdout.startswith(sync_quick.CHECKED)
     assert open(target).read() == "LAYERS = 48\n"
+
+
+@pytest.mark.parametrize("left", ["a killed probe's file", "a directory"])
+def test_a_name_a_killed_probe_left_for_this_pid_fails_no_check(env, tmp_path, monkeypatch,
+                                                                 left):
+    """A probe killed outright (SIGKILL runs no trap) leaves its answer file, named by
+    its pid; pids wrap, and the shell that gets that pid next must still check and
+    write. Its own file is replaced; a name it cannot take (another user's file, a
+    directory) gets one from `mktemp`. Nothing of this shell's is left."""
+    code, workdirs = env.code, env.workdirs
+    target, before, entry, record = synced_then_edited(env, "LAYERS = 48\n")
+    names = record["names"]
+    writes = sync_quick.probe_writes([entry], ["pkg", "pkg/model.py"]) + \
+        sync_quick.read_files(str(code), [entry])
+    line = sync_quick.probe_script(workdirs[0], len(names), record["stat"])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    plant = 'mkdir -- "$TMPDIR/mh-probe.$$"' if left == "a directory" else \
+        'echo stale > "$TMPDIR/mh-probe.$$"'
+    # `exec`: the probe's shell has the pid the name was left for
+    done = LocalTransport(Host(name="127.0.0.1")).run(
+        f"{plant} && exec /bin/sh -c {shlex.quote(line)}", input=names + writes, timeout=30)
+    assert done.ok and done.stdout.startswith(sync_quick.CHECKED), done.stderr
+    assert open(target).read() == "LAYERS = 48\n"
+    assert [p.is_dir() for p in scratch.iterdir()] == ([True] if left == "a directory" else [])
 
 
 def test_the_answer_after_a_write_is_the_one_a_full_stat_gives():
