@@ -156,14 +156,18 @@ class LabHandle:
         assert proc.returncode == 0, err
         return out
 
+    def control_sockets(self) -> List[Path]:
+        """The control sockets of the OpenSSH masters commands left (live or stale)."""
+        directory = self.home / ".cache" / "multihost" / "ssh"
+        return sorted(directory.iterdir()) if directory.is_dir() else []
+
     def masters(self) -> Dict[str, List[int]]:
         """The live OpenSSH masters that commands left on the controller: {the address
         of the host they are connected to: their pids}. Commands reaching a host with
         other options (user, port, identity) leave masters of their own. Stale sockets
         (a master killed) are passed over."""
-        directory = self.home / ".cache" / "multihost" / "ssh"
         found: Dict[str, List[int]] = {}
-        for path in sorted(directory.iterdir()) if directory.is_dir() else []:
+        for path in self.control_sockets():
             shown = self.run(["ssh", "-o", f"ControlPath={path}", "-O", "check", "x"], timeout=10)
             pid = re.search(r"pid=(\d+)", shown.stderr + shown.stdout)
             peer = _tcp_peer(int(pid.group(1))) if pid else None
@@ -174,8 +178,7 @@ class LabHandle:
     def stop_masters(self) -> None:
         """Every master that earlier commands left ends (``ssh -O exit``): what a test
         then finds was left by its own commands."""
-        directory = self.home / ".cache" / "multihost" / "ssh"
-        for path in sorted(directory.iterdir()) if directory.is_dir() else []:
+        for path in self.control_sockets():
             self.run(["ssh", "-o", f"ControlPath={path}", "-O", "exit", "x"], timeout=10)
         deadline = time.monotonic() + 10
         while self.masters():

@@ -94,12 +94,6 @@ def test_fresh_sync_then_a_one_line_change_and_a_deletion_reach_every_host(lab, 
     assert again.returncode == 0 and again.stdout.count("up to date") == 3
 
 
-def masters(lab):
-    """The control sockets of the OpenSSH connections syncs left behind."""
-    directory = lab.home / ".cache" / "multihost" / "ssh"
-    return sorted(directory.iterdir()) if directory.is_dir() else []
-
-
 def test_the_next_sync_goes_through_the_connection_the_last_one_left(lab, code, workdir):
     """A sync leaves an OpenSSH master connection per host; the next sync's check and a
     small edit go through it, without a new SSH connection: they succeed while a host's
@@ -107,8 +101,8 @@ def test_the_next_sync_goes_through_the_connection_the_last_one_left(lab, code, 
     lab.stop_masters()
     assert sync(lab, code, workdir).returncode == 0
     lab.wait_for_masters((1, 2, 3))                 # this sync's
-    assert all((os.stat(p).st_mode & 0o777) == 0o600 for p in masters(lab))
-    assert (os.stat(masters(lab)[0].parent).st_mode & 0o777) == 0o700
+    assert all((os.stat(p).st_mode & 0o777) == 0o600 for p in lab.control_sockets())
+    assert (os.stat(lab.control_sockets()[0].parent).st_mode & 0o777) == 0o700
     (code / "pkg3" / "mod3.py").write_text("VALUE = 'edited'\n")
     with lab.sshd_stopped(2):
         refused = lab.ssh(2, "true")
