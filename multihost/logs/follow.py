@@ -62,6 +62,31 @@ class Node:
     first_rank: int      # global rank of the node's local rank 0
 
 
+def link_latest(mirror_dir: Path, nodes: Sequence[Node]) -> Path:
+    """Where Paddle users look: ``<log_dir>/latest`` names the newest run's mirror, and in
+    it ``workerlog.<global rank>`` each rank's log (``tail -f log/latest/workerlog.3``).
+    Links, so the mirror stays one copy; each made aside and renamed over the old one, so
+    a reader never finds the name missing."""
+    for node in nodes:
+        label = mirror_path(Path("."), node.host).name
+        for local in range(node.nproc):
+            _relink(mirror_dir / f"workerlog.{node.first_rank + local}",
+                    f"{label}/log/workerlog.{local}")
+    latest = mirror_dir.parent / "latest"
+    _relink(latest, mirror_dir.name)
+    return latest
+
+
+def _relink(link: Path, target: str) -> None:
+    aside = link.with_name(f".{link.name}.{os.getpid()}")
+    try:
+        aside.unlink()
+    except FileNotFoundError:
+        pass
+    os.symlink(target, aside)
+    os.replace(aside, link)
+
+
 def nodes_of(hosts_nprocs: Sequence[Tuple[Host, int]]) -> List[Node]:
     nodes, first = [], 0
     for host, nproc in hosts_nprocs:
@@ -76,7 +101,7 @@ class LogFollower:
 
     def __init__(self, cluster, run_id: str, nodes: Sequence[Tuple[Host, int]],
                  mirror_dir: Path, listener: Listener, *, follow: bool = True,
-                 report_states: bool = True):
+                 report_states: bool = True, latest: bool = False):
         self.cluster = cluster
         self.run_id = run_id
         self.nodes = nodes_of(nodes)
@@ -94,8 +119,15 @@ class LogFollower:
         self._gpus = GpuFeed()     # gpu.log: samples, not lines
         self.errors: Dict[int, MultihostError] = {}
         self.mirror_behind: Dict[int, str] = {}   # host rank -> why its mirror lacks lines
+        self.latest = latest      # the run's own follower: log/latest names this run
 
     def start(self) -> "LogFollower":
+        if self.latest:
+            try:
+                link_latest(self.mirror_dir, self.nodes)
+            except OSError as err:  # the mirror itself still works: say so, once
+                self.listener(Notice(-1, "controller", f"log/latest not updated: {err.strerror or err}",
+                                     time.time()))
         for node in self.nodes:
             thread = threading.Thread(target=self._follow_node, args=(node,),
                                       name=f"logs-{node.host.label}", daemon=True)

@@ -63,3 +63,24 @@ def test_since_and_ranks_parsing():
         parse_since("yesterday", now=0)
     with pytest.raises(ConfigError, match="not a rank"):
         parse_ranks("0,x")
+
+
+def test_latest_names_the_newest_run_and_each_rank_by_its_global_rank(tmp_path):
+    from multihost.logs.follow import link_latest
+
+    for run in ("run-a", "run-b"):
+        mirror = tmp_path / run
+        for host in HOSTS:
+            log = mirror / host.label / "log"
+            log.mkdir(parents=True)
+            for local in range(2):
+                (log / f"workerlog.{local}").write_text(f"{run} {host.label} local {local}\n")
+        latest = link_latest(mirror, nodes_of([(h, 2) for h in HOSTS]))
+    assert latest == tmp_path / "latest"
+    assert (latest / "workerlog.3").read_text() == "run-b 198.18.0.12 local 1\n"
+    assert (latest / "workerlog.0").read_text() == "run-b 198.18.0.11 local 0\n"
+    # the link follows the mirror file as it grows, as `tail -f` needs
+    with open(tmp_path / "run-b" / "198.18.0.12" / "log" / "workerlog.1", "a") as grow:
+        grow.write("step 2\n")
+    assert (latest / "workerlog.3").read_text().endswith("step 2\n")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
