@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from ..errors import ConfigError
 from .env import MASK, is_secret, mask_argv, mask_url_userinfo
+from .launchers import BUILTIN
 
 # TOML key -> (flag, kind). Kinds: str, path (relative to the file), int, float, bool,
 # list (repeatable flag; a string is one item), paths (the same, relative to the file).
@@ -50,7 +51,6 @@ KEYS: Dict[str, Tuple[str, str]] = {
 # The argparse destination of each key, for writing a resolved job back.
 DESTS = {"hosts": "ips", "identity": "identity", "ssh_config": "ssh_config",
          "nproc_per_node": "nproc_per_node", "log_dir": "log_dir"}
-BUILTIN_LAUNCHERS = ("torchrun", "paddle", "python")
 
 
 def _toml():
@@ -132,7 +132,7 @@ def _scalar(key: str, kind: str, value: Any, where: str, base: str) -> str:
     if isinstance(value, str) and kind in ("str", "path", "hosts", "gpus", "port", "launcher"):
         if kind == "path":
             return _relative(value, base)
-        if kind == "launcher" and value not in BUILTIN_LAUNCHERS:
+        if kind == "launcher" and value not in BUILTIN:
             return _relative(value, base)  # a template file, next to the job file
         return value
     wanted = {"int": "a number", "float": "a number", "port": "a number or \"auto\"",
@@ -173,7 +173,7 @@ def resolved(args: Any, defaults: Mapping[str, Any], command: Sequence[str]) -> 
             # A bare `--env NAME` came from the shell: like a secret, it is given again.
             table[key] = {n: (MASK if not eq or is_secret(n) and v else mask_url_userinfo(v))
                           for n, eq, v in (item.partition("=") for item in value)}
-        elif kind in ("path", "paths") or (kind == "launcher" and value not in BUILTIN_LAUNCHERS):
+        elif kind in ("path", "paths") or (kind == "launcher" and value not in BUILTIN):
             table[key] = ([os.path.abspath(os.path.expanduser(v)) for v in value]
                           if isinstance(value, list) else os.path.abspath(os.path.expanduser(value)))
         elif kind == "int" and isinstance(value, str) and value.isdigit():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.run import jobfile
+from multihost.run import jobfile, launchers
 from multihost.cli import build_parser
 from multihost.commands.jobargs import defaults, with_job_file
 from multihost.errors import ConfigError
@@ -32,6 +32,22 @@ def test_flags_on_the_command_line_beat_the_file(tmp_path):
     assert args.command == ["--", "train.py", "-c", "cfg.yml"]
     args = run_args("-f", str(job), "--ips=10.0.0.9", "--", "other.py")
     assert args.ips == "10.0.0.9" and args.command == ["--", "other.py"]
+
+
+@pytest.mark.parametrize("name", launchers.BUILTIN)
+def test_a_built_in_launcher_named_in_a_job_file_is_the_built_in_not_a_file(tmp_path, name):
+    job = tmp_path / "job.toml"
+    job.write_text(f'launcher = "{name}"\ncommand = ["train.py"]\n')
+    args = run_args("-f", str(job))
+    assert args.launcher == name
+    assert launchers.load_template(args.launcher).builtin
+    assert jobfile.resolved(args, defaults(args), ["train.py"])["launcher"] == name
+
+
+def test_a_launcher_file_in_a_job_file_is_relative_to_the_file(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text('launcher = "my.tmpl"\ncommand = ["train.py"]\n')
+    assert run_args("-f", str(job)).launcher == str(tmp_path / "my.tmpl")
 
 
 def test_unknown_key_is_named_with_the_file_and_the_known_keys(tmp_path):
@@ -74,7 +90,7 @@ def test_resolved_job_round_trips_with_secrets_masked(tmp_path):
 
 def multihost(home, cwd, *argv):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MULTIHOST_", "FLAGS_"))}
-    env.update(HOME=str(home), PYTHONPATH=str(REPO), MULTIHOST_WARM="0")
+    env.update(HOME=str(home), PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "multihost", *argv], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
