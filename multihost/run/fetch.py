@@ -1,0 +1,133 @@
+"""Bring a run's outputs back to the controller: ``multihost fetch [RUN] PATH... [--to DIR]``.
+
+Checkpoints and results end in each host's workdir; this is the way back, as SkyPilot's
+``sky rsync-down`` and ClusterShell's ``clush --rcopy`` have it. It is the system's
+``rsync`` over the system's ``ssh`` (the same user, port, key and host-key policy as
+``multihost ssh``): rsync already copies by content, resumes a partial file and shows
+progress, which nothing written here would do better.
+
+What a host sends is not trusted: links that point out of the fetched tree are dropped
+(``--safe-links``), owners and modes are not taken from the host, and a PATH must stay
+inside the run's workdir.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import shlex
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from ..errors import ConfigError
+from ..transport import SshOptions, is_local_host
+from ..transport.openssh import client_argv
+from ..untrusted import clean_text
+from .records import NodeRecord, RunRecord, host_from_dict, load_run
+
+# -r -l -t: the tree, its links (inside it only) and times, so an unchanged file is
+# skipped by size and time; --partial keeps half a checkpoint for the next try.
+RSYNC = ["rsync", "-rlt", "--safe-links", "--partial", "--protect-args"]
+PARALLEL = 16
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """One PATH from one host: where it landed, or why not (one line, with the fix)."""
+    host: str
+    path: str
+    dest: str
+    error: str = ""
+    fix: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+def fetch(paths: Sequence[str], *, run: Optional[str] = None, to: str = ".",
+          every_host: bool = False, progress: bool = False) -> List[Fetched]:
+    """Copy each PATH (relative to the run's workdir) from rank 0's host into ``to``, or
+    with ``every_host`` from every host into ``to/<host>/``. Already there and unchanged:
+    skipped; cut half way: resumed. ``progress`` lets rsync draw its progress line."""
+    record = load_run(run)
+    wanted = [checked_path(path) for path in paths]
+    nodes = list(record.nodes) if every_host else [record.nodes[0]]
+    jobs = [(node, path) for node in nodes for path in wanted]
+    show = progress and len(jobs) == 1
+    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(jobs))) as pool:
+        return list(pool.map(lambda job: _fetch_one(record, job[0], job[1], to, every_host,
+                                                    show), jobs))
+
+
+def checked_path(path: str) -> str:
+    """PATH as rsync gets it: relative, normalised, never above the workdir."""
+    clean = posixpath.normpath(path.strip())
+    if not path.strip() or path.startswith(("/", "~")) or clean == ".." or \
+            clean.startswith("../"):
+        raise ConfigError(f"{path!r} is not a path inside the run's workdir",
+                          fix="name a path relative to the workdir, e.g. `multihost fetch "
+                              "output/model.pdparams`")
+    return clean
+
+
+def _fetch_one(record: RunRecord, node: NodeRecord, path: str, to: str, every_host: bool,
+               progress: bool) -> Fetched:
+    base = Path(to) / node.label.replace("/", "_") if every_host else Path(to)
+    dest = base / path
+    try:
+        (dest if path == "." else dest.parent).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return Fetched(node.label, path, str(dest), f"cannot make {dest.parent}: {exc.strerror}",
+                       "give a directory you can write with --to")
+    into = dest if path == "." else dest.parent     # "." is the whole workdir
+    argv = _rsync_argv(record, node, path, str(into) + "/", progress)
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=None if progress
+                              else subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=None)
+    except FileNotFoundError:
+        return Fetched(node.label, path, str(dest), "rsync is not installed on the controller",
+                       "install rsync (e.g. `apt-get install rsync`)")
+    if done.returncode == 0:
+        return Fetched(node.label, path, str(dest))
+    return _failure(node, path, str(dest), done.returncode,
+                    done.stderr.decode(errors="replace")[-2000:], record.run_id)
+
+
+def _rsync_argv(record: RunRecord, node: NodeRecord, path: str, into: str,
+                progress: bool) -> List[str]:
+    host = host_from_dict(node.host)
+    argv = RSYNC + (["--info=progress2"] if progress else [])
+    workdir = node.workdir or "."
+    if is_local_host(host):
+        return argv + [os.path.join(os.path.expanduser(workdir), path), into]
+    ssh = record.ssh or {}
+    options = SshOptions(connect_timeout=float(ssh.get("connect_timeout") or 10.0),
+                         accept_new_host_keys=bool(ssh.get("accept_new_host_keys")),
+                         config_file=ssh.get("config_file") or "~/.ssh/config")
+    # rsync's remote paths start in the login's home: "~/x" is "x" there.
+    remote = posixpath.join(workdir[2:] if workdir.startswith("~/") else workdir, path)
+    target = host.name if ":" not in host.name else f"[{host.name}]"
+    return argv + ["-e", shlex.join(client_argv(host, options)), f"{target}:{remote}", into]
+
+
+def _failure(node: NodeRecord, path: str, dest: str, code: int, said: str,
+             run_id: str) -> Fetched:
+    said = clean_text(said)
+    if "No such file or directory" in said and code == 23:
+        return Fetched(node.label, path, dest,
+                       f"{path} is not in the run's workdir {node.workdir or '~'}",
+                       f"see what is there: `multihost ssh {node.rank_offset} --run {run_id}`, "
+                       f"then `ls`")
+    if "command not found" in said or code == 127:
+        return Fetched(node.label, path, dest, "rsync is not installed on the host",
+                       f"install rsync on {node.label} (e.g. `apt-get install rsync`)")
+    if code == 255:
+        line = said.strip().splitlines()[-1] if said.strip() else "ssh failed"
+        return Fetched(node.label, path, dest, f"cannot reach the host: {line}",
+                       f"try `multihost check --ips {node.label}`")
+    last = said.strip().splitlines()[-1] if said.strip() else f"exit status {code}"
+    return Fetched(node.label, path, dest, f"rsync failed: {last}",
+                   "run the same `multihost fetch` again: what arrived is kept")
