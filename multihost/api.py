@@ -20,7 +20,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import ConfigError
 from .fanout import DEFAULT_FANOUT, HostResult
-from .fanout import Cluster as _Fanout
+from .fanout import HostGroup
 from .hosts import Host, HostOptions, build_hosts, load_inventory, parse_gpus
 from .job import JobOptions, parse_nproc, parse_start_port, workdir_for
 from .run.handle import Run, RunResult, notify
@@ -94,8 +94,8 @@ class Cluster:
         """This machine alone, without ssh (like the CLI with neither --ips nor --hostfile)."""
         return cls(load_inventory(None, None, HostOptions(python=python, workdir=workdir))[0])
 
-    def _connect(self) -> _Fanout:
-        return _Fanout(self.hosts, self.ssh, workers=self.fanout)
+    def _connect(self) -> HostGroup:
+        return HostGroup(self.hosts, self.ssh, workers=self.fanout)
 
     def __repr__(self) -> str:
         return f"Cluster({', '.join(h.label for h in self.hosts)})"
@@ -227,7 +227,7 @@ class Cluster:
         options = ScaleOptions(plan_counts(len(self.hosts), counts), seconds, steps, metric,
                                parse_metric_is(metric_is))
         pipeline.validate(self.hosts, request)
-        points = scale_points(self.hosts, lambda hosts: _Fanout(hosts, self.ssh,
+        points = scale_points(self.hosts, lambda hosts: HostGroup(hosts, self.ssh,
                                                                 workers=self.fanout),
                               request, options)
         return ScaleTable(" ".join(command), MetricReader(metric).label, tuple(points))

@@ -80,7 +80,7 @@ def fan_out(hosts: Sequence[Host], operation: Callable[[Host], T],
     return results  # type: ignore[return-value]
 
 
-class Cluster:
+class HostGroup:
     """The hosts of one command and their connections: opened once per host, reused.
 
     ``transport(host)`` connects on first use (thread-safe), and remembers a failure so a
@@ -149,7 +149,7 @@ class Cluster:
         # A master still authenticating finishes on its own (its first session is `true`).
         self._masters = [m for m in self._masters if m.poll() is None]
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> "HostGroup":
         return self
 
     def __exit__(self, *exc: object) -> None:

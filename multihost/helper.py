@@ -34,7 +34,7 @@ MISSING = 97
 # Connections on which the helper is known to be installed (a call of it answered, or
 # it was just installed): a stream started on one needs no probe first. At 64 hosts the
 # probe was 64 more round trips before a run's monitor heard anything. A connection
-# dropped after a failure (Cluster.forget) is a new object, and probes again.
+# dropped after a failure (HostGroup.forget) is a new object, and probes again.
 _installed_on: "weakref.WeakSet[Transport]" = weakref.WeakSet()
 # Its own line (the newline before it ends whatever the shell printed without one).
 MARKER = b"=multihost-helper-output="

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import helper
 from ..errors import MultihostError
-from ..fanout import Cluster
+from ..fanout import HostGroup
 from ..hosts import Host
 from ..job import JobOptions
 from ..untrusted import clean_report, clean_text
@@ -30,7 +30,7 @@ JOB_TIMEOUT = 120.0       # the collective job, torch's import included
 SCRIPT = Path(__file__).resolve().parent.parent / "templates" / "collective_bench.py"
 
 
-def run_collective(cluster: Cluster, job: JobOptions, checked: CheckReport,
+def run_collective(cluster: HostGroup, job: JobOptions, checked: CheckReport,
                    sizes: Sequence[int], *, link_seconds: float = LINK_SECONDS,
                    job_timeout: float = JOB_TIMEOUT) -> CollectiveReport:
     started = time.monotonic()
@@ -64,7 +64,7 @@ def _each(hosts: Sequence[Host], work) -> Dict[int, object]:
     return results
 
 
-def link_test(cluster: Cluster, hosts: Sequence[Host], addresses: Sequence[str],
+def link_test(cluster: HostGroup, hosts: Sequence[Host], addresses: Sequence[str],
               checked: CheckReport, seconds: float) -> Tuple[LinkMatrix, List[HostFacts]]:
     n = len(hosts)
     rounds = round_robin(n)
@@ -142,7 +142,7 @@ def _rate(figure: object) -> Optional[float]:
     return size * 8 / seconds
 
 
-def collective_job(cluster: Cluster, job: JobOptions, checked: CheckReport,
+def collective_job(cluster: HostGroup, job: JobOptions, checked: CheckReport,
                    sizes: Sequence[int], timeout: float) -> CollectiveRun:
     hosts = cluster.hosts
     gpus = {h.rank: list(job.gpus_for(h)) for h in hosts}

@@ -9,7 +9,7 @@ from typing import Dict, Optional, Sequence
 
 from .report import FAIL, PASS, CheckResult
 from ..errors import MultihostError
-from ..fanout import Cluster
+from ..fanout import HostGroup
 from ..hosts import Host
 from ..job import JobOptions
 
@@ -19,7 +19,7 @@ class DataVerification:
     its own cache), run alongside the facts; without it, the "data" check only says
     whether each path exists."""
 
-    def __init__(self, cluster: Cluster, job: JobOptions, workdirs: Dict[int, str]):
+    def __init__(self, cluster: HostGroup, job: JobOptions, workdirs: Dict[int, str]):
         self.cluster = cluster
         self.paths = tuple(dict.fromkeys(tuple(job.data) + tuple(
             p for host in cluster.hosts for p in host.data)))

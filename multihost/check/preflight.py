@@ -26,7 +26,7 @@ from .job_needs import choose_start_port, judge, make_cluster, ping_matrix
 from .report import CheckReport
 from .rounds import Round, Session
 from ..events import CheckStage, Listener
-from ..fanout import Cluster
+from ..fanout import HostGroup
 from ..hosts import Host
 from ..job import AUTO_PORT_RANGE, JobOptions, workdir_for
 from ..remote import net_ping, ops_check_net as net
@@ -38,7 +38,7 @@ PING_TIMEOUT = 1.0
 DATA_TIMEOUT = 3 * 3600.0
 
 
-def run_checks(cluster: Cluster, job: JobOptions, *, workdirs: Optional[dict] = None,
+def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] = None,
                budget: float = DEFAULT_BUDGET, progress: Optional[Listener] = None) -> CheckReport:
     """Check every host of ``cluster`` for ``job``; never raises for a host's problem
     (that is a failed check in the report). ``workdirs`` maps a Host, rank or label to
@@ -109,7 +109,7 @@ def _workdir(host: Host, job: JobOptions, workdirs: Optional[dict]) -> str:
     return workdir_for(host, job.code)
 
 
-def _resolve(cluster: Cluster, sessions: Sequence[Session]) -> None:
+def _resolve(cluster: HostGroup, sessions: Sequence[Session]) -> None:
     """The address every host is known by, as ssh would reach it (ssh config applied);
     names are looked up in parallel, a slow DNS costs its delay once."""
     from concurrent.futures import ThreadPoolExecutor
@@ -157,7 +157,7 @@ def _numeric(name: str) -> str:
     return families[0][4][0]
 
 
-def _probe_reach(cluster: Cluster, sessions: Sequence[Session]) -> None:
+def _probe_reach(cluster: HostGroup, sessions: Sequence[Session]) -> None:
     """ICMP from the controller to every host at once; a TCP probe of the ssh port for
     those that do not answer (or when ICMP is not permitted here)."""
     targets = [s for s in sessions if not s.local]

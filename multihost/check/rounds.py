@@ -21,7 +21,7 @@ from .calls import call, start, too_slow
 from .judge import HostProbe
 from .report import CheckResult
 from ..errors import CommandTimeout, ConnectError, MultihostError, RemoteError
-from ..fanout import Cluster
+from ..fanout import HostGroup
 from ..hosts import Host
 from ..untrusted import clean_report
 
@@ -62,7 +62,7 @@ class Session:
                          self.rendezvous, self.rendezvous_error, data, budget)
 
 
-def _connect(cluster: Cluster, session: Session, notify: Progress):
+def _connect(cluster: HostGroup, session: Session, notify: Progress):
     """The ssh session (reused by later steps); its failure is the ssh check's."""
     if session.ssh_error is not None:
         return None
@@ -103,7 +103,7 @@ class Round:
     connects to it (retrying while it is not up yet, as torchrun's workers do), is done.
     ``merge``: a second round, whose facts are added to the first round's."""
 
-    def __init__(self, cluster: Cluster, sessions: Sequence[Session],
+    def __init__(self, cluster: HostGroup, sessions: Sequence[Session],
                  listen_port: Optional[int], budget: float, notify: Progress,
                  merge: bool = False):
         self.cluster = cluster

@@ -116,7 +116,7 @@ def inventory_from_args(args: argparse.Namespace) -> Tuple[Tuple[Host, ...], Tup
 
 
 def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
-    from ..fanout import Cluster
+    from ..fanout import HostGroup
     from ..transport import SshOptions
     from ..transport.openssh import persist_seconds
 
@@ -124,7 +124,7 @@ def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
     options = SshOptions(connect_timeout=args.connect_timeout,
                          accept_new_host_keys=args.accept_new_host_keys,
                          config_file=args.ssh_config)
-    return Cluster(hosts or hosts_from_args(args), options, workers=args.fanout)
+    return HostGroup(hosts or hosts_from_args(args), options, workers=args.fanout)
 
 
 def add_job_options(parser: argparse.ArgumentParser) -> None:

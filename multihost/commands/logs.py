@@ -115,7 +115,7 @@ class _Filtered:
 
 def main(args: argparse.Namespace) -> int:
     from ..errors import BadReply, ConfigError
-    from ..fanout import Cluster
+    from ..fanout import HostGroup
     from ..logs.follow import LogFollower, nodes_of
     from ..logs.mirror import read_mirror
     from ..run.records import load_run
@@ -145,7 +145,7 @@ def main(args: argparse.Namespace) -> int:
     nodes = nodes_of(pairs)
     options = SshOptions(connect_timeout=args.connect_timeout, config_file=args.ssh_config)
     mode = "json" if args.json else "plain" if args.plain or not args.follow else "auto"
-    with Cluster(record.hosts, options) as cluster:
+    with HostGroup(record.hosts, options) as cluster:
         # First bring the mirror up to date (hosts that are gone keep what we have).
         catch_up = LogFollower(cluster, record.run_id, pairs, record.mirror_dir,
                                lambda event: None, follow=False).start()

@@ -21,7 +21,7 @@ from .. import helper
 from .model import DataReport, DataSyncReport, HostDataSync, PathState
 from .verify import _scan, verify_data
 from ..errors import MultihostError, SyncError
-from ..fanout import Cluster
+from ..fanout import HostGroup
 from ..remote.sync_fs import FILE
 from ..events import Listener, SyncProgress
 from ..sync import call_streaming, hop_spec, pipe_errors_raise
@@ -37,7 +37,7 @@ def _target_root(ref: PathState, state: PathState) -> str:
 
 
 class _Tally:
-    def __init__(self, cluster: Cluster):
+    def __init__(self, cluster: HostGroup):
         self.lock = threading.Lock()
         self.values: Dict[int, Dict[str, object]] = {}
         self.labels = {h.rank: h.label for h in cluster.hosts}
@@ -62,7 +62,7 @@ class _Tally:
                 for rank, v in self.values.items()}
 
 
-def sync_data(cluster: Cluster, paths: Sequence[str], *, workdirs: Optional[Dict[int, str]] = None,
+def sync_data(cluster: HostGroup, paths: Sequence[str], *, workdirs: Optional[Dict[int, str]] = None,
               listener: Optional[Listener] = None, report: Optional[DataReport] = None) -> DataSyncReport:
     """Copy what differs from the first host to the others, host to host."""
     started = time.monotonic()
@@ -73,7 +73,7 @@ def sync_data(cluster: Cluster, paths: Sequence[str], *, workdirs: Optional[Dict
                           time.monotonic() - started)
 
 
-def copy_from_first(cluster: Cluster, report: DataReport, emit: Listener) -> Dict[int, HostDataSync]:
+def copy_from_first(cluster: HostGroup, report: DataReport, emit: Listener) -> Dict[int, HostDataSync]:
     tally = _Tally(cluster)
     first = cluster.hosts[0]
     by_rank = {h.rank: h for h in report.hosts}
@@ -116,11 +116,11 @@ def copy_from_first(cluster: Cluster, report: DataReport, emit: Listener) -> Dic
     return tally.results()
 
 
-def _listing(cluster: Cluster, host, path: str) -> list:
+def _listing(cluster: HostGroup, host, path: str) -> list:
     return _scan(cluster.transport(host), (path,), None, False, True, lambda p: None)[0].get("entries", [])
 
 
-def _move_aside(cluster: Cluster, plans, tally: _Tally) -> None:
+def _move_aside(cluster: HostGroup, plans, tally: _Tally) -> None:
     def move(host, transport):
         _, aside, root = plans[host.rank]
         if not aside:
@@ -143,7 +143,7 @@ def _move_aside(cluster: Cluster, plans, tally: _Tally) -> None:
                           fix="move or remove it by hand, then run --sync-data again")
 
 
-def _push(cluster: Cluster, first, ref_state: PathState, plans, tally: _Tally, emit: Listener) -> None:
+def _push(cluster: HostGroup, first, ref_state: PathState, plans, tally: _Tally, emit: Listener) -> None:
     """One push from the first host per distinct set of needed files."""
     groups: Dict[Tuple[str, ...], List[int]] = {}
     for rank, (need, _, _) in plans.items():
@@ -154,7 +154,7 @@ def _push(cluster: Cluster, first, ref_state: PathState, plans, tally: _Tally, e
         _push_chain(cluster, first, ref_state, plans, ranks, tally, emit)
 
 
-def _push_chain(cluster: Cluster, first, ref_state: PathState, plans, ranks: List[int],
+def _push_chain(cluster: HostGroup, first, ref_state: PathState, plans, ranks: List[int],
                 tally: _Tally, emit: Listener) -> None:
     """The first host feeds one chain of ``ranks``, whose nodes the controller starts on
     every one of them at once; each node answers here for itself."""

@@ -22,7 +22,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import MultihostError
-from ..fanout import Cluster
+from ..fanout import HostGroup
 from ..sync import call_streaming
 from ..events import DataProgress, Listener
 from .model import DataReport, HostData, PathDiff, PathState, data_error
@@ -57,7 +57,7 @@ def compare_listings(path: str, reference: str, ref_entries: list, entries: list
                     tuple(differing[:SHOWN]), (len(missing), len(extra), len(differing)))
 
 
-def verify_data(cluster: Cluster, paths: Sequence[str], *, workdirs: Optional[Dict[int, str]] = None,
+def verify_data(cluster: HostGroup, paths: Sequence[str], *, workdirs: Optional[Dict[int, str]] = None,
                 verify: bool = False, listener: Optional[Listener] = None) -> DataReport:
     """Hash every path on every host and compare with the first host. Relative paths are
     taken from each host's workdir (``workdirs``), else its home directory. Never raises

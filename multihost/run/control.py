@@ -178,7 +178,7 @@ def stop_replaced(record: RunRecord, options, grace: float,
                   reason: str) -> List[Tuple[str, Optional[MultihostError]]]:
     """``stop`` on the hosts spares replaced (see ``replaced_hosts``): (label, error or
     None) for each."""
-    from ..fanout import Cluster
+    from ..fanout import HostGroup
 
     hosts = replaced_hosts(record)
     if not hosts:
@@ -188,14 +188,14 @@ def stop_replaced(record: RunRecord, options, grace: float,
         return helper.call(transport, "run.stop", {"run_id": record.run_id, "grace": grace,
                                                    "reason": reason}, timeout=grace + 30)
 
-    with Cluster(hosts, options) as cluster:
+    with HostGroup(hosts, options) as cluster:
         return [(r.host.label, r.error) for r in cluster.map(one)]
 
 
 def cluster_of(record: RunRecord, *, ssh_config: Optional[str] = None,
                connect_timeout: Optional[float] = None):
     """The hosts of a run, reached as the run was started unless told otherwise."""
-    from ..fanout import Cluster
+    from ..fanout import HostGroup
     from ..transport import SshOptions
 
     ssh = record.ssh or {}
@@ -203,4 +203,4 @@ def cluster_of(record: RunRecord, *, ssh_config: Optional[str] = None,
         connect_timeout=connect_timeout or ssh.get("connect_timeout", 10.0),
         accept_new_host_keys=bool(ssh.get("accept_new_host_keys", False)),
         config_file=ssh_config or ssh.get("config_file", "~/.ssh/config"))
-    return Cluster(record.hosts, options)
+    return HostGroup(record.hosts, options)

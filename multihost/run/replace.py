@@ -4,7 +4,7 @@ ready (code synced, setup run) before it starts.
 
 The choice itself (which spare, which node rank, the host list after) is pure and lives
 in ``multihost/spares.py``; this module only contacts hosts. A cluster is keyed by node
-rank, so a host list with a spare in it gets a Cluster of its own (``cluster_for``).
+rank, so a host list with a spare in it gets a HostGroup of its own (``cluster_for``).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import threading
 from typing import Callable, Optional, Sequence, Tuple
 
 from ..errors import CheckError
-from ..fanout import Cluster
+from ..fanout import HostGroup
 from ..hosts import Host
 from ..job import JobOptions
 from ..spares import SpareState
@@ -23,15 +23,15 @@ Notify = Callable[[str], None]
 BETWEEN_HOSTS = ("rendezvous", "ping")
 
 
-def cluster_for(cluster: Cluster, hosts: Sequence[Host]) -> Cluster:
+def cluster_for(cluster: HostGroup, hosts: Sequence[Host]) -> HostGroup:
     """``cluster`` itself when it holds exactly these hosts, else a new one with the same
     ssh options (its connections open on first use)."""
     if tuple(hosts) == tuple(cluster.hosts):
         return cluster
-    return Cluster(hosts, cluster.options, workers=cluster.workers)
+    return HostGroup(hosts, cluster.options, workers=cluster.workers)
 
 
-def check_spares(cluster: Cluster, spares: Sequence[Host], job: JobOptions,
+def check_spares(cluster: HostGroup, spares: Sequence[Host], job: JobOptions,
                  notify: Notify) -> Tuple[str, ...]:
     """The spares' own preflight: the label of every spare that fails it, each told
     through ``notify`` as a warning line (the job's hosts are judged apart)."""
@@ -40,7 +40,7 @@ def check_spares(cluster: Cluster, spares: Sequence[Host], job: JobOptions,
     from ..check.preflight import run_checks
     from ..check.report import FAIL
 
-    with Cluster(spares, cluster.options, workers=cluster.workers) as own:
+    with HostGroup(spares, cluster.options, workers=cluster.workers) as own:
         report = run_checks(own, job)
     bad = []
     for host_report in report.hosts:
@@ -55,7 +55,7 @@ def check_spares(cluster: Cluster, spares: Sequence[Host], job: JobOptions,
     return tuple(bad)
 
 
-def checked_in_background(cluster: Cluster, spares: Sequence[Host], job: JobOptions,
+def checked_in_background(cluster: HostGroup, spares: Sequence[Host], job: JobOptions,
                           notify: Notify) -> Callable[[], Tuple[str, ...]]:
     """``check_spares`` beside the job's own preflight; call the result to wait for it."""
     if not spares:   # no thread for nothing to check (every run without spares)
@@ -73,9 +73,9 @@ def checked_in_background(cluster: Cluster, spares: Sequence[Host], job: JobOpti
     return lambda: (thread.join(), box["bad"])[1]
 
 
-def preflight_with_spares(cluster: Cluster, job: JobOptions, state: SpareState, attempt: int,
+def preflight_with_spares(cluster: HostGroup, job: JobOptions, state: SpareState, attempt: int,
                           *, allow_concurrent: bool = False, notify: Notify,
-                          original: Optional[Cluster] = None,
+                          original: Optional[HostGroup] = None,
                           known_bad: Callable[[], Sequence[str]] = lambda: ()):
     """The preflight of ``cluster``; while it fails on a host and a spare is left, that
     host's node rank goes to the next spare and the check runs again (a spare that fails
@@ -105,7 +105,7 @@ def preflight_with_spares(cluster: Cluster, job: JobOptions, state: SpareState, 
             cluster = cluster_for(cluster, hosts)
 
 
-def ready_spares(cluster: Cluster, job: JobOptions, hosts: Sequence[Host], *, sync: bool,
+def ready_spares(cluster: HostGroup, job: JobOptions, hosts: Sequence[Host], *, sync: bool,
                  setup: Optional[str], setup_always: bool, notify: Notify) -> None:
     """The code synced to the spares that just took a rank (and their data verified, and
     the setup step run), before the next attempt starts; the other hosts keep theirs."""
@@ -113,7 +113,7 @@ def ready_spares(cluster: Cluster, job: JobOptions, hosts: Sequence[Host], *, sy
         return
     from .steps import setup as run_setup, sync_for_run
 
-    with Cluster(hosts, cluster.options, workers=cluster.workers) as own:
+    with HostGroup(hosts, cluster.options, workers=cluster.workers) as own:
         sync_for_run(own, job, code=sync, data_checked=False, notify=notify)
         run_setup(own, job, setup, always=setup_always, notify=notify)
 

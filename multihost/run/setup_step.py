@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Tuple
 
 from ..errors import LaunchError
-from ..fanout import Cluster
+from ..fanout import HostGroup
 from ..hosts import Host
 
 SHOWN_BYTES = 16384   # of each host's output, the end; the whole is in the log on the host
@@ -66,7 +66,7 @@ def marker_name(workdir: str) -> str:
     return hashlib.sha256(workdir.encode()).hexdigest()[:16]
 
 
-def run_setup(cluster: Cluster, command: str, code_digest: str, workdirs: Dict[int, str],
+def run_setup(cluster: HostGroup, command: str, code_digest: str, workdirs: Dict[int, str],
               always: bool = False,
               on_result: Callable[[SetupResult], None] = lambda r: None
               ) -> Tuple[SetupResult, ...]:

@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConnectError, MultihostError, SyncError
 from ..events import Listener
-from ..fanout import Cluster
+from ..fanout import HostGroup
 from .manifest import Entry, Manifest
 from .model import HostNeeds, HostSync, merge_result
 from ..remote.sync_wire import Writer
@@ -68,7 +68,7 @@ def changes_owned(needs: HostNeeds) -> bool:
     return bool(needs.added or needs.deletes or needs.dirs)
 
 
-def deliver(cluster: Cluster, manifest: Manifest, needs: Dict[int, HostNeeds],
+def deliver(cluster: HostGroup, manifest: Manifest, needs: Dict[int, HostNeeds],
             sessions: Dict[int, HostSession], emit: Listener
             ) -> Tuple[Dict[int, HostSync], Dict[int, Dict[str, list]]]:
     """Results per host, and each host's stat keys of what it now holds in sync (for
@@ -81,7 +81,7 @@ class _Delivery:
     what is kept here, under ``lock``: what each host answered, the first error of each,
     and every process started (to end them all on Ctrl-C)."""
 
-    def __init__(self, cluster: Cluster, manifest: Manifest, needs: Dict[int, HostNeeds],
+    def __init__(self, cluster: HostGroup, manifest: Manifest, needs: Dict[int, HostNeeds],
                  sessions: Dict[int, HostSession], emit: Listener):
         self.cluster = cluster
         self.manifest = manifest

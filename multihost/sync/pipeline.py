@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from .. import afterwards
 from ..errors import MultihostError
-from ..fanout import Cluster, fan_out
+from ..fanout import HostGroup, fan_out
 from ..transport.base import pipe_errors_raise
 from .fastpath import (forget_record, host_digest, host_unchanged, load_record,
                        matches_manifest, plan_from_record, remember_check, save_answer,
@@ -84,14 +84,14 @@ class _Known:
     plan: Optional[dict] = None           # the plan worked out from its record
 
 
-def sync_code(cluster: Cluster, code_dir: str, *, workdirs: Dict[int, str], dry_run: bool = False,
+def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dry_run: bool = False,
               verify: bool = False, listener: Optional[Listener] = None) -> SyncReport:
     """Make ``code_dir`` identical in every host's workdir; see the module's doc."""
     with pipe_errors_raise():
         return _sync_code(cluster, code_dir, workdirs, dry_run, verify, listener)
 
 
-def _sync_code(cluster: Cluster, code_dir: str, workdirs: Dict[int, str], dry_run: bool,
+def _sync_code(cluster: HostGroup, code_dir: str, workdirs: Dict[int, str], dry_run: bool,
                verify: bool, listener: Optional[Listener]) -> SyncReport:
     return _CodeSync(cluster, code_dir, workdirs, dry_run, verify, listener).run()
 
@@ -101,7 +101,7 @@ class _CodeSync:
     manifest once built, the way each host was reached, the results so far) is kept on
     the instance, filled in the order ``run`` calls them."""
 
-    def __init__(self, cluster: Cluster, code_dir: str, workdirs: Dict[int, str],
+    def __init__(self, cluster: HostGroup, code_dir: str, workdirs: Dict[int, str],
                  dry_run: bool, verify: bool, listener: Optional[Listener]):
         self.cluster = cluster
         self.code_dir = code_dir
@@ -410,7 +410,7 @@ def _ignore(*args) -> None:
     pass
 
 
-def _compare_and_send(cluster: Cluster, manifest, sessions: Dict[int, HostSession],
+def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSession],
                       known: Dict[int, HostNeeds], results: Dict[int, HostSync], dry_run: bool,
                       emit: Listener) -> Dict[int, Dict[str, list]]:
     """Each session's plan, then what differs (with what ``known`` hosts need); fills
@@ -455,7 +455,7 @@ def _compare_and_send(cluster: Cluster, manifest, sessions: Dict[int, HostSessio
     return keys
 
 
-def _record(cluster: Cluster, manifest, workdirs: Dict[int, str], code_root: str,
+def _record(cluster: HostGroup, manifest, workdirs: Dict[int, str], code_root: str,
             results: Dict[int, HostSync], keys: Dict[int, Dict[str, list]],
             digests: Dict[int, str], used: Dict[int, Transport], recorded: set) -> None:
     """Remember each fully synced host's state for the next sync's fast path, with the

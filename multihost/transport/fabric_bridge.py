@@ -34,7 +34,7 @@ def fabric_group(hosts: Any, accept_new_host_keys: bool = False, *,
     """A ``fabric.ThreadingGroup`` (``serial=True``: a ``SerialGroup``) of connections to
     ``hosts`` in node-rank order, checked and logged in as multihost connects.
 
-    ``hosts`` is a tuple of ``Host`` (``multihost.hosts.load_hosts``) or a ``Cluster``,
+    ``hosts`` is a tuple of ``Host`` (``multihost.hosts.load_hosts``) or a ``HostGroup``,
     whose own ssh options are then used. ``accept_new_host_keys`` records unknown host keys
     (like ``--accept-new-host-keys``); a changed key is refused whatever is asked.
     ``config`` is an optional ``fabric.Config`` for what fabric itself does (echo, sudo
@@ -47,7 +47,7 @@ def fabric_group(hosts: Any, accept_new_host_keys: bool = False, *,
     if not records or strangers:
         got = f"got {', '.join(sorted(set(strangers)))}" if strangers else "none were given"
         raise ConfigError(f"a fabric group needs multihost hosts, and {got}",
-                          fix="pass multihost.hosts.load_hosts(ips, hostfile) or a Cluster")
+                          fix="pass multihost.hosts.load_hosts(ips, hostfile) or a HostGroup")
     options = options or getattr(hosts, "options", None) or SshOptions()
     if accept_new_host_keys:
         options = replace(options, accept_new_host_keys=True)

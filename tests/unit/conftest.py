@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from multihost.fanout import Cluster
+from multihost.fanout import HostGroup
 from multihost.hosts import Host
 from multihost.sync.pipeline import sync_code
 
@@ -37,5 +37,5 @@ def env(tmp_path, monkeypatch):
 
 
 def _sync(e, **kw):
-    with Cluster(e.hosts) as cluster:
+    with HostGroup(e.hosts) as cluster:
         return sync_code(cluster, str(e.code), workdirs=e.workdirs, **kw)

@@ -13,7 +13,7 @@ import pytest
 from multihost.logs import follow as logs
 from multihost.errors import BadReply
 from multihost.events import LogBlock, Notice, RunFinished
-from multihost.fanout import Cluster
+from multihost.fanout import HostGroup
 from multihost.hosts import Host
 from multihost.logs.follow import LogFollower
 from multihost.logs.mirror import read_mirror, LineFilter
@@ -40,7 +40,7 @@ class Answer:
 
 
 def follow(mirror, listener, follow=False, timeout=30):
-    with Cluster([HOST]) as cluster:
+    with HostGroup([HOST]) as cluster:
         follower = LogFollower(cluster, RUN, [(HOST, 2)], mirror, listener,
                                follow=follow).start()
         assert follower.drain(timeout)

@@ -7,7 +7,7 @@ import pytest
 
 from multihost.data.verify import (DataReport, HostData, PathDiff, compare_listings, data_error,
                             verify_data)
-from multihost.fanout import Cluster
+from multihost.fanout import HostGroup
 from multihost.hosts import Host
 
 
@@ -68,7 +68,7 @@ def two_hosts(tmp_path, monkeypatch):
 
 
 def verify(hosts, workdirs, *paths):
-    with Cluster(hosts) as cluster:
+    with HostGroup(hosts) as cluster:
         return verify_data(cluster, paths, workdirs=workdirs)
 
 

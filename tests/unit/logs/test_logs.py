@@ -7,7 +7,7 @@ import time
 import pytest
 
 from multihost.events import LogBlock, NodeChanged, NodeState
-from multihost.fanout import Cluster
+from multihost.fanout import HostGroup
 from multihost.hosts import Host
 from multihost.logs.follow import LogFollower
 from multihost.untrusted import clean_block, clean_line
@@ -32,7 +32,7 @@ def follow(tmp_path, follow=False, nproc=2, timeout=20):
         with lock:
             events.append(event)
 
-    with Cluster([host]) as cluster:
+    with HostGroup([host]) as cluster:
         follower = LogFollower(cluster, RUN, [(host, nproc)], tmp_path / "mirror", listener,
                                follow=follow).start()
         assert follower.drain(timeout)
@@ -114,7 +114,7 @@ def test_a_second_follower_shows_lines_but_leaves_the_mirror_to_the_first(home, 
     (home / "node.json").write_text(json.dumps({"state": "succeeded", "exit_code": 0}))
     host = Host(name="127.0.0.1", python=sys.executable)
     seen = [[], []]
-    with Cluster([host]) as cluster:
+    with HostGroup([host]) as cluster:
         followers = [LogFollower(cluster, RUN, [(host, 1)], tmp_path / "mirror",
                                  seen[i].append, follow=True) for i in range(2)]
         for follower in followers:

@@ -13,7 +13,7 @@ import pytest
 from multihost.run import launchers as launch
 from multihost.errors import ConnectError
 from multihost.events import LogLine, NodeChanged, NodeState, RunFinished, RunStarted, RunStopping
-from multihost.fanout import Cluster
+from multihost.fanout import HostGroup
 from multihost.hosts import Host
 from multihost.job import JobOptions
 from multihost.run.monitor import Interrupts, Monitor
@@ -66,7 +66,7 @@ def plan_and_record(host, mode, grace=1.0, log_dir=""):
 def follow(host, mode, options=RunOptions(poll_interval=0.2), during=None, log_dir=""):
     events = []
     plan, record = plan_and_record(host, mode, log_dir=log_dir)
-    with Cluster([host]) as cluster:
+    with HostGroup([host]) as cluster:
         if during:
             threading.Timer(1.5, during).start()
         outcome = start_and_follow(cluster, plan, record, events.append, options)
@@ -108,7 +108,7 @@ def test_ctrl_c_stops_the_run_and_exits_130(host):
     def interrupt():
         holder["controls"].interrupts.count += 1      # what the SIGINT handler does
 
-    with Cluster([host]) as cluster:
+    with HostGroup([host]) as cluster:
         threading.Timer(1.5, interrupt).start()
         outcome = start_and_follow(cluster, plan, record, events.append,
                                    RunOptions(poll_interval=0.2), holder)
@@ -126,7 +126,7 @@ def test_ctrl_c_stops_the_run_and_exits_130(host):
 def test_the_dashboards_stop_is_recorded_as_such_not_as_ctrl_c(host):
     holder = {}
     plan, record = plan_and_record(host, "sleep")
-    with Cluster([host]) as cluster:
+    with HostGroup([host]) as cluster:
         def stop_once_running(event):
             # The dashboard's stop key, pressed once the node runs (a stop during the
             # launch itself is Ctrl-C's business, tested elsewhere).
@@ -153,7 +153,7 @@ def test_wait_ends_the_run_after_the_first_rank_exits(host):
 
 def test_detach_returns_while_the_run_goes_on(host):
     plan, record = plan_and_record(host, "sleep")
-    with Cluster([host]) as cluster:
+    with HostGroup([host]) as cluster:
         outcome = start_and_follow(cluster, plan, record, lambda e: None, RunOptions(detach=True))
         assert outcome.detached
         assert load_run(plan.run_id).state == "running"
@@ -210,7 +210,7 @@ def test_a_teardown_reaches_each_host_through_its_watch_stream(host, tmp_path, m
             holder["interrupted"] = True
             holder["controls"].interrupts.count += 1
 
-    with Cluster([host]) as cluster:
+    with HostGroup([host]) as cluster:
         outcome = start_and_follow(cluster, plan, record, listen,
                                    RunOptions(poll_interval=0.2), holder)
     assert outcome.result.exit_code == 130 and outcome.result.states == ("stopped",)

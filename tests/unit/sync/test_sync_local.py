@@ -284,10 +284,10 @@ def test_a_host_is_left_its_reusable_connection_only_once_its_files_are_there(en
     """The OpenSSH master each host is left for the next command's quick checks is a
     handshake: started beside a first sync's bytes, 64 of them take the CPU the bytes
     need; so it is started once every host has its files."""
-    from multihost.fanout import Cluster
+    from multihost.fanout import HostGroup
 
     seen = {}
-    monkeypatch.setattr(Cluster, "leave_connection", lambda self, host: seen.setdefault(
+    monkeypatch.setattr(HostGroup, "leave_connection", lambda self, host: seen.setdefault(
         host.rank, os.path.exists(os.path.join(env.workdirs[host.rank], "pkg", "model.py"))))
     assert env.sync().ok
     assert seen == {0: True, 1: True}

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from multihost.errors import ConfigError
-from multihost.fanout import Cluster
+from multihost.fanout import HostGroup
 from multihost.hosts import Host, load_hosts
 from multihost.transport import SshOptions
 from multihost.transport.fabric_bridge import fabric_group
@@ -70,7 +70,7 @@ def test_every_connection_trusts_the_known_hosts_files_of_the_ssh_transport(ssh_
     # ...unless accept-new is asked, here or in the options
     accepting = group_of("10.9.0.5", ssh_config, accept_new_host_keys=True)
     assert accepting[0].client._policy.accept_new is True
-    cluster = Cluster(load_hosts("10.9.0.5", None),
+    cluster = HostGroup(load_hosts("10.9.0.5", None),
                       SshOptions(config_file=str(ssh_config), accept_new_host_keys=True))
     assert fabric_group(cluster)[0].client._policy.accept_new is True
 

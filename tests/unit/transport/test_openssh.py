@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from multihost.errors import ConfigError
-from multihost.fanout import Cluster
+from multihost.fanout import HostGroup
 from multihost.hosts import Host
 from multihost.transport import SshOptions
 from multihost.transport import openssh
@@ -85,7 +85,7 @@ def test_persist_setting(monkeypatch):
 
 
 def test_without_a_master_nothing_is_reused_and_this_machine_never_is(home):
-    cluster = Cluster([Host(name="gpu1"), Host(name="127.0.0.1", rank=1)])
+    cluster = HostGroup([Host(name="gpu1"), Host(name="127.0.0.1", rank=1)])
     assert cluster.reused(cluster.hosts[0]) is None      # no socket: the paramiko way
     assert cluster.reused(cluster.hosts[1]) is None      # local: no ssh at all
     cluster.leave_connection(cluster.hosts[1])
