@@ -6,9 +6,8 @@ host. So, as Ansible and SkyPilot do, a command that connects to a host also lea
 OpenSSH master connection behind it (ControlMaster=auto, ControlPersist: it ends by
 itself after MULTIHOST_CONTROL_PERSIST idle seconds, 600 by default; 0 turns this off);
 a sync starts them once its files are delivered.
-The next command's quick checks go through that master, with no handshake and without
-loading paramiko: the controller speaks the master's own protocol (mux_client.py), so
-a check costs no process either; a plain `ssh` client is the fallback.
+The next command's quick checks go through that master with the ordinary `ssh` client
+(as Ansible and SkyPilot use theirs): no handshake.
 
 Only quick, retryable steps use these connections (the sync's no-change and small-change
 path). When there is no master, or it does not answer, the caller goes the paramiko way,
@@ -29,21 +28,17 @@ import shlex
 import shutil
 import stat
 import subprocess
-import time
 from typing import List, Optional
 
-from ..errors import CommandTimeout, ConfigError
+from ..errors import ConfigError
 from ..hosts import Host
-from .base import Command, CommandResult, Process, SshOptions, to_shell
+from .base import SshOptions
 from .local import LocalTransport
 
 CONTROL_DIRS = ("~/.cache/multihost/ssh", "/tmp/multihost-ssh-{uid}")
 PERSIST_ENV = "MULTIHOST_CONTROL_PERSIST"
 DEFAULT_PERSIST = 600
 DEFAULT_CONFIG = "~/.ssh/config"
-# How long a master may take to open a session; a master that takes longer is stuck, and
-# the caller goes the paramiko way (a probe through a master waits 5 s for its answer).
-SESSION_TIMEOUT = 5.0
 # A unix socket path holds 107 bytes, and OpenSSH binds a temporary name 17 bytes longer
 # before renaming it into place.
 MAX_SOCKET_PATH = 88
@@ -146,77 +141,31 @@ def private_dir(directory: str) -> bool:
 
 
 class MuxTransport(LocalTransport):
-    """Commands through a live master. The controller speaks the master's protocol
-    itself (mux_client.py): no process per command. Whatever keeps that from opening a
-    session (no master, refused, an OpenSSH without protocol version 4) makes it start an
-    `ssh` client instead, as before; that client falls back to nothing: with
-    ProxyCommand=false, a master that is gone makes it fail at once (exit 255) instead
-    of starting a handshake of its own. Once a session is open, a master that dies is
-    exit 255 either way."""
+    """Commands through a live master, by the ordinary `ssh` client (``-S``-style
+    ControlPath, ControlMaster=no). With ProxyCommand=false the client falls back to
+    nothing: a master that is gone makes it fail at once (exit 255) instead of starting
+    a handshake of its own, and the caller goes the paramiko way."""
 
     is_local = False
 
-    def __init__(self, host: Host, argv: List[str], path: Optional[str] = None,
-                 open_timeout: float = SESSION_TIMEOUT):
+    def __init__(self, host: Host, argv: List[str]):
         super().__init__(host)
         self._ssh = argv
-        self._path = path
-        self._open_timeout = open_timeout
 
     @classmethod
     def open(cls, host: Host, options: SshOptions) -> Optional["MuxTransport"]:
-        """A transport through the host's master, or None when there is none."""
+        """A transport through the host's master, or None when there is none (or its
+        socket's directory is not ours alone)."""
         path = control_path(host, options)
         if path is None or not os.path.exists(path) or not private_dir(os.path.dirname(path)) \
                 or shutil.which("ssh") is None:
             return None
         return cls(host, client_argv(host, options) + [
             "-o", "ControlMaster=no", "-o", f"ControlPath={path}", "-o", "ProxyCommand=false",
-            "--", host.name], path, SESSION_TIMEOUT)
+            "--", host.name])
 
     def _argv(self, line: str) -> list:
         return self._ssh + [line]
-
-    def _through_master(self, line: str):
-        """The command as a session of the master, or None: then an `ssh` client runs it.
-        A socket that is no longer ours alone (its directory, checked again right before
-        connecting, or the process answering on it) or a master that does not answer is
-        not used by that client either: ControlPath=none, and with ProxyCommand=false it
-        fails at once, as with no master, so the caller goes the paramiko way now."""
-        from .mux_client import MuxRefused, NoAnswer, NotOurs
-        from .mux_process import start_through
-
-        if self._path is None:
-            return None
-        try:
-            if not private_dir(os.path.dirname(self._path)):
-                raise NotOurs("the socket's directory is open to others")
-            return start_through(self._path, line, self._open_timeout, self.host.label)
-        except (NotOurs, NoAnswer):
-            self._path = None
-            self._ssh = [word if not word.startswith("ControlPath=") else "ControlPath=none"
-                         for word in self._ssh]
-        except MuxRefused:
-            pass
-        return None
-
-    def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
-        process = self._through_master(to_shell(command, cwd))
-        return process if process is not None else super().start(command, cwd=cwd)
-
-    def run(self, command: Command, *, input: Optional[bytes] = None,
-            timeout: Optional[float] = None, cwd: Optional[str] = None) -> CommandResult:
-        line = to_shell(command, cwd)
-        started = time.monotonic()
-        process = self._through_master(line)
-        if process is None:
-            return super().run(command, input=input, timeout=timeout, cwd=cwd)
-        try:
-            out, err, code = process.communicate(input, timeout)
-        except CommandTimeout:
-            raise CommandTimeout(f"command did not finish within {timeout:.0f}s: {line[:80]}",
-                                 host=self.host.label) from None
-        return CommandResult(self.host.label, line, code, out, err, time.monotonic() - started)
 
 
 def start_master(host: Host, options: SshOptions) -> Optional["subprocess.Popen[bytes]"]:
