@@ -1,4 +1,5 @@
-"""Each line once: paddle's launcher copies local rank 0's log into its own output.
+"""Each line once: paddle's launcher copies local rank 0's log into its own output, and
+prints the same block of its configuration on every host.
 
 ``python -m paddle.distributed.launch`` writes every rank's output to
 ``workerlog.N`` and also echoes ``workerlog.0``, line by line and in order, to its own
@@ -14,6 +15,7 @@ oldest rank-0 line not yet echoed is that echo. Anything else is the launcher's 
 """
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Deque, Optional
 
@@ -39,4 +41,29 @@ class LauncherEcho:
                 self._not_echoed.popleft()
                 continue
             kept.append(line)
+        return "\n".join(kept) if kept else None
+
+
+# paddle.distributed.launch's Context.print(): a header, one `arg: value` line per argument
+# (about 35), a closing line of dashes; the same on every host but for the node's rank.
+CONFIG_START = re.compile(r"LAUNCH INFO .*-{5,}\s*Configuration\s*-{5,}\s*$")
+CONFIG_END = re.compile(r"LAUNCH INFO .*\s-{20,}\s*$")
+
+
+class ConfigBlock:
+    """For every host but the first: the launcher's configuration block left out of what is
+    shown (it is node 0's, with another rank), so a 2-host job shows it once, not twice."""
+
+    def __init__(self) -> None:
+        self._inside = False
+
+    def strip(self, text: str) -> Optional[str]:
+        kept = []
+        for line in text.split("\n"):
+            if self._inside:
+                self._inside = not CONFIG_END.search(line)
+            elif CONFIG_START.search(line):
+                self._inside = True
+            else:
+                kept.append(line)
         return "\n".join(kept) if kept else None

@@ -23,7 +23,7 @@ from ..errors import BadReply, ConnectError, MultihostError
 from ..events import Listener, LogBlock, NodeChanged, NodeState, Notice
 from ..hosts import Host
 from ..remote.run_states import FINAL_STATES
-from .echo import LauncherEcho
+from .echo import ConfigBlock, LauncherEcho
 from .frames import LineJoiner, read_frame
 from .gpus import GpuFeed
 from ..sync.ignore import MIRROR_MARKER
@@ -116,6 +116,7 @@ class LogFollower:
         self._ended: Dict[int, threading.Event] = {n.host.rank: threading.Event() for n in self.nodes}
         self.final_states: Dict[int, Optional[dict]] = {}
         self._echoes: Dict[int, LauncherEcho] = {n.host.rank: LauncherEcho() for n in self.nodes}
+        self._configs = {n.host.rank: ConfigBlock() for n in self.nodes[1:]}   # shown for node 0
         self._gpus = GpuFeed()     # gpu.log: samples, not lines
         self.errors: Dict[int, MultihostError] = {}
         self.mirror_behind: Dict[int, str] = {}   # host rank -> why its mirror lacks lines
@@ -279,6 +280,9 @@ class LogFollower:
             echo.rank0(text)
         elif local < 0:
             text = echo.launcher(text)   # paddle's copy of rank 0's lines: shown once
+            config = self._configs.get(node.host.rank)
+            if text is not None and config is not None:
+                text = config.strip(text)
             if text is None:
                 return
         self.listener(LogBlock(node.host.rank, node.host.label, local,

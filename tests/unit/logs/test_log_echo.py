@@ -62,3 +62,18 @@ def test_logs_from_the_mirror_show_each_line_once(home, tmp_path):
              for line in b.text.split("\n")]
     assert [t for r, t in shown if r == -1] == LAUNCHER_OWN
     assert len([t for r, t in shown if r == 0]) == 20
+
+
+def test_paddles_configuration_block_is_left_out_for_every_host_but_the_first():
+    from multihost.logs.echo import ConfigBlock
+
+    block = ["LAUNCH INFO 2026-01-01 00:00:00,000 -----------  Configuration ----------------------",
+             "LAUNCH INFO 2026-01-01 00:00:00,000 devices: None",
+             "LAUNCH INFO 2026-01-01 00:00:00,000 ips: 198.18.0.11,198.18.0.12",
+             "LAUNCH INFO 2026-01-01 00:00:00,000 --------------------------------------------------"]
+    config = ConfigBlock()
+    # the block may arrive cut anywhere: what follows it is still shown
+    assert config.strip("\n".join(["LAUNCH INFO up"] + block[:2])) == "LAUNCH INFO up"
+    assert config.strip("\n".join(block[2:] + ["LAUNCH INFO Waiting peer start..."])) == \
+        "LAUNCH INFO Waiting peer start..."
+    assert config.strip("step 1 loss: 0.5") == "step 1 loss: 0.5"
