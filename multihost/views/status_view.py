@@ -18,6 +18,10 @@ def _ago(when, now) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _ranks(first: int, count: int) -> str:
+    return str(first) if count == 1 else f"{first}-{first + count - 1}"
+
+
 def rows(status, now):
     """The table's cells, one row per node (the presentation of RunStatus)."""
     from ..run.outcome import decode_exit
@@ -26,8 +30,8 @@ def rows(status, now):
     for node in status.nodes:
         view = node.view
         if view is None:
-            out.append((str(node.node_rank), node.host, "unreachable", f"{node.rank_offset}-"
-                        f"{node.rank_offset + node.nproc - 1}", "-", "-", "-",
+            out.append((str(node.node_rank), node.host, "unreachable",
+                        _ranks(node.rank_offset, node.nproc), "-", "-", "-",
                         node.error.cause if node.error else ""))
             continue
         exit_text = "-"
@@ -42,7 +46,7 @@ def rows(status, now):
             detail = (f"rank {first.rank}: {decode_exit(first.exit_code, first.signal, stopped)}"
                       + (f"; {detail}" if detail else ""))
         out.append((str(node.node_rank), node.host, view.state,
-                    f"{node.rank_offset}-{node.rank_offset + node.nproc - 1}", str(view.procs),
+                    _ranks(node.rank_offset, node.nproc), str(view.procs),
                     _ago(view.started, view.ended or now), exit_text, detail))
     return out
 
@@ -119,14 +123,30 @@ def render_rich(status, console=None) -> None:
         console.print(line, highlight=False, markup=False)
 
 
-def render_list(records, out: IO[str]) -> None:
-    """One line per recent run, newest first."""
+LIST_HEADERS = ("run", "started", "state", "exit", "took", "hosts", "command")
+
+
+def list_rows(records, now):
+    """The cells of `status --list`, one row per run, newest first."""
+    out = []
     for r in records:
-        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created))
-        out.write(f"{r.run_id}  {stamp}  {r.state:<10} {len(r.nodes)} host(s)  {' '.join(r.command)}\n")
+        began = r.started or r.created
+        took = _ago(began, r.ended or now) if began else "-"
+        out.append((r.run_id, time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
+                    str(r.state), "-" if r.exit_code is None else str(r.exit_code), took,
+                    str(len(r.nodes)), " ".join(r.command)))
+    return out
+
+
+def render_list(records, out: IO[str]) -> None:
+    table = [LIST_HEADERS] + list_rows(records, time.time())
+    widths = [max(len(row[i]) for row in table) for i in range(len(LIST_HEADERS) - 1)]
+    for row in table:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths)] + [row[-1]]
+        out.write("  ".join(cells).rstrip() + "\n")
 
 
 def list_json(records) -> list:
-    return [{"run_id": r.run_id, "state": r.state, "exit_code": r.exit_code,
+    return [{"run_id": r.run_id, "state": str(r.state), "exit_code": r.exit_code,
              "hosts": [n.label for n in r.nodes], "command": list(r.command),
-             "created": r.created} for r in records]
+             "created": r.created, "started": r.started, "ended": r.ended} for r in records]
