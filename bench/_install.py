@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(tempfile.gettempdir()) / "multihost-bench-install"
 # What the wheel is built from: the package and what its build reads.
-SOURCES = ("multihost", "bin", "pyproject.toml", "README.md")
+SOURCES = ("multihost", "pyproject.toml", "README.md")
 
 
 def tree_digest() -> str:

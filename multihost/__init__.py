@@ -6,37 +6,28 @@ The public Python API (docs/api.md)::
     cluster = multihost.Cluster.from_ips("10.0.0.1,10.0.0.2")
     run = cluster.run(["train.py"], nproc_per_node=2)
     print(run.wait())
-
-Names are imported on first use, so ``import multihost`` (and every CLI command, which
-imports this package first) stays as cheap as it was before the API existed.
 """
+import os
+import sys
+
+# `python -m multihost` puts the working directory first on sys.path and imports this
+# package before its __main__, and users run multihost from their code directory: a
+# training script named like a standard module (json.py, random.py, numbers.py) would be
+# imported by the controller in place of the standard one. While `-m` looks for its
+# module, sys.argv[0] is "-m"; the installed `multihost` command has no such entry.
+if sys.argv[:1] == ["-m"] and sys.path and sys.path[0] in ("", os.getcwd()):
+    del sys.path[0]
 
 __version__ = "0.1.0"
 
-# public name -> the module that defines it
-_PUBLIC = {
-    "Cluster": "api", "Run": "api", "RunResult": "api",
-    "Host": "hosts", "load_hosts": "hosts",
-    "MultihostError": "errors", "ConfigError": "errors", "ConnectError": "errors",
-    "CheckError": "errors", "SyncError": "errors", "LaunchError": "errors",
-    "RunFailed": "errors", "RemoteError": "errors", "CommandTimeout": "errors",
-    "NodeState": "events", "RunStarted": "events", "NodeChanged": "events",
-    "LogLine": "events", "LogBlock": "events", "RunFinished": "events", "RootCause": "events",
-    "GpuSample": "events",
-}
-__all__ = sorted(_PUBLIC)
+from .api import Cluster, Run, RunResult  # noqa: E402 (after the path is made safe)
+from .errors import (CheckError, CommandTimeout, ConfigError, ConnectError,  # noqa: E402
+                     LaunchError, MultihostError, RemoteError, RunFailed, SyncError)
+from .events import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState,  # noqa: E402
+                     RootCause, RunFinished, RunStarted)
+from .hosts import Host, load_hosts  # noqa: E402
 
-
-def __getattr__(name):
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'multihost' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__all__ = ["CheckError", "Cluster", "CommandTimeout", "ConfigError", "ConnectError",
+           "GpuSample", "Host", "LaunchError", "LogBlock", "LogLine", "MultihostError",
+           "NodeChanged", "NodeState", "RemoteError", "Run", "RunFailed", "RunFinished",
+           "RunResult", "RunStarted", "RootCause", "SyncError", "load_hosts"]

@@ -1,23 +1,24 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion looks for this line)
 """The ``multihost`` command: parses arguments, dispatches to a command module, and is
 the one place where errors become a single line and an exit code.
 
 Command modules live in ``multihost.commands``; each has ``register(subparsers)`` and
-``main(args) -> int``. Their top-level imports stay light (argparse only) so that
-``multihost exec -- true`` does not pay for rich or the dashboard.
+``main(args) -> int``.
 """
 from __future__ import annotations
 
 import argparse
-import atexit
 import importlib
 import os
 import select
 import signal
 import sys
-import threading
 from typing import List, Optional
 
+import argcomplete
+
 from . import __version__
+from .commands.complete import complete_hostfile_hosts, complete_run_hosts, complete_run_ids
 from .errors import EXIT_INTERRUPTED, MultihostError
 
 PIPE_COMMANDS = ("logs", "exec", "status")
@@ -54,8 +55,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
-    """The parser; with ``only``, just that command's (importing every command module
-    costs tens of milliseconds that `multihost exec -- true` should not pay)."""
+    """The parser of every command; with ``only``, of just that one (``rerun`` parses a
+    recorded run's words with ``run``'s)."""
     parser = OneLineParser(
         prog="multihost", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,8 +71,13 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """The ``multihost`` command (and ``python -m multihost``): its exit code."""
     try:
-        return dispatch(argv)
+        code = dispatch(argv)
+        for stream in (sys.stdout, sys.stderr):  # here, where a reader gone is handled
+            if stream is not None:
+                stream.flush()
+        return code
     except BrokenPipeError:
         # The reader of our output left (`check | head -1`, `stop --json | head`), which
         # is its right. Any other broken pipe is a bug worth its traceback.
@@ -82,11 +88,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def dispatch(argv: Optional[List[str]] = None) -> int:
-    words = sys.argv[1:] if argv is None else argv
     if "_ARGCOMPLETE" in os.environ:  # a Tab in the shell: answer it and exit
         complete(build_parser())
-    first = next((w for w in words if not w.startswith("-")), None)
-    parser = build_parser(first if first in COMMANDS else None)
+    parser = build_parser()
     try:
         # A flag's own type check (a port, a count) raises our errors from inside argparse.
         args, unknown = parser.parse_known_args(argv)
@@ -117,12 +121,6 @@ def dispatch(argv: Optional[List[str]] = None) -> int:
 def complete(parser: argparse.ArgumentParser) -> None:
     """Shell completion (see `multihost completion`): every command's parser, with the
     completers of run ids and hosts (commands/complete.py)."""
-    try:
-        import argcomplete
-    except ImportError:
-        return
-    from .commands.complete import complete_hostfile_hosts, complete_run_hosts, complete_run_ids
-
     for action in parser._subparsers._group_actions if parser._subparsers else ():
         for command in action.choices.values():
             for option in command._actions:
@@ -158,30 +156,3 @@ def silence_stdout() -> None:
         os.close(devnull)
     except (AttributeError, OSError, ValueError):
         pass
-
-
-def run() -> None:
-    """main() in this process, then a quick exit (the ``multihost`` script starts at
-    multihost/warm/client.py, which may hand the command to a warm controller)."""
-    finish(main())
-
-
-def finish(code: int) -> None:
-    """Flush the output and exit with ``code``.
-
-    Tearing the interpreter down (clearing every module, collecting every object) costs
-    about 30 ms, a sixth of a sync that finds nothing to do, and nothing of ours needs
-    it: files are closed by the blocks that wrote them and no atexit hook is ours. So
-    when only this thread is left and no library registered an exit hook, the output
-    is flushed and the process ends at once; otherwise Python exits as usual."""
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:  # the reader left before the last lines: no traceback
-        silence_stdout()
-        code = EXIT_CLOSED_PIPE
-    except (OSError, ValueError):
-        pass
-    if threading.active_count() == 1 and atexit._ncallbacks() == 0:
-        os._exit(code)
-    sys.exit(code)

@@ -12,25 +12,21 @@ render it never import each other. Events that carry a feature's result (SyncPla
 SyncHostDone) name its type only for the type checker: this package imports no feature
 package.
 
-One module per feature (``run``, ``sync``, ``check``), each loaded on first use (see
-``multihost/lazy.py``): a frozen dataclass costs about 1-2 ms to create at start-up, so a
-sync that finds nothing to do creates its four events, not all sixteen.
+One module per feature (``run``, ``sync``, ``check``).
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from ..lazy import lazy_names
+from .check import CheckStage
+from .run import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause,
+                  RunFinished, RunStarted, RunState, RunStopping, Stragglers, who)
+from .sync import DataProgress, SyncHostDone, SyncPlanned, SyncProgress, SyncScanned
 
 # Whatever takes events: a view, a filter in front of one, a test's list.append.
 Listener = Callable[[object], None]
 
-_LAZY = {
-    "NodeState": "run", "RunState": "run", "RunStarted": "run", "NodeChanged": "run",
-    "who": "run", "LogLine": "run", "LogBlock": "run", "Notice": "run", "GpuSample": "run",
-    "RootCause": "run", "RunStopping": "run", "RunFinished": "run", "Stragglers": "run",
-    "SyncScanned": "sync", "SyncPlanned": "sync", "SyncHostDone": "sync",
-    "SyncProgress": "sync", "DataProgress": "sync", "CheckStage": "check",
-}
-__all__ = sorted(["Listener", *_LAZY])
-__getattr__, __dir__ = lazy_names(__name__, _LAZY)
+__all__ = ["CheckStage", "DataProgress", "GpuSample", "Listener", "LogBlock", "LogLine",
+           "NodeChanged", "NodeState", "Notice", "RootCause", "RunFinished", "RunStarted",
+           "RunState", "RunStopping", "Stragglers", "SyncHostDone", "SyncPlanned",
+           "SyncProgress", "SyncScanned", "who"]

@@ -1,19 +1,13 @@
 """Runs: the plan of a job, its start on every host, following it to its end, and the
-records of runs on the controller.
+records of runs on the controller."""
+from .control import query, stop
+from .env import check_user_env, mask_argv, parse_assignment, parse_env_file
+from .follow import RunOptions, start_and_follow
+from .outcome import decode_exit, describe
+from .plan import build_plan
+from .records import NodeRecord, RunRecord, host_to_dict, list_runs, load_run, new_run_id
 
-The names other packages use; each is imported from its module on first use (see
-``multihost/lazy.py``), so importing the package loads none of it."""
-from __future__ import annotations
-
-from ..lazy import lazy_names
-
-_LAZY = {
-    "build_plan": "plan", "RunOptions": "follow", "start_and_follow": "follow",
-    "query": "control", "stop": "control", "decode_exit": "outcome", "describe": "outcome",
-    "check_user_env": "env", "mask_argv": "env", "parse_assignment": "env",
-    "parse_env_file": "env", "NodeRecord": "records", "RunRecord": "records",
-    "host_to_dict": "records", "list_runs": "records", "load_run": "records",
-    "new_run_id": "records",
-}
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = lazy_names(__name__, _LAZY)
+__all__ = ["NodeRecord", "RunOptions", "RunRecord", "build_plan", "check_user_env",
+           "decode_exit", "describe", "host_to_dict", "list_runs", "load_run", "mask_argv",
+           "new_run_id", "parse_assignment", "parse_env_file", "query", "start_and_follow",
+           "stop"]

@@ -1,18 +1,11 @@
 """Code sync: the code directory made identical in every host's workdir
-(``sync_code``), and the streams that move files to hosts (used by ``data`` too).
+(``sync_code``), and the streams that move files to hosts (used by ``data`` too)."""
+from .ignore import MIRROR_MARKER
+from .manifest import build_manifest, code_revision, human_bytes
+from .model import HostNeeds, HostSync, SyncReport
+from .pipeline import sync_code
+from .transfer import call_streaming, hop_spec, pipe_errors_raise, stream_to
 
-The names other packages use; each is imported from its module on first use (see
-``multihost/lazy.py``), so importing the package loads none of it."""
-from __future__ import annotations
-
-from ..lazy import lazy_names
-
-_LAZY = {
-    "sync_code": "pipeline", "SyncReport": "model", "HostSync": "model", "HostNeeds": "model",
-    "build_manifest": "manifest", "code_revision": "manifest", "human_bytes": "manifest",
-    "call_streaming": "transfer", "hop_spec": "transfer",
-    "pipe_errors_raise": "transfer", "stream_to": "transfer",
-    "MIRROR_MARKER": "ignore",
-}
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = lazy_names(__name__, _LAZY)
+__all__ = ["HostNeeds", "HostSync", "MIRROR_MARKER", "SyncReport", "build_manifest",
+           "call_streaming", "code_revision", "hop_spec", "human_bytes", "pipe_errors_raise",
+           "stream_to", "sync_code"]

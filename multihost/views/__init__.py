@@ -4,6 +4,9 @@ from __future__ import annotations
 import sys
 from typing import IO, Optional
 
+from .dashboard import Dashboard
+from .jsonl import JsonView
+from .plain import PlainView
 from .terminal import can_redraw, no_color, wants_plain  # noqa: F401 (the package's face)
 
 
@@ -14,13 +17,7 @@ def make_view(mode: str = "auto", out: Optional[IO[str]] = None, err: Optional[I
     out = out or sys.stdout
     err = err or sys.stderr
     if mode == "json":
-        from .jsonl import JsonView
-
         return JsonView(out)
     if mode == "dashboard" or (mode == "auto" and can_redraw(out)):
-        from .dashboard import Dashboard
-
         return Dashboard(out, **dashboard_options)
-    from .plain import PlainView
-
     return PlainView(out, err, colour=mode == "auto" and not wants_plain(out))

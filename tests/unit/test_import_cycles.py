@@ -4,8 +4,7 @@ The imports are read with ``ast`` (nothing is imported or run), so the graph hol
 import statement wherever it is: at the top of a module, and inside a function too. A
 lazy import inside a function still ties the two modules together (move one and the
 other breaks), and a cycle through one only waits for the first call to fail half
-initialised; so it counts, and so do the names a package face loads on first use
-(``_LAZY`` in its ``__init__``). Two things are not edges: imports under ``if TYPE_CHECKING:``
+initialised; so it counts. Two things are not edges: imports under ``if TYPE_CHECKING:``
 (never executed), and the package a module lives in (Python runs a package's
 ``__init__`` before any of its modules by itself; that order cannot loop).
 """
@@ -77,17 +76,7 @@ def imports_of(name: str, path: Path, modules: Dict[str, Path]) -> Set[str]:
                 target = target.rpartition(".")[0]
             if target and target != name:
                 found.add(target)
-    if is_package:  # a lazy face (multihost/lazy.py): its names' modules, imported on use
-        found |= {f"{name}.{module}" for module in lazy_table(tree)} & set(modules)
     return found
-
-
-def lazy_table(tree: ast.Module) -> Set[str]:
-    """The modules named in a package face's ``_LAZY = {"name": "module", ...}``."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_LAZY" for t in node.targets):
-            return {value.value for value in node.value.values}  # type: ignore[attr-defined]
-    return set()
 
 
 def import_graph() -> Dict[str, Set[str]]:
@@ -155,7 +144,7 @@ def test_the_graph_sees_the_modules_and_their_imports():
     assert "multihost.sync.manifest" in graph["multihost.sync.pipeline"]  # from .manifest
     assert "multihost.helper" in graph["multihost.sync.session"]          # from .. import helper
     assert "multihost.sync.session" in graph["multihost.sync.pipeline"]   # inside a function
-    assert "multihost.sync.pipeline" in graph["multihost.sync"]           # the lazy face
+    assert "multihost.sync.pipeline" in graph["multihost.sync"]           # the package's face
 
 
 def test_the_cycle_finder_finds_a_cycle_and_names_it():

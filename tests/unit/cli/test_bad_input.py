@@ -37,7 +37,6 @@ class Sandbox:
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith(("MULTIHOST_", "FLAGS_"))}
         self.env["HOME"] = str(self.home)
-        self.env["MULTIHOST_WARM"] = "0"   # no warm controller outliving the test
         self.env["PYTHONPATH"] = os.pathsep.join(
             p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
 

@@ -40,8 +40,6 @@ class Terminal:
         (tmp_path / "home").mkdir(exist_ok=True)
         self.env = {"HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO),
                     "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TERM": "xterm-256color",
-                    # cold, as the whole suite (tests/conftest.py): nothing outlives the test
-                    "MULTIHOST_WARM": "0", "MH_TEST_SESSION": os.environ["MH_TEST_SESSION"],
                     **(env or {})}
         self.tmp = tmp_path
         self.start(command)
