@@ -18,7 +18,8 @@ from typing import List, Optional
 import argcomplete
 
 from . import __version__
-from .commands.complete import complete_hostfile_hosts, complete_run_hosts, complete_run_ids
+from .commands.complete import (complete_hostfile_hosts, complete_launchers, complete_run_hosts,
+                                complete_run_ids)
 from .errors import EXIT_INTERRUPTED, MultihostError
 
 PIPE_COMMANDS = ("logs", "exec", "status")
@@ -26,7 +27,7 @@ EXIT_CLOSED_PIPE = 128 + 13  # what a shell reports for a reader gone (`yes | he
 
 # The order is the order of `multihost --help`.
 COMMANDS = ["check", "sync", "run", "fleetrun", "rerun", "scale", "logs", "status", "stop",
-            "stacks", "exec", "ssh", "lab", "completion"]
+            "stacks", "fetch", "exec", "ssh", "lab", "completion"]
 
 DESCRIPTION = """\
 Run one distributed training job across several machines from one controller, over SSH.
@@ -130,6 +131,8 @@ def complete(parser: argparse.ArgumentParser) -> None:
                     option.completer = complete_run_hosts
                 elif option.dest == "ips":
                     option.completer = complete_hostfile_hosts
+                elif option.dest == "launcher":
+                    option.completer = complete_launchers
     argcomplete.autocomplete(parser)
 
 

@@ -57,3 +57,16 @@ def complete_hostfile_hosts(prefix: str = "", parsed_args=None, **_) -> List[str
     head = done + "," if done else ""
     given = set(done.split(",")) if done else set()
     return [head + n for n in names if n.startswith(last) and n not in given]
+
+
+def complete_launchers(prefix: str = "", parsed_args=None, **_) -> List[str]:
+    """``--launcher <Tab>``: the built-in launchers' names, then template files."""
+    import glob
+    import os
+
+    from ..run.launchers import BUILTIN
+
+    names = [name for name in BUILTIN if name.startswith(prefix)]
+    files = [path + ("/" if os.path.isdir(path) else "")
+             for path in sorted(glob.glob(os.path.expanduser(prefix) + "*"))]
+    return names + files

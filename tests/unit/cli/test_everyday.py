@@ -66,6 +66,12 @@ def test_tab_completes_commands_run_ids_ranks_and_hostfile_hosts(tmp_path, monke
         ["198.18.0.21,198.18.0.22"]
 
 
+def test_tab_after_launcher_offers_the_built_in_launchers_then_files(tmp_path):
+    (tmp_path / "pd.tmpl").write_text("")
+    assert complete("multihost run --launcher pa", tmp_path) == ["paddle", "paddle_ps"]
+    assert complete(f"multihost run --launcher {tmp_path}/p", tmp_path) == [f"{tmp_path}/pd.tmpl"]
+
+
 def test_completion_prints_the_shell_code():
     out = subprocess.run([sys.executable, "-m", "multihost", "completion", "bash"],
                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
