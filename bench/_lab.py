@@ -83,8 +83,8 @@ def main_with_lab(doc: str, inside: Callable[[int], None], hosts: int, runs: int
 @dataclass(frozen=True)
 class Measure:
     """One command, as the controller paid for it: wall seconds, CPU seconds (user +
-    system, its own and every process it waited for, and what a warm controller spent
-    running it), and its largest process's peak resident memory."""
+    system, its own and every process it waited for), and its largest process's peak
+    resident memory."""
     wall: float
     cpu: float
     peak_mib: float
@@ -99,7 +99,6 @@ def measured(argv: Sequence[str], ok: Sequence[int] = (0,), **kw) -> Measure:
     the descendants it reaped)."""
     import tempfile
 
-    before = _warm_logs(kw.get("env"))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         proc = subprocess.Popen(list(argv), stdout=out, stderr=err, stdin=subprocess.DEVNULL, **kw)
@@ -113,60 +112,7 @@ def measured(argv: Sequence[str], ok: Sequence[int] = (0,), **kw) -> Measure:
         raise SystemExit(f"bench: {' '.join(argv)[:120]} failed ({proc.returncode}): "
                          f"{err.decode(errors='replace')[-300:]}")
     cpu, peak = usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
-    for served in _warm_served(before, kw.get("env")):
-        cpu += served["cpu"] + served["server_cpu"]
-        peak = max(peak, served["peak_mib"])
     return Measure(elapsed, cpu, peak, out.decode(errors="replace"))
-
-
-def _warm_logs(env: Optional[dict]) -> dict:
-    """The warm controllers' logs (multihost/warm/server.py) and their sizes now."""
-    home = (env or os.environ).get("HOME", os.path.expanduser("~"))
-    sizes = {}
-    for directory in (Path(home) / ".cache/multihost/warm", Path(f"/tmp/multihost-warm-{os.getuid()}")):
-        for log in directory.glob("*.log") if directory.is_dir() else ():
-            sizes[log] = log.stat().st_size
-    return sizes
-
-
-def _warm_served(before: dict, env: Optional[dict]) -> List[dict]:
-    """The commands a warm controller ran since ``before``. A command's line is logged
-    once its process has ended, which may be after its client returned (a sync saves
-    its snapshot after answering: multihost/afterwards.py), so the servers' commands
-    are waited for first: their CPU is counted, and does not overlap the next one."""
-    import json
-
-    _warm_commands_done(env)
-    lines = []
-    for log, size in _warm_logs(env).items():
-        with open(log, "rb") as handle:
-            handle.seek(before.get(log, 0) if size >= before.get(log, 0) else 0)
-            lines += [json.loads(line) for line in handle.read().splitlines() if line.strip()]
-    return lines
-
-
-def _warm_commands_done(env: Optional[dict], wait: float = 10.0) -> None:
-    """Wait (at most ``wait`` seconds) until no warm controller has a command running."""
-    home = (env or os.environ).get("HOME", os.path.expanduser("~"))
-    servers = []
-    for directory in (Path(home) / ".cache/multihost/warm", Path(f"/tmp/multihost-warm-{os.getuid()}")):
-        for pid_file in directory.glob("*.pid") if directory.is_dir() else ():
-            try:
-                servers.append(int(pid_file.read_text()))
-            except (OSError, ValueError):
-                pass
-    deadline = time.monotonic() + wait
-    for pid in servers:
-        while time.monotonic() < deadline:
-            try:
-                with open(f"/proc/{pid}/task/{pid}/children") as children:
-                    if not children.read().split():
-                        break
-            except OSError:
-                break
-            time.sleep(0.002)
-    if servers:
-        time.sleep(0.01)  # a child just reaped: its line follows within microseconds
 
 
 def hostfile(directory: Path, n: int, workdir: Optional[str] = None) -> Path:

@@ -16,9 +16,7 @@ Goals (issue 4): first <= 1.0x rsync, nochange <= 0.5x, onefile <= 1.0x.
 The fair fight (issue 12): the small cases again, against rsync given the reuse multihost
 has (an OpenSSH ControlMaster per host, warmed before the runs, `rsync -e 'ssh -o
 ControlMaster=auto -o ControlPath=... -o ControlPersist=600'`), multihost as a user gets
-it running `multihost sync` again (the masters and the warm controller its last sync
-left: multihost/warm/). Goal: <= 1.0x. For reference, the same without the warm
-controller (MULTIHOST_WARM=0: the interpreter and every import paid again).
+it running `multihost sync` again (the masters its last sync left). Goal: <= 1.0x.
 For reference (no goal): multihost with connection reuse off (MULTIHOST_CONTROL_PERSIST=0:
 paramiko and a full handshake per host).
 
@@ -184,7 +182,7 @@ def inside(runs: int, addresses, script: str) -> dict:
     return times
 
 
-FAIR = ("multihost", "multihost, cold", "multihost, editable", "rsync, reused ssh")
+FAIR = ("multihost", "multihost, editable", "rsync, reused ssh")
 
 
 def inside_fair(runs: int, addresses, script: str) -> dict:
@@ -204,18 +202,11 @@ def inside_fair(runs: int, addresses, script: str) -> dict:
         commands = {
             "multihost": (multihost_sync(addresses, trees["multihost"], "/root/fair-mh", script),
                           {}),
-            "multihost, cold": (multihost_sync(addresses, trees["multihost, cold"],
-                                               "/root/fair-mhc", script), {"MULTIHOST_WARM": "0"}),
             "multihost, editable": (multihost_sync(addresses, trees["multihost, editable"],
                                                    "/root/fair-mhe"), EDITABLE),
             "rsync, reused ssh": (rsync_all(addresses, trees["rsync, reused ssh"],
                                             "/root/fair-rs", ssh), {})}
         for argv, env in commands.values():   # the first sync, and the masters it leaves
-            run_timed(argv, env)
-        # The warm controllers those syncs left (multihost/warm/) are up a moment after
-        # them; one more sync each finds them, as rsync's masters were warmed.
-        time.sleep(2)
-        for argv, env in commands.values():
             run_timed(argv, env)
         for run in range(runs):
             order = FAIR[run % len(FAIR):] + FAIR[:run % len(FAIR)]
@@ -236,9 +227,8 @@ def report_fair(times: dict, hosts: int) -> int:
     print(f"sync to {hosts} hosts, {SMALL_FILES} files of 1-16 KB; both reuse connections; "
           f"load average {os.getloadavg()[0]:.1f}")
     missed = 0
-    for tool, what in (("multihost", "regular install (a wheel), its warm controller up"),
-                       ("multihost, cold", "regular install, MULTIHOST_WARM=0 (for reference)"),
-                       ("multihost, editable", "the working tree, editable install, warm")):
+    for tool, what in (("multihost", "regular install (a wheel)"),
+                       ("multihost, editable", "the working tree, editable install")):
         print(f"{tool}: {what}\n{'':<11}{tool:>25}{'rsync, ControlMaster':>25}\n{header}")
         for name in ("nochange", "onefile"):
             met = line(name, times[name][tool], times[name]["rsync, reused ssh"], FAIR_GOAL)

@@ -84,8 +84,8 @@ def kind(pid: int, names: Dict[int, Tuple[str, str, int]], command: int) -> str:
         return "not seen"
     comm, cmd, _ = info
     op = OP.search(cmd)
-    if pid == command or (comm == "python" and "multihost.warm.server" in cmd):
-        return "controller (multihost, its warm controller)"
+    if pid == command:
+        return "controller (multihost)"
     if op:
         if comm == "ssh":
             return f"ssh client carrying {op.group(1)}"
@@ -165,7 +165,7 @@ def inside(n: int, runs: int, lab: str) -> None:
                      str(tree), "--plain"]
         rsync = " ".join(f"rsync -a {tree}/ {h}:/root/rsync-tree/ &" for h in hosts)
         measured(parallel_ssh(hosts, "rm -rf /root/synced /root/rsync-tree"))
-        measured(sync)  # warm-up: the helper installed, the warm controller up
+        measured(sync)  # warm-up: the helper installed
         for run in range(runs):
             measured(parallel_ssh(hosts, "rm -rf /root/synced /root/rsync-tree"))
             mine = profile(f"multihost first sync, {n} hosts", sync, work, namespaces)
