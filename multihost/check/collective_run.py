@@ -27,7 +27,7 @@ LINK_SECONDS = 0.4        # each direction of each pair
 LINK_WINDOW = 10.0        # how long a host waits for its peer in one step
 SIZE_CAP_S = 2.0          # stop growing a size series once one size takes longer
 JOB_TIMEOUT = 120.0       # the collective job, torch's import included
-SCRIPT = Path(__file__).resolve().parent.parent / "templates" / "collective_bench.py"
+SCRIPT = Path(__file__).resolve().parent / "collective_bench.py"
 
 
 def run_collective(cluster: HostGroup, job: JobOptions, checked: CheckReport,

@@ -2,6 +2,8 @@
 an argv (never a shell line) for each built-in launcher."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from multihost.run import launchers as launch
@@ -11,6 +13,7 @@ from multihost.job import JobOptions
 from multihost.run.plan import Prepared, build_plan, launch_request, template_values
 
 RUN_DIR = "/home/u/.multihost/runs/20250101-120000-ab12"
+TEMPLATES = Path(__file__).resolve().parents[3] / "templates"   # what users copy from
 
 
 def plan_for(template, command=("train.py", "-c", "cfg.yml"), hosts=3, job=None, **kw):
@@ -130,6 +133,26 @@ def test_every_builtin_template_loads_and_uses_only_known_variables():
     for name in launch.BUILTIN:
         template = launch.load_template(name)
         assert set(template.variables()) <= set(launch.VARIABLES) | set(launch.LIST_VARIABLES)
+
+
+def test_a_builtin_copied_from_the_templates_folder_is_the_same_launcher():
+    for name in launch.BUILTIN:
+        copied = launch.load_template(str(TEMPLATES / f"{name}.tmpl"))
+        builtin = launch.load_template(name)
+        assert (copied.spawn, copied.words, copied.env) == (builtin.spawn, builtin.words, builtin.env)
+
+
+def test_the_user_example_renders_one_accelerate_launch_per_host():
+    plan = plan_for(launch.load_template(str(TEMPLATES / "accelerate.tmpl")),
+                    job=JobOptions(nproc_per_node=4))
+    request = launch_request(plan, plan.nodes[2], prepared())
+    assert request["argv"] == [
+        "/opt/py/bin/python", "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
+        "--num_machines=3", "--machine_rank=2", "--num_processes=12",
+        "--main_process_ip=10.0.0.1", "--main_process_port=17000", "--no_python",
+        "/opt/py/bin/python", "-S", f"{RUN_DIR}/rankwrap.py", RUN_DIR,
+        "/opt/py/bin/python", "train.py", "-c", "cfg.yml"]
+    assert request["env"]["ACCELERATE_LOG_LEVEL"] == "info"
 
 
 def test_template_values_cover_every_documented_variable():
