@@ -196,18 +196,6 @@ def plan(request):
     return make_plan(request, sys.stdin.buffer.read())
 
 
-def _relay_dir_ready():
-    """Files will come, maybe by a relay: its directory made now, while the controller
-    reads every host's plan, so that a hop's shell join finds it there (it joins with
-    Python where it does not) even when it comes before this host's node has started.
-    Imported here: a sync that sends nothing pays nothing for it."""
-    from .sync_rendezvous import RelayError, relay_dir
-    try:
-        relay_dir()
-    except RelayError:
-        pass  # the node reports it, if there is to be one
-
-
 def session(request):
     """The whole sync of one host in one process: a first line says whether the workdir
     exists; stdin carries the manifest (4-byte length, then zlib JSON), or for a workdir
@@ -236,8 +224,6 @@ def session(request):
         return 1
     keys = plan.pop("keys", None)  # for the end: the controller records them
     reply({"ok": True, "result": plan})
-    if plan.get("add") or plan.get("change"):
-        _relay_dir_ready()
     try:
         kind, what = read_next(stdin)
     except StreamError as exc:

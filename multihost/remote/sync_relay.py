@@ -5,10 +5,9 @@ A relay is a chain: every host sends one copy on its own link, so each link runs
 rate. Its hops are set up all at once, not one after the other: the controller starts a
 node on every host of the chain over its own open connection, and each node listens on
 a unix socket (its *rendezvous*, named by a token the controller made, in a private
-directory) while it starts ``ssh NEXT`` running a join, which gets the next node its
-stdin (the pipe from that host's sshd: the login shell writes its pid into the node's
-FIFO and the node opens /proc/PID/fd/0, sync_shelljoin.py; else Python's ``sync.join``
-passes it over the socket): the node reads the stream straight from sshd, and the join
+directory) while it starts ``ssh NEXT`` running a join (``sync.join``,
+sync_rendezvous.py), which passes the next node its stdin, the pipe from that host's
+sshd, over the socket: the node reads the stream straight from sshd, and the join
 only waits for the node to say it has read it all. No byte is copied by a process in
 between. Setting up a chain of any length costs about one handshake. Each node answers
 the controller itself, over its own channel.
@@ -30,7 +29,6 @@ import time
 
 from .sync_pipe import grow_pipe
 from .sync_rendezvous import DONE, READY, RelayError, receive_stdin, rendezvous_path
-from .sync_shelljoin import JoinFifo
 from .sync_wire import StreamError
 
 FLUSH_AT = 256 * 1024
@@ -42,8 +40,8 @@ MAX_NOISE = 1 << 20      # what a host's shell may print before the join's answe
 
 
 class Rendezvous(object):
-    """Where this node's upstream connects: a shell join writes its pid into the node's
-    FIFO (sync_shelljoin.py), a Python join connects to its socket. Several may connect
+    """Where this node's upstream connects: its join connects to the socket and hands
+    over its stdin. Several may connect
     (a host the chain went around may still have started its own hop here): the first
     that sends a byte is the upstream; one that ends without sending any is dropped. It
     listens until the node ends (``close``): a late hop connects and is dropped then,
@@ -58,13 +56,6 @@ class Rendezvous(object):
         except OSError as exc:
             self.sock.close()
             raise RelayError("cannot listen on %s: %s" % (self.path, exc.strerror or exc))
-        # Made after the socket: the socket is what makes a token's node one per host.
-        try:
-            self.fifo = JoinFifo(os.path.dirname(self.path), token)
-        except RelayError:
-            self.fifo = None
-            self.close()
-            raise
 
     def close(self):
         self.sock.close()
@@ -72,9 +63,6 @@ class Rendezvous(object):
             os.unlink(self.path)
         except OSError:
             pass
-        if self.fifo is not None:
-            self.fifo.close()
-            self.fifo = None
 
     def upstream(self, control, wait=UPSTREAM_WAIT):
         """The upstream's stream; ``control`` (the controller's stdin) ending means no
@@ -88,7 +76,7 @@ class Rendezvous(object):
                 left = 0 if closing else deadline - time.monotonic()
                 if left < 0:
                     raise RelayError("no upstream host connected within %d s" % wait)
-                watch = [self.sock, self.fifo] + conns + list(handed) + (
+                watch = [self.sock] + conns + list(handed) + (
                     [] if closing else [control])
                 ready = select.select(watch, [], [], left)[0]
                 for fd in [f for f in handed if f in ready]:
@@ -105,9 +93,6 @@ class Rendezvous(object):
                         conn.close()
                     else:
                         handed[fd] = conn
-                if self.fifo in ready:
-                    handed.update(self.fifo.joins())  # a shell join's stdin, its answer
-                    continue
                 if self.sock in ready:
                     conns.append(self.sock.accept()[0])
                     continue  # look at what it hands over before anything else

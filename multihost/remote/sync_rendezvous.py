@@ -1,8 +1,6 @@
 """A relay node's rendezvous, as Python's join on its host sees it (``sync.join``).
 
-A hop of the chain joins its node from the login shell, with no Python start
-(sync_shelljoin.py); where that cannot work (another shell, no /proc, a stdin that is
-not a pipe) the shell runs this join instead. It connects to the node the
+A hop of the chain runs this join on the next host. It connects to the node the
 controller started on its host (a unix socket named by the sync's token, in the user's
 own 0700 directory) and hands it its standard input, the pipe from sshd, as a file
 descriptor (SCM_RIGHTS). The node reads the stream from that pipe itself; the join
@@ -44,9 +42,7 @@ def rendezvous_path(token):
 
 
 def relay_dir():
-    """The user's own 0700 directory of relay rendezvous, made if missing. A sync's
-    session makes it as soon as its plan is sent: a hop's shell join looks for it before
-    the node of its host has started, and joins with Python where it is not there yet."""
+    """The user's own 0700 directory of relay rendezvous, made if missing."""
     directory = os.path.expanduser(RELAY_DIR)
     try:
         os.makedirs(directory, 0o700, exist_ok=True)

@@ -22,10 +22,9 @@ import os
 import shlex
 import stat
 import threading
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
-if TYPE_CHECKING:  # a host's check starts before the manifest's modules are loaded
-    from .manifest import Manifest
+from .manifest import Manifest
 
 STATE_DIR = "~/.cache/multihost/sync-state"
 VERSION = 4
@@ -61,7 +60,7 @@ def load_record(host_label: str, workdir: str, code_root: str) -> Optional[dict]
     record = _read(record_path(host_label, workdir, code_root))
     if record is None or record.get("v") != VERSION or not record.get("root") \
             or not isinstance(record.get("digest"), str) \
-            or not isinstance(record.get("keys", record.get("answer")), bytes):
+            or not isinstance(record.get("keys"), bytes):
         return None
     tree = _tree(tree_path(code_root, record["digest"]), record["digest"])
     if tree is None:
@@ -122,34 +121,14 @@ def record_names(record: dict) -> List[str]:
         "utf-8", "surrogateescape").split("\0") if tree["names"] else [])
 
 
-def names_digest(record: dict) -> str:
-    """The hash of the recorded names as sent (NUL-separated): what a host's kept copy of
-    them must hash to (sync_quick's ``probe_script``). Worked out once per tree."""
-    return _unpacked(record["tree"], "names_digest",
-                     lambda tree: hashlib.sha256(tree["names"]).hexdigest())
-
-
-def record_kinds(record: dict) -> Dict[str, str]:
-    """{path: kind} of the recorded entries."""
-    return _unpacked(record["tree"], "kinds",
-                     lambda tree: {wire[0]: wire[1] for wire in record_wires(record)})
-
-
 def record_keys(record: dict) -> List[list]:
     """The host's stat key of each recorded entry, in the names' order ([] when the
-    record is damaged: then no key matches and the host is compared by content). A
-    record saved as the host's `stat` answer (``save_answer``) is parsed here, only
-    when a path other than the quick write's needs its keys."""
+    record is damaged: then no key matches and the host is compared by content)."""
     if "unpacked" not in record:
-        if "keys" in record:
-            try:
-                keys = marshal.loads(record["keys"])
-            except (EOFError, ValueError, TypeError):
-                keys = None
-        else:
-            names = record_names(record)
-            found = parse_stat_output(record["answer"], names)
-            keys = None if found is None else [found[name] for name in names]
+        try:
+            keys = marshal.loads(record["keys"])
+        except (EOFError, ValueError, TypeError):
+            keys = None
         ok = isinstance(keys, list) and len(keys) == len(record_wires(record))
         record["unpacked"] = keys if ok else []
     return record["unpacked"]
@@ -183,26 +162,7 @@ def save_record(host_label: str, workdir: str, code_root: str, remote_root: str,
         "keys": marshal.dumps(host_keys)})
 
 
-def save_answer(host_label: str, workdir: str, code_root: str, remote_root: str,
-                manifest: Manifest, answer: bytes, names: Optional[bytes] = None,
-                held: str = "") -> bool:
-    """Record the host's state as its `stat` answer for the manifest's paths, in the
-    manifest's order (what a quick write got back: the record's answer with the
-    written paths' put in): nothing to unpack, merge or pack, where ``save_record``
-    costs 2-3 ms a host for 2,000 entries. Its keys are parsed only if ever needed.
-    ``names``: the manifest's paths as a tree holds them, when known (the record's,
-    for a plan that kept every path). ``held``: the hash of those names when the host
-    keeps a copy of them (sync_quick's ``probe_script``): its next check is sent none."""
-    if not _save_tree(code_root, manifest, names):
-        return False
-    record = {"v": VERSION, "root": remote_root, "digest": manifest.digest,
-              "stat": hashlib.sha256(answer).hexdigest(), "answer": answer}
-    if held and names is not None:
-        record["held"] = held
-    return _write(record_path(host_label, workdir, code_root), record)
-
-
-def _save_tree(code_root: str, manifest: Manifest, names: Optional[bytes] = None) -> bool:
+def _save_tree(code_root: str, manifest: Manifest) -> bool:
     """The manifest's tree, written if no host wrote it yet (else marked as used), and
     the trees of this code directory beyond the newest ``TREES_KEPT`` removed (a record
     whose tree is gone only costs its host a comparison by content)."""
@@ -215,8 +175,8 @@ def _save_tree(code_root: str, manifest: Manifest, names: Optional[bytes] = None
             pass
         written = _write(path, {
             "v": VERSION, "digest": manifest.digest,
-            "names": names if names is not None else b"\0".join(
-                e.path.encode("utf-8", "surrogateescape") for e in manifest.entries),
+            "names": b"\0".join(e.path.encode("utf-8", "surrogateescape")
+                                 for e in manifest.entries),
             "packed": marshal.dumps(manifest.wires())})
     if written:
         _prune_trees(path)
@@ -336,12 +296,10 @@ def host_unchanged(transport, record: dict, timeout: float = 60) -> bool:
 
 
 def remember_check(host_label: str, workdir: str, code_root: str, record: dict) -> None:
-    """Keep the hash a check just learned, so the next one parses nothing (and that the
-    host keeps the names, so the next one sends none)."""
+    """Keep the hash a check just learned, so the next one parses nothing."""
     if record.pop("fresh", False):
         _write(record_path(host_label, workdir, code_root),
-               {k: record[k] for k in ("v", "root", "digest", "stat", "keys", "answer", "held")
-                if k in record})
+               {k: record[k] for k in ("v", "root", "digest", "stat", "keys") if k in record})
 
 
 def host_digest(transport, root: str, manifest: Manifest, keys: Dict[str, list]) -> Optional[str]:
@@ -383,7 +341,7 @@ def plan_from_record(record: dict, manifest: Manifest) -> dict:
         for index in edits[0]:
             _sort_entry(plan, index, before[index], manifest.entries[index])
         moved = {i for kind in ("retype", "meta", "change") for i in plan[kind]}
-        plan.update(same_names=True, gone=[], root=record["root"],
+        plan.update(gone=[], root=record["root"],
                     kept=[i for i in range(len(before)) if i not in moved])
         return plan
     old = {wire[0]: (position, wire) for position, wire in enumerate(record_wires(record))}
@@ -393,9 +351,6 @@ def plan_from_record(record: dict, manifest: Manifest) -> dict:
         if not _sort_entry(plan, index, prev, entry):
             kept.append(position)
     names = {_tracked(e.path, e.kind) for e in manifest.entries}
-    # The same paths in the same order: a host's answer for the record's names is one
-    # for the manifest's (see ``save_answer``).
-    plan["same_names"] = record_names(record) == [e.path for e in manifest.entries]
     plan["gone"] = sorted(_tracked(p[0], p[1]) for _, p in old.values()
                           if _tracked(p[0], p[1]) not in names)
     plan["root"], plan["kept"] = record["root"], kept

@@ -2,15 +2,15 @@
 
     report = sync_code(cluster, ".", workdirs={h.rank: workdir_for(h) for h in hosts})
 
-1. The controller builds its manifest (sync_manifest) while it connects to every host.
+1. The controller builds its manifest (manifest.py) while it connects to every host.
 2. A host left exactly as its last sync left it is recognised with one `stat` command
-   (sync_fastpath), through the OpenSSH connection an earlier command left when there is
-   one: then it is done, or, for a small change, gets the change at once (written by
-   its shell when it is new content for a few files, sync_quick; else by the helper).
+   (fastpath.py), through the OpenSSH master an earlier command left when there is
+   one: then it is done, or, for a small change, gets the change at once by the
+   helper's stream.
 3. Any other host compares the manifest with its tree by content: one helper process
-   per host (sync_session) answers the plan from its hash cache and stays to receive.
+   per host (session.py) answers the plan from its hash cache and stays to receive.
 4. What differs travels: one stream per host, plus relays host to host for heavy files
-   several hosts need (sync_deliver, sync_transfer, sync_bulk). Files removed here that
+   several hosts need (deliver.py, transfer.py, bulk.py). Files removed here that
    a sync had put there are removed on the host; nothing else there is touched.
 
 All hosts are worked on in parallel and every host is attempted. A host that failed is
@@ -20,52 +20,32 @@ The engine only emits events (SyncPlanned, SyncProgress, SyncHostDone): views re
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from .. import afterwards
 from ..errors import MultihostError
+from ..events import Listener, SyncHostDone, SyncPlanned, SyncScanned
 from ..fanout import HostGroup, fan_out
+from ..transport import Transport
 from ..transport.base import pipe_errors_raise
+from .deliver import deliver, direct_fill
 from .fastpath import (forget_record, host_digest, host_unchanged, load_record,
-                       matches_manifest, plan_from_record, remember_check, save_answer,
-                       save_record, unchanged_keys)
-from .probe import Probe
-from .quick import HostMoved, quick_files, quick_send, read_files
+                       matches_manifest, plan_from_record, remember_check, save_record,
+                       unchanged_keys)
+from .manifest import Manifest, build_manifest, code_revision, size_warnings
+from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result,
+                    needs_from_plan, sync_error)
+from .session import HostSession
+from .transfer import RELAY_MIN_BYTES, stream_to
 
-if TYPE_CHECKING:
-    from ..events import Listener
-    from .manifest import Manifest
-    from .model import HostNeeds, HostSync, SyncReport
-    from .session import HostSession
-    from ..transport import Transport
+__all__ = ["sync_code"]
 
-# A sync that finds nothing (or little) to do is mostly Python's own start-up, and its
-# hosts' checks wait for none of it: this module loads only what starts them (the
-# records, the probes), so they run while the manifest's, the model's and the events'
-# modules are imported (each where it is first used); what such a sync never needs
-# (sync_session, sync_deliver) is never imported.
-_ELSEWHERE = {"code_revision": ".manifest", "SyncReport": ".model", "HostSync": ".model",
-              "HostNeeds": ".model", "needs_from_plan": ".model", "SyncPlanned": "..events",
-              "SyncProgress": "..events", "SyncHostDone": "..events", "SyncScanned": "..events"}
-__all__ = ["sync_code", *_ELSEWHERE]
-
-
-def __getattr__(name: str) -> object:
-    """The names this module has always offered, from their modules on first use."""
-    where = _ELSEWHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(where, __package__), name)
-
-
-# Seconds for a `stat` through a reused connection (100k files: ~1 s), and for a check
-# with a small change (1 MB at most) written.
-THROUGH_MASTER = (5.0, 15.0)
+# Seconds for a `stat` through a reused connection (100k files: ~1 s): a master that
+# does not answer by then is left for the paramiko path, not waited for.
+THROUGH_MASTER = 5.0
 
 
 def _same_tree(transport, code_root: str, remote_root: str) -> bool:
@@ -75,7 +55,7 @@ def _same_tree(transport, code_root: str, remote_root: str) -> bool:
 
 @dataclass(frozen=True)
 class _Known:
-    """A host found exactly as the last sync left it (sync_fastpath)."""
+    """A host found exactly as the last sync left it (fastpath.py)."""
 
     record: dict
     needs: Optional[HostNeeds] = None     # None: nothing to do
@@ -118,7 +98,6 @@ class _CodeSync:
         self.sessions: Dict[int, HostSession] = {}
         self.known: Dict[int, _Known] = {}
         self.keys: Dict[int, Dict[str, list]] = {}
-        self.digests: Dict[int, str] = {}
         # Hosts last synced from the same manifest have the same plan (but for their root):
         # worked out once, not once per host.
         self.plans: Dict[Optional[str], dict] = {}
@@ -128,7 +107,6 @@ class _CodeSync:
         # manifest's digest, 3-8 ms of a held GIL that the hosts' writes need no part of).
         # A sync that fails before then only hashes the edited files again next time.
         self.later: List = []
-        self.recorded: set = set()                  # hosts whose record is saved already
         # Hosts reached by a new connection, to be left an OpenSSH master for the next
         # command's quick checks: started once the files are delivered, not beside them
         # (at 64 hosts, 64 handshakes would take the CPU a first sync's bytes need).
@@ -139,8 +117,6 @@ class _CodeSync:
         starting: List = []
         connecting = _in_background(lambda: starting.extend(
             fan_out(self.cluster.hosts, self.begin, self.cluster.workers)))
-        from .manifest import code_revision  # the hosts' checks have started: now load
-
         revision: List[Tuple[Optional[str], bool]] = []
         git = _in_background(lambda: revision.append(code_revision(self.code_dir)))
         manifest = self.scan(connecting, starting)
@@ -158,109 +134,40 @@ class _CodeSync:
         self.add_unchanged_keys(manifest)
         if not self.dry_run:
             _record(self.cluster, manifest, self.workdirs, self.code_root, self.results,
-                    self.keys, self.digests, self.used, self.recorded)
+                    self.keys, self.used)
         self.later.append(self.leave_connections)
-        for step in self.later:  # nothing here waits on these; nor need the user
-            afterwards.defer(step)
+        for step in self.later:
+            step()
         git.join()
         return self.report(manifest, revision[0] if revision else (None, False))
 
     def begin(self, host):
         """A host exactly as the last sync left it needs no helper to be compared (see
-        sync_fastpath), through the OpenSSH master an earlier command left when there is
-        one (no handshake), and a small change goes to it in the same command as that
-        check (sync_probe); any other host gets its helper started right away, to
+        fastpath.py), through the OpenSSH master an earlier command left when there is
+        one (no handshake); any other host gets its helper started right away, to
         compare by content."""
         record = None if self.verify else load_record(host.label, self.workdirs[host.rank],
                                                       self.code_root)
         quick = None if record is None else self.cluster.reused(host)
-        # Through a master, a host that does not answer within seconds is left to the
-        # paramiko path (its connect timeout, its error), not waited for.
         if quick is not None:
             try:
-                known = self.check_and_send(host, quick, record, THROUGH_MASTER)
+                if host_unchanged(quick, record, THROUGH_MASTER):
+                    self.used[host.rank] = quick
+                    return self.as_known(host, quick, record)
             except MultihostError:
-                known = None  # the master went away half-way: the full path below redoes it
-            if known is not None:
-                return known
+                pass  # the master went away half-way: the full path below redoes it
         transport = self.used[host.rank] = self.cluster.transport(host)
         self.to_leave.append(host)
-        if record is None or quick is not None:
+        # Through a master, a host not as recorded was asked already: compare by content.
+        if record is None or quick is not None or not host_unchanged(transport, record):
             return self.start_session(host, transport)
-        if transport.is_local:  # this machine: the probe is a local shell
-            known = self.check_and_send(host, transport, record)
-        else:
-            known = self.as_known(host, transport, record) if host_unchanged(transport, record) \
-                else None
-        return known if known is not None else self.start_session(host, transport)
+        return self.as_known(host, transport, record)
 
     def leave_connections(self) -> None:
         for host in self.to_leave:
             self.cluster.leave_connection(host)
 
-    def check_and_send(self, host, transport, record: dict,
-                       timeouts: Tuple[float, float] = (60, 60)) -> Optional[_Known]:
-        """The host as its record says, with what changed since sent; None when it is not
-        (or did not say so in time): then it is compared by content. One command checks
-        it while the manifest is built and, for a small change of files already there,
-        writes them (sync_probe, sync_quick)."""
-        probe = Probe.start(transport, record)
-        if probe is None:  # no hash of its answer recorded: one `stat`, parsed, first
-            if not host_unchanged(transport, record, timeouts[0]):
-                return None
-            self.used[host.rank] = transport
-            return self.as_known(host, transport, record)
-        self.ready.wait()
-        manifest = self.manifest
-        if manifest is None:  # the code could not be read: that error ends the sync
-            probe.abort()
-            return _Known(record)
-        from ..events import SyncPlanned
-
-        files = data = None
-        if not matches_manifest(record, manifest) and not self.dry_run:
-            plan, needs = self.needs_for(host, record, manifest)
-            # (quick_files takes at most quick.MAX_BYTES: never what relays would serve)
-            files = quick_files(needs, record)
-            data = None if files is None else read_files(manifest.root, files)
-        if files is None or data is None:  # a check, then as before
-            checked, _ = probe.finish(b"", timeouts[0])
-            if not checked:
-                return None
-            if record.get("held") != probe.held:   # saved with the record (remember_check)
-                record["held"], record["fresh"] = probe.held, True
-            self.used[host.rank] = transport
-            return self.as_known(host, transport, record)
-        began = time.monotonic()
-        try:
-            nodes = probe.write(host.label, needs, record, files, data, timeouts[1])
-        except HostMoved:
-            return None
-        except MultihostError:  # checked, then not written: the helper's stream does it
-            nodes = _stream_small_change(transport, host, needs, manifest)
-        else:
-            self.record_now(host, record, plan, manifest, nodes[str(host.rank)], probe.held)
-        self.used[host.rank] = transport
-        self.emit(SyncPlanned(host.label, needs))
-        return _Known(record, needs, nodes, time.monotonic() - began, plan)
-
-    def record_now(self, host, record: dict, plan: dict, manifest: Manifest, node: dict,
-                   held: str = "") -> None:
-        """A host its shell has just written is recorded at once, in its own thread. At
-        64 hosts, saving every record after the last answer (its keys unpacked, merged
-        and packed: 2-3 ms a host) was a serial tail of 0.1-0.4 s; it is saved as the
-        host's answer (sync_fastpath's ``save_answer``). Without that answer (a
-        directory not as recorded), ``_record`` does it, as before. ``held``: the hash of
-        the names the host keeps (sync_probe), when the plan kept them all."""
-        if not node.get("answer") or not plan.get("same_names"):
-            return
-        if save_answer(host.label, self.workdirs[host.rank], self.code_root, plan["root"],
-                       manifest, node["answer"], record["names"], held):
-            self.recorded.add(host.rank)
-
     def start_session(self, host, transport) -> HostSession:
-        from .session import HostSession
-
         return HostSession.start(transport, {"root": self.workdirs[host.rank],
                                              "verify": self.verify, "dry_run": self.dry_run,
                                              "rank": host.rank, "keys": not self.dry_run})
@@ -272,23 +179,18 @@ class _CodeSync:
         manifest = self.manifest
         if manifest is None or matches_manifest(record, manifest):
             return _Known(record)
-        from ..events import SyncPlanned
-        from .transfer import RELAY_MIN_BYTES
-
         plan, needs = self.needs_for(host, record, manifest)
         if self.dry_run or needs.bytes >= RELAY_MIN_BYTES:
             # Heavy: sent with the others (relays may serve).
             return _Known(record, needs, plan=plan)
         self.emit(SyncPlanned(host.label, needs))
         began = time.monotonic()
-        nodes = _send_small_change(transport, host, needs, record, manifest)
+        nodes = _stream_small_change(transport, host, needs, manifest)
         return _Known(record, needs, nodes, time.monotonic() - began, plan)
 
     def needs_for(self, host, record: dict, manifest: Manifest) -> Tuple[dict, HostNeeds]:
         """The plan and needs of a host as its record says: the same (but for rank and
         root) for every host last synced from the same manifest, so worked out once."""
-        from .model import needs_from_plan
-
         plan = self.plan_for(record, manifest)
         key = record.get("digest")
         # Worked out under the lock: at 64 hosts, the hosts that came while the first
@@ -312,9 +214,6 @@ class _CodeSync:
     def scan(self, connecting: threading.Thread, starting: List) -> Manifest:
         """The manifest of the code directory; if it cannot be built, the sessions
         started meanwhile are ended before the error goes on."""
-        from ..events import SyncScanned
-        from .manifest import build_manifest
-
         later: list = []  # the snapshot's saving: once the hosts are done
         try:
             manifest = build_manifest(self.code_dir, verify=self.verify, later=later)
@@ -334,8 +233,6 @@ class _CodeSync:
 
     def sort_out(self, result) -> None:
         """One host's start: failed, a session waiting for the manifest, or known."""
-        from .model import HostSync, failed_result, merge_result
-
         host = result.host
         if not result.ok:
             self.results[host.rank] = failed_result(host.label, host.rank, result.error)
@@ -351,14 +248,10 @@ class _CodeSync:
                 self.results[host.rank] = merge_result(host.label, item.needs, [node], None, (),
                                                        item.seconds)
                 self.keys[host.rank] = dict(node.get("keys") or {})
-                if node.get("stat"):
-                    self.digests[host.rank] = node["stat"]
 
     def add_unchanged_keys(self, manifest: Manifest) -> None:
         """What the stream left alone on a known host is as its record says."""
         for rank, item in self.known.items():
-            if rank in self.recorded:
-                continue
             if item.needs is not None and item.needs.empty and rank in self.results \
                     and not self.dry_run:
                 self.keys.setdefault(rank, {})
@@ -367,10 +260,6 @@ class _CodeSync:
                 self.keys[rank] = {**unchanged_keys(item.record, plan), **self.keys[rank]}
 
     def report(self, manifest: Manifest, revision: Tuple[Optional[str], bool]) -> SyncReport:
-        from ..events import SyncHostDone
-        from .manifest import size_warnings
-        from .model import SyncReport, sync_error
-
         commit, dirty = revision
         report = SyncReport(manifest.root, manifest.files, manifest.bytes,
                             tuple(self.results[h.rank] for h in self.cluster.hosts), commit, dirty,
@@ -389,19 +278,7 @@ def _in_background(work: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-def _send_small_change(transport, host, needs: HostNeeds, record: dict, manifest: Manifest):
-    """Written by the host's shell when it can be (sync_quick), else by the helper's stream."""
-    try:
-        nodes = quick_send(transport, needs, record, manifest.root)
-    except MultihostError:
-        nodes = None  # the helper's stream below redoes it, whatever got written
-    return nodes if nodes is not None else _stream_small_change(transport, host, needs, manifest)
-
-
 def _stream_small_change(transport, host, needs: HostNeeds, manifest: Manifest) -> dict:
-    from .deliver import direct_fill
-    from .transfer import stream_to
-
     return stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
                      direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
 
@@ -415,9 +292,6 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
                       emit: Listener) -> Dict[int, Dict[str, list]]:
     """Each session's plan, then what differs (with what ``known`` hosts need); fills
     ``results``, returns the hosts' stat keys of what is in sync."""
-    from ..events import SyncPlanned
-    from .model import HostSync, dry_result, failed_result, merge_result, needs_from_plan
-
     payload = functools.lru_cache(maxsize=1)(manifest.encode)  # only for hosts that compare
     needs: Dict[int, HostNeeds] = dict(known)
     for rank, host_needs in known.items():
@@ -447,8 +321,6 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
         if closed.ok:
             keys[closed.host.rank] = closed.value.get(str(closed.host.rank), {}).get("keys") or {}
     if busy:
-        from .deliver import deliver
-
         delivered, more_keys = deliver(cluster, manifest, busy, sessions, emit)
         results.update(delivered)
         keys.update(more_keys)
@@ -457,20 +329,19 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
 
 def _record(cluster: HostGroup, manifest, workdirs: Dict[int, str], code_root: str,
             results: Dict[int, HostSync], keys: Dict[int, Dict[str, list]],
-            digests: Dict[int, str], used: Dict[int, Transport], recorded: set) -> None:
+            used: Dict[int, Transport]) -> None:
     """Remember each fully synced host's state for the next sync's fast path, with the
-    hash of its `stat` answer (asked for here when the sync did not bring it back);
-    ``recorded``: hosts whose record is saved already."""
-    synced = [h for h in cluster.hosts if h.rank in keys and h.rank not in recorded
+    hash of its `stat` answer (asked for here when the sync did not bring it back)."""
+    synced = [h for h in cluster.hosts if h.rank in keys
               and results.get(h.rank) is not None and results[h.rank].ok
               and not results[h.rank].kept]
-    asked = fan_out([h for h in synced if h.rank not in digests], lambda host: host_digest(
+    asked = fan_out(synced, lambda host: host_digest(
         used.get(host.rank) or cluster.transport(host), results[host.rank].root, manifest,
         keys[host.rank]), cluster.workers)
-    digests = {**digests, **{a.host.rank: a.value for a in asked if a.ok and a.value}}
+    digests = {a.host.rank: a.value for a in asked if a.ok and a.value}
     for host in cluster.hosts:
         if host in synced:
             save_record(host.label, workdirs[host.rank], code_root, results[host.rank].root,
                         manifest, keys[host.rank], digests.get(host.rank))
-        elif host.rank in keys and host.rank not in recorded:
+        elif host.rank in keys:
             forget_record(host.label, workdirs[host.rank], code_root)

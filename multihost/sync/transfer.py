@@ -20,7 +20,6 @@ from ..errors import ConnectError, MultihostError, RemoteError
 from ..events import Listener, SyncProgress
 from ..hosts import Host
 from ..remote.sync_fs import FILE, LINK
-from ..remote.sync_shelljoin import join_line
 from ..remote.sync_wire import Writer
 from .manifest import Entry
 from ..transport.base import BrokenStream, pipe_errors_raise  # noqa: F401 (its old home)
@@ -222,20 +221,12 @@ class _HostOnly:
 def hop_line(host: Host, op: str = "sync.receive") -> str:
     """The shell line that starts ``op`` on ``host`` (a receiver, or a relay's join),
     without its request: the relay appends that (quoted) as the last word. Made by
-    helper_command itself, so it always runs the helper the way every other call does.
-    A join is the login shell's own (``remote/sync_shelljoin.py``), with no Python
-    start, and the helper's ``sync.join`` as its fallback."""
+    helper_command itself, so it always runs the helper the way every other call does."""
     line = helper.helper_command(_HostOnly(host), op, {})
     empty = " " + shlex.quote("{}")
     if not line.endswith(empty):
         raise AssertionError("helper_command no longer ends with its request")
-    line = line[: -len(empty)]
-    if op != "sync.join":
-        return line
-    head, found, python_join = line.rpartition("; exec ")
-    if not found:
-        raise AssertionError("helper_command no longer ends with an exec")
-    return join_line(head + "; ", "exec " + python_join)
+    return line[: -len(empty)]
 
 
 @dataclass(frozen=True)

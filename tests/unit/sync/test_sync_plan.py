@@ -6,7 +6,7 @@ import shlex
 from multihost import helper
 
 from multihost.hosts import Host
-from multihost.sync.pipeline import needs_from_plan
+from multihost.sync.model import needs_from_plan
 from multihost.sync.ignore import IgnoreRules
 from multihost.sync.manifest import Entry, Manifest
 from multihost.sync.transfer import group_for_relay, hop_spec

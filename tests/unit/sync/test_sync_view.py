@@ -2,7 +2,8 @@
 import io
 
 from multihost.data.verify import DataReport, HostData, PathDiff, PathState
-from multihost.sync.pipeline import HostNeeds, HostSync, SyncPlanned, SyncProgress, SyncReport, SyncScanned
+from multihost.events import SyncPlanned, SyncProgress, SyncScanned
+from multihost.sync.model import HostNeeds, HostSync, SyncReport
 from multihost.views.sync_view import SyncView, data_lines, sync_lines
 
 
