@@ -135,8 +135,9 @@ def measure(samples: Samples, world_size: int, rule: str = "auto", *,
         elif len(by_rank) == 1 and world_size > 1:
             raise RunFailed(f"run {run_id}: only rank {min(by_rank)} of {world_size} prints "
                               "a throughput: it may be the job's or that rank's own",
-                              host=host, fix="say which: --metric-is global (the job's) or "
-                                             "--metric-is per-rank (that rank's)")
+                              host=host, fix="run the same command again with --metric-is "
+                                             "global (the job's) or --metric-is per-rank (that "
+                                             "rank's): safe, each point is a fresh run")
         else:
             rule = "per-rank"
     medians = {rank: statistics.median(v for _, v in steady(values))

@@ -61,6 +61,7 @@ class BoardSnapshot:
     selected_lines: Tuple[str, ...] = field(default_factory=tuple)
     stopping: Optional[RunStopping] = None    # multihost asked the hosts to stop
     speed_is_global: bool = False      # every rank prints the job's speed: shown once, not summed
+    speed_label: str = ""              # what total_speed is: "summed speed of 4 ranks", ...
     stragglers: str = ""               # "h3 rank 5 at 0.62x the median speed", while some are
 
 
@@ -91,6 +92,7 @@ class BoardModel:
         self._recent_size = recent
         self.run_id = ""
         self.command = ""
+        self.world = 0                  # ranks in the job, once the run started
         self.root_cause: Optional[RootCause] = None
         self.exit_code: Optional[int] = None
         self.selected: Optional[str] = None
@@ -132,6 +134,7 @@ class BoardModel:
                         row.note = event.text
             elif isinstance(event, RunStarted):
                 self.run_id, self.command = event.run_id, event.command
+                self.world = len(event.hosts) * event.nproc_per_node
                 if event.attempt:  # shown in the title: "RUN, attempt 2 of 3"
                     self.run_id = f"{event.run_id}, {event.attempt}"
                 for rank, host in enumerate(event.hosts):
@@ -235,14 +238,15 @@ class BoardModel:
                                   r.exit_code, r.last_line, _summed(r, glob), r.lines, r.note,
                                   gpu=self._gpus.get(r.node_rank), slow=self._slow_mark(r))
                           for r in rows)
-            running = [pair for r in rows if r.state == NodeState.RUNNING
-                       for pair in r.speeds.values()]
+            running = {rank: pair for r in rows if r.state == NodeState.RUNNING
+                       for rank, pair in r.speeds.items()}
+            total, label = job_speed(running, glob, self.world)
             selected = self._rows.get(self.selected) if self.selected else None
             return BoardSnapshot(
                 self.run_id, self.command, views, fold_recent(list(self._recent), self._recent_size),
-                combined_speed(running, glob), self.root_cause, self.exit_code,
+                total, self.root_cause, self.exit_code,
                 selected.key if selected else None,
-                tuple(selected.tail) if selected else (), self.stopping, glob,
+                tuple(selected.tail) if selected else (), self.stopping, glob, label,
                 stragglers=self._slow.text if self._slow else "")
 
     def _slow_mark(self, row: _Row) -> str:
@@ -256,6 +260,26 @@ class BoardModel:
         if mine and all(s.whole_host for s in mine):
             return f"slow {round(sum(s.slower for s in mine) / len(mine))}%"
         return ", ".join(f"rank {s.rank} slow {s.slower}%" for s in mine)
+
+
+def job_speed(by_rank: Dict[int, Tuple[int, float]], is_global: bool,
+              world: int) -> Tuple[Optional[float], str]:
+    """The job's speed and what it is, by the rule of `multihost scale` (scale/measure.py):
+    the job's own figure when every rank prints the same one; else each rank's own speed,
+    so ranks that print none (PaddleSeg prints on rank 0 only, per card) count at the mean
+    of those that do, and the label says so."""
+    pairs = list(by_rank.values())
+    if not pairs:
+        return None, ""
+    if is_global:
+        return combined_speed(pairs, True), "the job's speed (every rank prints it)"
+    speeds = [speed for _, speed in pairs]
+    if len(speeds) >= world:
+        return sum(speeds), f"summed speed of {len(speeds)} ranks"
+    mean = sum(speeds) / len(speeds)
+    who = f"rank {min(by_rank)}'s speed" if len(speeds) == 1 else \
+        f"the mean of the {len(speeds)} ranks that print one"
+    return mean * world, f"{who} x {world} ranks (as if each rank's own)"
 
 
 def combined_speed(pairs: List[Tuple[int, float]], is_global: bool) -> Optional[float]:

@@ -113,10 +113,8 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
         _add_row(table, group, now, gpus)
     if snapshot.total_speed is not None:
         table.add_section()
-        what = ("the job's speed (every rank prints it)" if snapshot.speed_is_global
-                else "summed speed")
         table.add_row("", "all", "", "", "", "", "", _num(snapshot.total_speed),
-                      *([""] if gpus else []), what)
+                      *([""] if gpus else []), snapshot.speed_label)
     parts = [table, Text(summary(snapshot.rows), style="bold")]
     if snapshot.stragglers:
         parts.append(Text(f"stragglers: {snapshot.stragglers}", style="bold yellow"))

@@ -39,7 +39,16 @@ def test_rows_in_rank_order_with_state_uptime_and_metrics():
     cells = [[c.strip() for c in r.split("│")] for r in rows]
     assert [c[2] for c in cells] == list(HOSTS)
     assert "1:15" in rows[0] and "101" in rows[1] and "0.52" in rows[2]
-    assert "300" in text and "summed speed" in text
+    # three of the six ranks print a speed: the others count at their mean, and it says so
+    assert "600" in text and "the mean of the 3 ranks that print one x 6 ranks" in text
+
+
+def test_a_speed_printed_on_rank_0_only_is_labelled_and_counted_for_every_rank():
+    model = started()   # PaddleSeg: `[TRAIN] ... ips: 15.0 samples/sec` on rank 0, per card
+    model.apply(line(0, 0, "[TRAIN] epoch: 1, iter: 20/100, loss: 2.1, ips: 15.0 samples/sec"))
+    text = screen(model)
+    all_row = next(l for l in text.splitlines() if "│ all" in l)
+    assert "90" in all_row and "rank 0's speed x 6 ranks" in all_row
 
 
 def test_a_hosts_speed_is_the_sum_of_its_ranks():
@@ -50,7 +59,7 @@ def test_a_hosts_speed_is_the_sum_of_its_ranks():
     text = screen(model)
     rows = [[c.strip() for c in l.split("│")] for l in text.splitlines() if "running" in l and "│" in l]
     assert [r[8] for r in rows] == ["3,001", "3,005", "3,009"]
-    assert "9,015" in text and "summed speed" in text
+    assert "9,015" in text and "summed speed of 6 ranks" in text
     assert "20260101-000000-abcd" in text
 
 
