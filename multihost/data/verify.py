@@ -26,6 +26,7 @@ from ..fanout import HostGroup
 from ..sync import call_streaming
 from ..events import DataProgress, Listener
 from .model import DataReport, HostData, PathDiff, PathState, data_error
+from ..untrusted import clean_report
 
 # data_error's old home: callers that still import it from here keep working.
 __all__ = ["verify_data", "compare_listings", "data_error", "DataProgress", "DataReport",
@@ -37,7 +38,7 @@ SHOWN = 5
 def _scan(transport, paths: Sequence[str], base: Optional[str], verify: bool, listing: bool,
           on_progress: Callable[[dict], None]) -> List[dict]:
     request = {"paths": list(paths), "base": base, "verify": verify, "listing": listing}
-    return call_streaming(transport, "data.scan", request, b"", on_progress)["paths"]
+    return clean_report(call_streaming(transport, "data.scan", request, b"", on_progress))["paths"]
 
 
 def _state(raw: dict) -> PathState:

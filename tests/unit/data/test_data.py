@@ -100,3 +100,12 @@ def test_a_missing_path_and_a_single_file_dataset(two_hosts):
     assert report.hosts[1].diffs[0].absent and report.hosts[0].states[0].files == 1
     assert all(h.diffs[1].absent for h in report.hosts)
     assert "exists on none of the 2 hosts" in data_error(report).cause
+
+
+def test_a_file_name_with_terminal_escapes_is_listed_without_them(two_hosts):
+    tmp, hosts, workdirs = two_hosts
+    (tmp / "b" / "dataset" / "evil\x1b]52;c;aGk=\x07\x1b[2J.jpg").write_bytes(b"x")
+    report = verify(hosts, workdirs, "dataset")
+    (extra,) = report.hosts[1].diffs[0].extra
+    assert extra.startswith("evil") and extra.endswith(".jpg")
+    assert not any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 for c in extra), repr(extra)
