@@ -31,8 +31,9 @@ STATE_STYLE = {
 }
 # [d] and [q] differ: [d] leaves (the run goes on without a controller watching it), [q]
 # only closes the dashboard (the controller keeps following, in plain lines).
-KEYS = ("[1-9] a host's log  [n/p] next/previous  [g N Enter] host or rank #N  [a] all  "
-        "[s] stop the run  [d] detach (the run goes on)  [q] quit the dashboard (plain lines)")
+# The keys that end or leave the view first: at 80 columns they are all on the first line.
+KEYS = ("[s] stop the run  [d] detach  [q] plain lines  [1-9] a host's log  [n/p] next/prev  "
+        "[g N Enter] host or rank #N  [a] all")
 CONFIRM = "stop the run on every host? [y] yes, stop it  [any other key] no"
 
 

@@ -210,3 +210,9 @@ def test_one_hosts_log_keeps_each_lines_rank():
     model.select(model.keys()[0])
     text = screen(model)
     assert "[0] from the first rank" in text and "[1] from the second rank" in text
+
+
+def test_at_80_columns_the_keys_that_stop_detach_and_quit_are_on_the_first_footer_line():
+    text = screen(started(), width=80)
+    footer = next(l for l in text.splitlines() if "[s] stop the run" in l)
+    assert "[d] detach" in footer and "[q] plain lines" in footer and len(footer) <= 80
