@@ -13,7 +13,7 @@ from typing import Dict, Optional, Tuple
 from ..errors import ConfigError
 from ..events import Listener, Notice, RunStarted, RunState
 from .restarts import attempt_label
-from .monitor import LOST_AFTER, POLL_INTERVAL, Interrupts, Monitor, RunResult
+from .monitor import LOST_AFTER, POLL_INTERVAL, AttemptResult, Interrupts, Monitor
 from .plan import RunPlan, launch_request
 from .start import RecordKeeper, Starter
 from .records import RunRecord
@@ -33,7 +33,7 @@ class RunOptions:
 @dataclass(frozen=True)
 class Outcome:
     detached: bool
-    result: Optional[RunResult] = None
+    result: Optional[AttemptResult] = None
     stop_reason: str = ""       # who stopped it, when multihost did (Interrupts.reason)
 
 

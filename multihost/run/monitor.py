@@ -69,7 +69,10 @@ class Interrupts:
 
 
 @dataclass(frozen=True)
-class RunResult:
+class AttemptResult:
+    """How one attempt ended, as the monitor saw it (the API's ``RunResult`` is the
+    whole run's end, told to a user)."""
+
     exit_code: int
     root_cause: Optional[Failure]
     states: Tuple[str, ...]
@@ -265,7 +268,7 @@ class Monitor:
             self.last_contact[host.rank] = now
             self.status_streams.open(host)
 
-    def follow(self) -> RunResult:
+    def follow(self) -> AttemptResult:
         self.watch_all()
         self.keeper.update(state=RunState.RUNNING)
         try:
@@ -282,7 +285,7 @@ class Monitor:
             self.status_streams.close_all()
         if not self._done():  # detached: the record says running, the hosts go on
             states = tuple(self.states[h.rank] for h in self.hosts)
-            return RunResult(0, None, states, False, detached=True)
+            return AttemptResult(0, None, states, False, detached=True)
         return self._finish()
 
     def _candidates(self) -> List[Failure]:
@@ -324,7 +327,7 @@ class Monitor:
             return failure, view.tails[failure.local_rank]
         return failure, view.launcher_tail
 
-    def _finish(self) -> RunResult:
+    def _finish(self) -> AttemptResult:
         cause = root_cause(self._candidates())
         tail: Tuple[str, ...] = ()
         if cause is not None:
@@ -337,4 +340,4 @@ class Monitor:
         self.keeper.update(state=end.state, exit_code=end.exit_code, ended=time.time(),
                            root_cause=end.root_cause)
         self.listener(RunFinished(self.plan.run_id, end.exit_code, end.root_cause, time.time()))
-        return RunResult(end.exit_code, cause, states, interrupted, tuple(sorted(self.lost)))
+        return AttemptResult(end.exit_code, cause, states, interrupted, tuple(sorted(self.lost)))
