@@ -21,7 +21,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple, Union
 from .errors import ConfigError
 from .fanout import DEFAULT_FANOUT, HostResult
 from .fanout import HostGroup
-from .hosts import Host, HostOptions, build_hosts, load_inventory, parse_gpus
+from .hosts import Host, HostOptions, build_hosts, load_inventory, parse_gpu_ids
 from .job import JobOptions, parse_nproc, parse_start_port, workdir_for
 from .run.handle import Run, RunResult, notify
 from .transport import SshOptions
@@ -36,9 +36,9 @@ def _job(gpus: Gpus = None, nproc_per_node: Union[None, int, str] = None,
          code: str = ".") -> JobOptions:
     """JobOptions from Python values, checked by the same parsers as the CLI's flags."""
     if isinstance(gpus, str):
-        gpus = parse_gpus(gpus, "gpus")
+        gpus = parse_gpu_ids(gpus, "gpus")
     elif gpus is not None:
-        gpus = parse_gpus(",".join(str(g) for g in gpus), "gpus")
+        gpus = parse_gpu_ids(",".join(str(g) for g in gpus), "gpus")
     nproc = parse_nproc(str(nproc_per_node)) if nproc_per_node is not None else None
     # None: FLAGS_START_PORT or 17000, as the CLI; "auto": the preflight picks a free range
     port = parse_start_port(None if start_port is None else str(start_port))

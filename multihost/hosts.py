@@ -71,7 +71,9 @@ def parse_port(text: str, where: str) -> int:
     return port
 
 
-def parse_gpus(text: str, where: str) -> Tuple[int, ...]:
+def parse_gpu_ids(text: str, where: str) -> Tuple[int, ...]:
+    """``--gpus``/``gpus =`` as typed (``0-3``, ``0,2``, ``cpu``) into device ids; what a
+    host's ``nvidia-smi`` reports is ``check.parsers.parse_gpus``'s."""
     text = text.strip()
     if text.lower() in ("", "none", "cpu"):
         return ()
@@ -283,7 +285,7 @@ def _parse_value(key: str, value: str, where: str, previous: object) -> object:
     if key == "port":
         return parse_port(value, where)
     if key == "gpus":
-        return parse_gpus(value, where)
+        return parse_gpu_ids(value, where)
     if key == "slots":
         return parse_slots(value, where)
     if key == "spare":

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from .errors import ConfigError
-from .hosts import Host, parse_gpus, parse_port
+from .hosts import Host, parse_gpu_ids, parse_port
 
 # The reference docs recommend one FLAGS_START_PORT in 10000-20000 on every machine.
 DEFAULT_START_PORT = 17000
@@ -83,7 +83,7 @@ def job_options_from_args(args, hosts: Sequence[Host] = ()) -> JobOptions:
     """The job of the command line; with ``hosts``, also checked against each host's
     devices (the hostfile's gpus count too)."""
     job = JobOptions(
-        gpus=parse_gpus(args.gpus, "--gpus") if getattr(args, "gpus", None) is not None else None,
+        gpus=parse_gpu_ids(args.gpus, "--gpus") if getattr(args, "gpus", None) is not None else None,
         nproc_per_node=parse_nproc(args.nproc_per_node) if getattr(args, "nproc_per_node", None)
         else None,
         start_port=parse_start_port(getattr(args, "start_port", None)),

@@ -5,18 +5,18 @@ import pytest
 
 from multihost.run import env as run_env
 from multihost.errors import ConfigError
-from multihost.hosts import load_hosts, parse_gpus, select_hosts
+from multihost.hosts import load_hosts, parse_gpu_ids, select_hosts
 from multihost.job import JobOptions
 from multihost.nodeset import expand, fold
 
 
 def test_gpu_ranges_as_multihost_prints_them():
-    assert parse_gpus("0-3", "--gpus") == (0, 1, 2, 3)
-    assert parse_gpus("0-1,4,6-7", "--gpus") == (0, 1, 4, 6, 7)
+    assert parse_gpu_ids("0-3", "--gpus") == (0, 1, 2, 3)
+    assert parse_gpu_ids("0-1,4,6-7", "--gpus") == (0, 1, 4, 6, 7)
     with pytest.raises(ConfigError, match="gpu 2 is listed twice"):
-        parse_gpus("0-3,2", "--gpus")
+        parse_gpu_ids("0-3,2", "--gpus")
     with pytest.raises(ConfigError, match="backwards"):
-        parse_gpus("3-0", "--gpus")
+        parse_gpu_ids("3-0", "--gpus")
 
 
 def test_deepspeed_hostfile_slots_are_processes_per_host(tmp_path):
