@@ -134,23 +134,23 @@ def check_log_dir(text: str) -> None:
         raise ConfigError(f"--log_dir {text} cannot be written{place}: {problem}", fix=fix)
 
 
-def in_background(function, *args):
-    """Start ``function(*args)`` in a thread; call the result to wait for its value. The
-    git revision is worth recording, not worth waiting for while hosts are contacted."""
+def revision_in_background(code_dir: str):
+    """The code's git revision (``sync.manifest.code_revision``) asked in a thread; call
+    the result to wait for it: worth recording, not worth waiting for while hosts are
+    contacted, and never a reason to fail (None, None when it cannot be had)."""
+    from ..sync.manifest import code_revision
+
     box = {}
-    thread = threading.Thread(target=lambda: box.setdefault("value", function(*args)),
-                              daemon=True)
+
+    def ask() -> None:
+        try:
+            box["value"] = code_revision(code_dir)
+        except Exception:  # a revision is nice to record, never a reason to fail
+            pass
+
+    thread = threading.Thread(target=ask, daemon=True)
     thread.start()
-    return lambda: (thread.join(), box.get("value"))[1]
-
-
-def code_revision(code_dir):
-    from ..sync.manifest import code_revision as revision
-
-    try:
-        return revision(code_dir)
-    except Exception:  # a revision is nice to record, never a reason to fail
-        return None, None
+    return lambda: (thread.join(), box.get("value") or (None, None))[1]
 
 
 def node_records(plan) -> Tuple[NodeRecord, ...]:
@@ -201,7 +201,7 @@ def prepare_on(cluster, request: RunRequest, *, validated: Optional[Validated] =
     validated = validated or validate(cluster.hosts, request)
     job = validated.job
     hosts = cluster.hosts
-    revision = in_background(code_revision, job.code)
+    revision = revision_in_background(job.code)
     spares = SpareState(spare_pool(cluster.hosts, request.spares))
     report = checked
     if request.check and checked is None:
@@ -219,7 +219,7 @@ def prepare_on(cluster, request: RunRequest, *, validated: Optional[Validated] =
                  notify=notify, view=sync_view)
     digest = setup(cluster, job, request.setup, always=request.setup_always, notify=notify)
     plan = plan_for(cluster, request, validated, report, new_run_id(), start_port)
-    record = initial_record(plan, request, cluster, revision() or (None, None))
+    record = initial_record(plan, request, cluster, revision())
     return cluster, plan, dataclasses.replace(
         record, code_digest=digest, spares=tuple(host_to_dict(h) for h in spares.pool),
         replacements=tuple(r.to_json() for r in spares.replacements))
