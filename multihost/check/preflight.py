@@ -21,8 +21,10 @@ import threading
 import time
 from typing import Dict, Optional, Sequence, Tuple
 
+from .checks.network import choose_start_port
 from .data_check import DataVerification
-from .job_needs import choose_start_port, judge, make_cluster, ping_matrix
+from .judge import judge, make_cluster, ping_matrix
+from .registry import probes_for
 from .report import CheckReport
 from .rounds import Round, Session
 from ..events import CheckStage, Listener
@@ -32,7 +34,6 @@ from ..job import AUTO_PORT_RANGE, JobOptions, workdir_for
 from ..remote import net_ping, ops_check_net as net
 from ..run.records import run_ids
 
-FACT_PROBES = ("hostname", "python", "gpus", "ports", "net", "disk", "leftovers", "ping")
 DEFAULT_BUDGET = 8.0        # seconds a host may spend gathering facts
 PING_TIMEOUT = 1.0
 DATA_TIMEOUT = 3 * 3600.0
@@ -86,13 +87,14 @@ def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] 
 
 def _facts_request(session: Session, sessions: Sequence[Session], job: JobOptions,
                    workdir: str, budget: float) -> dict:
-    """What one host is asked in the first round (see remote/ops_check.gather)."""
+    """What one host is asked in the first round (see remote/ops_check.gather): the
+    probes its checks read (registry.probes_for)."""
     host = session.host
     low, high = AUTO_PORT_RANGE
     auto = job.start_port is None
     widest = max(len(job.ports(low, h.host)) for h in sessions)
     return {
-        "probes": list(FACT_PROBES) + (["data"] if job.data or host.data else []),
+        "probes": probes_for(job, host),
         "ports": [] if auto else list(job.ports(job.start_port, host)),
         "scan": [low, high + widest] if auto else None,
         "workdir": workdir, "master": sessions[0].address,

@@ -1,21 +1,18 @@
-"""What the preflight found: small frozen records, computed in ``check_eval`` and rendered
-by ``views/check_view``. ``multihost run`` reads the same report (ok, the start port, the
-interface of every host, the master address) before it starts anything.
+"""What the preflight found: small frozen records, computed by the checks (``judge``,
+``checks/``) and rendered by ``views/check_view``. ``multihost run`` reads the same
+report (ok, the start port, the interface of every host, the master address) before it
+starts anything.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
+from .registry import order_of
 from ..errors import CheckError
 from ..hosts import Host
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-
-# The columns of the report, in the order a user reads them: can I reach it, can I log
-# in, is the software there, then the job's own needs, then the host's hygiene.
-CHECKS = ("reach", "ssh", "machine", "software", "gpus", "ports", "rendezvous", "ping", "iface",
-          "disk", "clock", "leftovers", "data")
 
 
 @dataclass(frozen=True)
@@ -84,8 +81,7 @@ class CheckReport:
         a host that cannot be reached is the cause; the others' failed pings to it are
         consequences, so the one error a run raises names the dead host."""
         found = [(h, r) for h in self.hosts for r in h.results if r.status == status]
-        order = {name: i for i, name in enumerate(CHECKS)}
-        return sorted(found, key=lambda pair: order.get(pair[1].name, len(CHECKS)))
+        return sorted(found, key=lambda pair: order_of(pair[1].name))
 
     def iface_for(self, host: Union[Host, int, str]) -> Optional[str]:
         report = self.host_report(host)

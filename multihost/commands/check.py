@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options, add_spare_option
 
@@ -19,8 +18,9 @@ software (python, torch/paddle, CUDA, NCCL: the same everywhere), gpus (the requ
 devices exist), ports (FLAGS_START_PORT and the next ones are free), rendezvous (every
 host connects to the first host's master port), ping (every host pings every other),
 iface (the interface towards the first host; hostnames that resolve to loopback),
-disk (free space in the workdir), clock (skew against this machine), leftovers
-(processes of earlier multihost runs), data (--data exists everywhere).
+workdir (not a system directory, ~ or ~/.ssh), disk (free space in the workdir), clock
+(skew against this machine), leftovers (processes of earlier multihost runs), data
+(--data exists everywhere).
 Each is explained, with its fixes, in docs/check.md.
 
 Exit status: 0 when no check failed (warnings allowed), 3 when one did.
@@ -63,8 +63,8 @@ def main(args: argparse.Namespace) -> int:
     from ..check.preflight import run_checks
     from ..errors import EXIT_CHECK, EXIT_OK
     from ..job import job_options_from_args
-    from ..views import wants_plain
     from ..run.replace import checked_in_background
+    from ..views.check_view import CheckView
     from .common import cluster_from_args, inventory_from_args
 
     hosts, spares = inventory_from_args(args)
@@ -74,56 +74,26 @@ def main(args: argparse.Namespace) -> int:
         from ..check.collective import DEFAULT_SIZES, parse_sizes
 
         sizes = parse_sizes(args.collective_sizes or DEFAULT_SIZES)
+    view = CheckView(json=args.json, plain=args.plain, verbose=args.verbose)
     collective = None
-    # The one rule of every view: a terminal gets the table, unless NO_COLOR or TERM=dumb.
-    fancy = not args.json and not args.plain and not wants_plain(sys.stdout)
     warnings = []
     with cluster_from_args(args, hosts) as cluster:
         # A dead spare is known before it is needed, and never makes the cluster not ready.
         unusable = checked_in_background(cluster, spares, job, warnings.append)
-        if fancy:
-            from rich.console import Console
+        with view.checking(hosts) as progress:
+            report = run_checks(cluster, job, budget=args.timeout, progress=progress)
+        view.report(report)
+        if sizes:
+            from ..check.collective_run import run_collective
 
-            from ..views.check_view import Progress, render_rich
-
-            console = Console()
-            with Progress(console, hosts) as progress:
-                report = run_checks(cluster, job, budget=args.timeout, progress=progress)
-            render_rich(report, console, verbose=args.verbose)
-            if sizes:
-                from ..check.collective_run import run_collective
-                from ..views.collective_view import render_rich as render_collective
-
-                with console.status("measuring links and collectives..."):
-                    collective = run_collective(cluster, job, report, sizes)
-                render_collective(collective, console)
-        else:
-            report = run_checks(cluster, job, budget=args.timeout)
-            if sizes:
-                from ..check.collective_run import run_collective
-
+            with view.measuring():
                 collective = run_collective(cluster, job, report, sizes)
-            from ..views.check_view import render_plain
-
-            if not args.json:
-                render_plain(report, sys.stdout, verbose=args.verbose)
-                if collective is not None:
-                    from ..views.collective_view import render_plain as render_collective
-
-                    render_collective(collective, sys.stdout)
+            view.collective(collective)
         bad = unusable()
     usable = [h.label for h in spares if h.label not in bad]
-    if args.json:
-        from ..views.check_view import render_json
-
-        render_json(report, sys.stdout, collective,
-                    spares={"ready": usable, "unusable": list(bad),
-                            "warnings": warnings} if spares else None)
-    elif spares:
-        for line in warnings:
-            print(f"multihost: {line}", file=sys.stderr)
-        print(f"spares: {len(usable)} of {len(spares)} ready"
-              + (f" ({', '.join(usable)})" if usable else ""))
+    view.finish(report, collective, spares={
+        "ready": usable, "unusable": list(bad), "total": len(spares),
+        "warnings": warnings} if spares else None)
     if not report.ok or (collective is not None and not collective.ok):
         return EXIT_CHECK
     return EXIT_OK

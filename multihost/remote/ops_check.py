@@ -193,14 +193,19 @@ def net_facts(request):
 
 
 def disk_facts(request):
-    path = os.path.expanduser(request.get("workdir") or "~")
+    """The workdir's filesystem, and the workdir itself as this host resolves it: a
+    relative path is under the home directory (as the sync takes it), ``real`` has
+    ``..`` and symlinks resolved, ``home`` is the home directory so resolved."""
+    home = os.path.expanduser("~")
+    path = os.path.join(home, os.path.expanduser(request.get("workdir") or "~"))
     existing = path
     while not os.path.isdir(existing) and existing not in ("/", ""):
         existing = os.path.dirname(existing)
     stat = os.statvfs(existing or "/")
     return {"path": path, "exists": existing == path, "existing": existing,
             "free": stat.f_bavail * stat.f_frsize, "total": stat.f_blocks * stat.f_frsize,
-            "writable": os.access(existing or "/", os.W_OK)}
+            "writable": os.access(existing or "/", os.W_OK),
+            "real": os.path.realpath(path), "home": os.path.realpath(home)}
 
 
 def ping_facts(request):

@@ -1,34 +1,42 @@
-"""How a CheckReport looks: a rich table on a terminal, the same table as plain text in a
-pipe, or one JSON document. Hosts in rank order are rows, checks are columns; hosts whose
+"""How a CheckReport looks (``CheckView``: what ``multihost check`` shows): a rich table
+on a terminal, the same table as plain text in a pipe, or one JSON document. Hosts in
+rank order are rows, checks are columns (in the checks' registered order); hosts whose
 cells are all the same share one row; failures and warnings follow, each once with the
 hosts it concerns and its fix; the N x N ping matrix when a pair did not answer.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from typing import IO, Dict, List, Sequence, Tuple
+import sys
+from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..check.parsers import fold_ranges
-from ..check.report import CHECKS, FAIL, PASS, SKIP, WARN, CheckReport, CheckResult, HostReport
+from ..check.registry import checks
+from ..check.report import FAIL, PASS, SKIP, WARN, CheckReport, CheckResult, HostReport
 from ..events import CheckStage
 from ..nodeset import fold
+from .terminal import wants_plain
 
 SYMBOL = {PASS: "✓", WARN: "!", FAIL: "✗", SKIP: "–"}
 STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", SKIP: "dim"}
 PLAIN = {PASS: "", WARN: "WARN ", FAIL: "FAIL ", SKIP: ""}
 MATRIX_LIMIT = 16   # larger clusters list the silent pairs instead of drawing the matrix
-# Headers of the compact table (symbols only), for terminals too narrow for the details.
-SHORT = {"reach": "rch", "ssh": "ssh", "machine": "mach", "software": "sw", "gpus": "gpu",
-         "ports": "port", "rendezvous": "rdzv", "ping": "ping", "iface": "if", "disk": "disk",
-         "clock": "clk", "leftovers": "left", "data": "data"}
 
 Row = Tuple[List[HostReport], Tuple[Tuple[str, str], ...]]
 
 
 def columns(report: CheckReport) -> List[str]:
+    """The checks some host has a result for, in the checks' order."""
     present = {r.name for h in report.hosts for r in h.results}
-    return [name for name in CHECKS if name in present]
+    return [c.name for c in checks() if c.name in present]
+
+
+def short_headers() -> Dict[str, str]:
+    """Headers of the compact table (symbols only), for terminals too narrow for the
+    details: each check's short name."""
+    return {c.name: c.header for c in checks()}
 
 
 def cell(result: CheckResult) -> str:
@@ -170,18 +178,19 @@ def render_rich(report: CheckReport, console, verbose: bool = False) -> None:
     names = columns(report)
     rows = fold_rows(report)
     compact = console.width < wide_width(names, rows)
+    short = short_headers()
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
     table.add_column("rank", justify="right", no_wrap=True)
     table.add_column("host", no_wrap=True, min_width=max(len(row_labels(h)[1]) for h, _ in rows))
     for name in names:
-        table.add_column(SHORT[name] if compact else name, no_wrap=compact)
+        table.add_column(short[name] if compact else name, no_wrap=compact)
     for hosts, cells in rows:
         ranks, labels = row_labels(hosts)
         table.add_row(ranks, labels, *[Text(SYMBOL[s] if compact else f"{SYMBOL[s]} {text}".rstrip(),
                                             style=STYLE[s]) for s, text in cells])
     console.print(table)
     if compact:
-        console.print(Text("  ".join(f"{SHORT[n]}={n}" for n in names if SHORT[n] != n),
+        console.print(Text("  ".join(f"{short[n]}={n}" for n in names if short[n] != n),
                            style="dim"))
     for status, name, detail, fix, hosts in findings(report):
         line = Text()
@@ -242,3 +251,70 @@ class Progress:
     def __exit__(self, *exc) -> None:
         if self._status is not None:
             self._status.__exit__(*exc)
+
+
+class CheckView:
+    """What ``multihost check`` shows, for one command: on a terminal a progress line
+    while hosts answer, then the rich table; in a pipe (or with ``plain``, NO_COLOR,
+    TERM=dumb) the same table as plain text; with ``json`` one document at the end."""
+
+    def __init__(self, out: IO[str] = None, err: IO[str] = None, *, json: bool = False,
+                 plain: bool = False, verbose: bool = False):
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.json = json
+        self.verbose = verbose
+        self.console = None
+        # The one rule of every view: a terminal gets the table, unless NO_COLOR or TERM=dumb.
+        if not json and not plain and not wants_plain(self.out):
+            from rich.console import Console
+
+            self.console = Console(file=self.out)
+
+    @contextlib.contextmanager
+    def checking(self, hosts: Sequence) -> Iterator[Optional[Progress]]:
+        """The listener of the checks' progress events (None where nothing is drawn)."""
+        if self.console is None:
+            yield None
+            return
+        with Progress(self.console, hosts) as progress:
+            yield progress
+
+    def report(self, report: CheckReport) -> None:
+        if self.console is not None:
+            render_rich(report, self.console, verbose=self.verbose)
+        elif not self.json:
+            render_plain(report, self.out, verbose=self.verbose)
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[None]:
+        """Around ``--collective``'s measurement: a status line on a terminal."""
+        if self.console is None:
+            yield
+            return
+        with self.console.status("measuring links and collectives..."):
+            yield
+
+    def collective(self, collective) -> None:
+        from . import collective_view
+
+        if self.console is not None:
+            collective_view.render_rich(collective, self.console)
+        elif not self.json:
+            collective_view.render_plain(collective, self.out)
+
+    def finish(self, report: CheckReport, collective=None, spares: Optional[dict] = None) -> None:
+        """The JSON document, or the spares' verdict: ``spares`` (ready, unusable, total,
+        warnings) when the command was given spare hosts."""
+        if self.json:
+            shown = None if spares is None else {k: spares[k] for k in ("ready", "unusable",
+                                                                        "warnings")}
+            render_json(report, self.out, collective, spares=shown)
+            return
+        if spares is None:
+            return
+        for line in spares["warnings"]:
+            print(f"multihost: {line}", file=self.err)
+        ready = spares["ready"]
+        print(f"spares: {len(ready)} of {spares['total']} ready"
+              + (f" ({', '.join(ready)})" if ready else ""), file=self.out)

@@ -9,8 +9,8 @@ import pytest
 
 from test_check_samples import (ADDRESSES, DATA, PYTHON, lab_facts, lab_probes, report_of, statuses,
                            with_facts)
-from multihost.check.judge import HostProbe
-from multihost.check.job_needs import choose_start_port, judge, make_cluster, ping_matrix
+from multihost.check.checks.network import choose_start_port
+from multihost.check.judge import HostProbe, judge, make_cluster, ping_matrix
 from multihost.check.parsers import parse_torch_version
 from multihost.check.report import FAIL, PASS, SKIP, WARN, CheckReport
 from multihost.errors import ConnectError, RemoteError

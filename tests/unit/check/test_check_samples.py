@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 from typing import Dict, Optional
 
-from multihost.check.judge import HostProbe
-from multihost.check.job_needs import judge, make_cluster, ping_matrix
+from multihost.check.judge import HostProbe, judge, make_cluster, ping_matrix
 from multihost.check.report import CheckReport
 from multihost.hosts import Host
 from multihost.job import JobOptions

@@ -1,104 +1,18 @@
-"""Judging what the job needs from each host: GPUs, ports (and ``--start-port auto``),
-the rendezvous connection to the first host, host-to-host ping, the network interface,
-the data. Pure, like ``check_eval``; ``judge`` puts every check together into reports.
-"""
+"""What the job needs from the network: free ports (and ``--start-port auto``), the
+rendezvous connection to the first host, host-to-host ping, the interface towards the
+first host."""
 from __future__ import annotations
 
 import ipaddress
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Set
 
-from .judge import (HOST_JUDGES, Cluster, HostProbe, folded, groups, judge_leftovers,
-                         judge_machine, judge_software, not_checked, same_machine)
-from .parsers import fold_ranges, parse_gpu_apps, parse_gpus, parse_software
-from .report import CHECKS, FAIL, PASS, SKIP, WARN, CheckResult, HostReport, PingMatrix
-from ..hosts import Host
-from ..job import AUTO_PORT_RANGE, JobOptions
+from ..judge import Cluster, HostProbe, folded, groups, not_checked, route_iface, same_machine
+from ..registry import check
+from ..report import FAIL, PASS, SKIP, WARN, CheckResult
+from ...hosts import Host
+from ...job import AUTO_PORT_RANGE, JobOptions
 
 AUTO_FIX = "stop that process, or let multihost pick free ports: --start-port auto"
-
-
-# -- GPUs -----------------------------------------------------------------------------
-def judge_gpus(probe: HostProbe, cluster: Cluster) -> CheckResult:
-    skipped = not_checked(probe, "gpus")
-    if skipped:
-        return skipped
-    job, host = cluster.job, probe.host
-    want, nproc = job.gpus_for(host), job.nproc_for(host)
-    facts = probe.fact("gpus") or {}
-    cpus = probe.facts.get("cpus") or 0
-    gpus = parse_gpus(facts.get("out", "")) if facts.get("code") == 0 else ()
-    if not want:
-        if cpus and nproc > cpus:
-            return CheckResult("gpus", WARN, f"CPU job: {nproc} processes on {cpus} CPUs",
-                               f"use --nproc_per_node {cpus} or fewer, or they will contend",
-                               f"CPU {nproc}>{cpus}")
-        idle = f"; {len(gpus)} GPUs unused" if gpus else ""
-        return CheckResult("gpus", PASS, f"CPU job: {nproc} process{'es' if nproc > 1 else ''} "
-                                         f"on {cpus} CPUs{idle}", brief="CPU")
-    asked = fold_ranges(want)
-    problem = _driver_problem(facts, asked)
-    if problem:
-        return problem
-    have = {gpu.index: gpu for gpu in gpus}
-    missing = [i for i in want if i not in have]
-    if missing:
-        found = f"{len(gpus)} ({fold_ranges(have)})" if gpus else "none"
-        return CheckResult("gpus", FAIL, f"GPU {fold_ranges(missing)} requested; this host has {found}",
-                           "list only GPUs this host has: gpus = in its hostfile section, or --gpus",
-                           f"{len(gpus)} GPUs")
-    software = cluster.software.get(host.rank)
-    if software and software.torch and not software.torch_cuda and not software.paddle:
-        return CheckResult("gpus", FAIL, f"torch {software.torch} is a CPU build, but the job "
-                                         f"asks for GPUs {asked}",
-                           f"install a CUDA build of torch into {software.executable}", "CPU torch")
-    chosen = [have[i] for i in want]
-    model = chosen[0].name
-    memory = f" ({chosen[0].memory_mib // 1024} GiB)" if chosen[0].memory_mib else ""
-    text = f"GPUs {asked} of {len(gpus)}x {model}{memory}, driver {chosen[0].driver}"
-    uuids = {gpu.uuid: gpu.index for gpu in chosen}
-    busy = [app for app in parse_gpu_apps(facts.get("apps", "")) if app.uuid in uuids]
-    if busy:
-        app = busy[0]
-        used = f", {app.used_mib} MiB" if app.used_mib else ""
-        return CheckResult("gpus", WARN, f"GPU {uuids[app.uuid]} is in use by pid {app.pid} "
-                                         f"({app.name}{used}); {len(busy)} process(es) on the "
-                                         "requested GPUs", "stop them, or pick other GPUs with --gpus",
-                           "busy")
-    if nproc > len(want):
-        return CheckResult("gpus", WARN, f"{nproc} processes share {len(want)} GPUs: {text}",
-                           "give --nproc_per_node equal to the number of GPUs", "shared")
-    models = {p.host.rank: _model(p) for p in cluster.probes if cluster.job.gpus_for(p.host)}
-    models = {r: m for r, m in models.items() if m}
-    if len(set(models.values())) > 1 and models.get(host.rank) != models.get(0):
-        return CheckResult("gpus", WARN, f"mixed GPU models: {groups(models, cluster)}",
-                           "the job runs at the pace of the slowest GPU; use one model if you can",
-                           "mixed")
-    return CheckResult("gpus", PASS, text, brief=f"{len(want)}x {model.replace('NVIDIA ', '')}")
-
-
-def _driver_problem(facts: dict, asked: str) -> Optional[CheckResult]:
-    """nvidia-smi missing, hung or failing, while the job asks for GPUs."""
-    if facts.get("missing"):
-        return CheckResult("gpus", FAIL, f"no nvidia-smi (no NVIDIA driver), but the job asks "
-                                         f"for GPUs {asked}",
-                           "install the NVIDIA driver, or run on CPU (no --gpus; gpus = none)",
-                           "no driver")
-    if facts.get("timeout"):
-        return CheckResult("gpus", FAIL, f"nvidia-smi did not answer within {facts['timeout']}s",
-                           "a GPU or the driver may be hung: check `dmesg` for Xid errors, "
-                           "reset the GPU or reboot", "timeout")
-    if facts.get("code") != 0:
-        said = (facts.get("err") or facts.get("out") or "").strip().splitlines()
-        last = said[-1] if said else f"exit {facts.get('code')}"
-        return CheckResult("gpus", FAIL, f"nvidia-smi failed: {last}",
-                           "check the NVIDIA driver: run nvidia-smi on the host", "driver error")
-    return None
-
-
-def _model(probe: HostProbe) -> Optional[str]:
-    facts = probe.fact("gpus") or {}
-    gpus = parse_gpus(facts.get("out", "")) if facts.get("code") == 0 else ()
-    return gpus[0].name if gpus else None
 
 
 # -- ports ----------------------------------------------------------------------------
@@ -114,7 +28,14 @@ def choose_start_port(busy_by_host: Dict[int, Iterable[int]], hosts: Sequence[Ho
     return None
 
 
+@check("ports", order=60, probes=("ports",), short="port")
 def judge_ports(probe: HostProbe, cluster: Cluster) -> CheckResult:
+    original = same_machine(cluster).get(probe.host.rank)
+    if original is not None:
+        # Its ports are its original's: the first host's listener would be reported as
+        # a port in use by multihost itself.
+        return CheckResult("ports", SKIP, "not checked: the same machine as "
+                           f"{original.host.label}", brief="-")
     skipped = not_checked(probe, "ports")
     if skipped:
         return skipped
@@ -154,6 +75,8 @@ def _is_loopback(address: Optional[str]) -> bool:
         return address == "localhost"
 
 
+# Its probe, "connect", is asked by the rendezvous round (rounds.py), not the facts round.
+@check("rendezvous", order=70, source="connect", short="rdzv")
 def judge_rendezvous(probe: HostProbe, cluster: Cluster) -> CheckResult:
     skipped = not_checked(probe, "rendezvous")
     if skipped:
@@ -228,6 +151,7 @@ def _first_host_unready(cluster: Cluster) -> Optional[str]:
     return None
 
 
+@check("ping", order=80, probes=("ping",))
 def judge_ping(probe: HostProbe, cluster: Cluster) -> CheckResult:
     if len(cluster.probes) == 1:
         return CheckResult("ping", SKIP, "single host", brief="-")
@@ -252,11 +176,8 @@ def judge_ping(probe: HostProbe, cluster: Cluster) -> CheckResult:
                                      f"{worst:.2f} ms", brief=f"{len(peers)}/{len(peers)}")
 
 
-def route_iface(probe: HostProbe) -> Optional[str]:
-    net = probe.fact("net") or {}
-    return net.get("route_iface")
 
-
+@check("iface", order=90, probes=("net", "hostname"), short="if")
 def judge_iface(probe: HostProbe, cluster: Cluster) -> CheckResult:
     skipped = not_checked(probe, "iface")
     if skipped:
@@ -314,71 +235,3 @@ def _loopback_hostname(probe: HostProbe, iface: str) -> Optional[CheckResult]:
     return None
 
 
-def judge_data(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
-    paths = tuple(dict.fromkeys(tuple(cluster.job.data) + tuple(probe.host.data)))
-    if not paths:
-        return None
-    if probe.data is not None:
-        return probe.data
-    skipped = not_checked(probe, "data")
-    if skipped:
-        return skipped
-    found = probe.fact("data") or {}
-    missing = [p for p in paths if not (found.get(p) or {}).get("exists")]
-    if missing:
-        return CheckResult("data", FAIL, f"{', '.join(missing)} missing here",
-                           "copy the dataset to the same path on every host (rsync -a), or "
-                           "mount the shared storage there", "missing")
-    return CheckResult("data", PASS, f"{', '.join(paths)} present (contents not compared)",
-                       brief="present")
-
-
-JOB_JUDGES = {"machine": judge_machine, "software": judge_software, "gpus": judge_gpus,
-              "ports": judge_ports,
-              "rendezvous": judge_rendezvous, "ping": judge_ping, "iface": judge_iface,
-              "leftovers": judge_leftovers, "data": judge_data}
-
-
-def ping_matrix(cluster: Cluster) -> PingMatrix:
-    rows: List[Optional[Tuple[Optional[float], ...]]] = []
-    for probe in cluster.probes:
-        ping = probe.fact("ping") if probe.facts else None
-        if not ping or ping.get("method") is None:
-            rows.append(None)
-            continue
-        rtt = ping.get("rtt", {})
-        rows.append(tuple(0.0 if other.host.rank == probe.host.rank else rtt.get(other.address)
-                          for other in cluster.probes))
-    return PingMatrix(tuple(p.host.label for p in cluster.probes), tuple(rows))
-
-
-def make_cluster(probes: Sequence[HostProbe], job: JobOptions, start_port: Optional[int],
-                 master_addr: Optional[str], auto_port: bool = False,
-                 auto_note: str = "", known_runs: Optional[Iterable[str]] = None) -> Cluster:
-    software = {p.host.rank: parse_software(p.fact("python")) for p in probes
-                if p.fact("python") and not p.fact("python").get("error")}
-    return Cluster(tuple(probes), job, start_port, master_addr, auto_port, auto_note, software,
-                   frozenset(known_runs) if known_runs is not None else None)
-
-
-def judge(cluster: Cluster) -> Tuple[HostReport, ...]:
-    """Every check of every host, in rank order and in the order of CHECKS."""
-    reports = []
-    repeats = same_machine(cluster)
-    for probe in cluster.probes:
-        results = []
-        for name in CHECKS:
-            if name == "ports" and probe.host.rank in repeats:
-                # Its ports are its original's: the first host's listener would be
-                # reported as a port in use by multihost itself.
-                result = CheckResult("ports", SKIP, "not checked: the same machine as "
-                                     f"{repeats[probe.host.rank].host.label}", brief="-")
-            elif name in HOST_JUDGES:
-                result = HOST_JUDGES[name](probe)
-            else:
-                result = JOB_JUDGES[name](probe, cluster)
-            if result is not None:
-                results.append(result)
-        iface = probe.host.iface or route_iface(probe)
-        reports.append(HostReport(probe.host, tuple(results), iface, probe.address))
-    return tuple(reports)

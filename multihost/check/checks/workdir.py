@@ -1,0 +1,63 @@
+"""workdir: the job's directory is not one the system or the user already lives in.
+
+The sync writes the code's files into the workdir (over any file of the same name) and
+the job its logs and checkpoints: a workdir of ``/etc``, ``/usr`` or the home directory
+itself would scatter them among the system's or the user's own files (``.bashrc``,
+``authorized_keys``). Judged on the host's own terms: the host reports its home and the
+workdir with ``~``, ``..`` and symlinks resolved (remote/ops_check.disk_facts), so
+``~``, ``/usr/../etc/`` and a link to ``/etc`` are all seen for what they are.
+
+Shown only for the hosts where the workdir is such a directory.
+"""
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import shlex
+from typing import Optional
+
+from ..judge import Cluster, HostProbe
+from ..registry import check
+from ..report import FAIL, CheckResult
+from ...job import workdir_for
+
+# Directories of the system itself, and where merged-/usr systems resolve /bin, /sbin
+# and /lib to. Only the directory itself: /usr/local/myjob is somebody's choice.
+SYSTEM_DIRS = frozenset((
+    "/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run",
+    "/sbin", "/sys", "/usr", "/var", "/usr/bin", "/usr/lib", "/usr/lib32", "/usr/lib64",
+    "/usr/sbin",
+))
+
+
+def what_it_is(real: str, home: Optional[str]) -> Optional[str]:
+    """Why a resolved workdir is not a place for a job, or None when it is one."""
+    if real in SYSTEM_DIRS:
+        return "a system directory"
+    if home and real == home:
+        return "the home directory itself"
+    if home and real == posixpath.join(home, ".ssh"):
+        return "ssh's own directory (keys, authorized_keys)"
+    return None
+
+
+@check("workdir", order=95, probes=("disk",), source=None, short="wdir")
+def judge_workdir(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
+    # Reads the disk probe's facts; when that probe could not answer, the disk check
+    # (or ssh) already says why, once.
+    disk = probe.fact("disk") or {}
+    path, real = disk.get("path"), disk.get("real")
+    if not real:
+        return None
+    what = what_it_is(real, disk.get("home"))
+    if what is None:
+        return None
+    typed = path in (None, real, real.rstrip("/") + "/")
+    where = f"{real} is {what}" if typed else f"{path} resolves to {real}, {what}"
+    default = workdir_for(dataclasses.replace(probe.host, workdir=None), cluster.job.code)
+    return CheckResult(
+        "workdir", FAIL,
+        f"the workdir {where}: the sync would write the code's files into it",
+        # Quoted, so that `~` is this host's home, not the controller's.
+        f"give the job a directory of its own: --workdir {shlex.quote(default)}",
+        "system dir" if what == "a system directory" else "home" if "home" in what else "~/.ssh")
