@@ -2,7 +2,7 @@
 
 ``check``, ``sync`` and ``run`` take the same job options so that ``check`` checks
 exactly the job that ``run`` would start. This is the blueprint; the runtime state of a
-started run lives elsewhere (``runs.py``).
+started run lives elsewhere (``run/records.py``).
 """
 from __future__ import annotations
 
