@@ -1,6 +1,6 @@
 """Read a run's log mirror on the controller: the lines of every rank, filtered.
 
-The mirror (``<log_dir>/<run_id>/<host>/log/workerlog.N``, written by ``logs.py``) is a
+The mirror (``<log_dir>/<run_id>/<host>/log/workerlog.N``, written by ``follow.py``) is a
 byte-exact copy of each rank's log; beside each file, ``.<name>.times`` records when each
 chunk arrived (``offset epoch`` per line), which is what ``--since`` filters on: the
 controller saw those lines within a fraction of a second of their writing.

@@ -3,7 +3,7 @@ lines otherwise, and the same summary lines in both.
 
 The text of every summary is made by pure functions (``sync_lines``, ``data_lines``,
 ``data_sync_lines``) so tests compare strings; ``SyncView`` is the listener that the
-engine (sync.py, data.py) calls from its threads.
+engine (``sync/``, ``data/``) calls from its threads.
 """
 from __future__ import annotations
 
