@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -351,3 +352,32 @@ def test_a_slow_host_is_marked_and_does_not_hold_the_report(lab, tmp_path):
     assert software["detail"].startswith("the checks did not answer within 8s")
     assert statuses(doc, "software") == ["pass", "pass", "fail", "pass"]
     assert statuses(doc, "rendezvous") == ["pass", "pass", "skip", "pass"]
+
+
+def test_a_system_directory_as_workdir_is_not_ready_and_the_fix_works_when_typed(lab, tmp_path):
+    done = lab.multihost("check", "--hostfile", str(lab.hostfile), "--workdir", "/etc",
+                         cwd=str(tmp_path))
+    assert done.returncode == 3, done.stdout
+    lines = done.stdout.splitlines()
+    assert "FAIL 198.18.0.[11-14]: workdir: the workdir /etc is a system directory: the sync " \
+           "would write the code's files into it" in lines
+    fix = f"     fix: give the job a directory of its own: --workdir '~/multihost/{tmp_path.name}'"
+    assert lines[lines.index(fix) - 1].startswith("FAIL 198.18.0.[11-14]: workdir:")
+    assert lines[-1].startswith("NOT ready: 4 failed checks on 4 hosts")
+    typed = shlex.split(fix.split(": ", 2)[2])  # as a shell hands it over
+    again = lab.multihost("check", "--hostfile", str(lab.hostfile), *typed, cwd=str(tmp_path))
+    assert again.returncode == 0 and "WORKDIR" not in again.stdout, again.stdout
+
+
+def test_a_workdir_of_that_hosts_own_ssh_directory_names_that_host(lab, tmp_path):
+    hostfile = tmp_path / "hosts.ini"
+    hostfile.write_text(Path(lab.hostfile).read_text().replace(
+        f"[{lab.address(3)}]", f"[{lab.address(3)}]\nworkdir = ~/.ssh/"))
+    done, doc = check(lab, hostfile=hostfile)
+    assert done.returncode == 3
+    assert ["workdir" in by_name(doc, h["rank"]) for h in doc["hosts"]] == \
+        [False, False, True, False]
+    workdir = by_name(doc, 2)["workdir"]
+    assert workdir["status"] == "fail"
+    assert workdir["detail"].startswith("the workdir /root/.ssh is ssh's own directory")
+    assert workdir["fix"].startswith("give the job a directory of its own: --workdir '~/multihost/")
