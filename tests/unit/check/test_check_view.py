@@ -121,3 +121,56 @@ def test_the_progress_line_names_the_hosts_still_pending_from_the_checks_events(
     assert progress._text() == f"checking {len(hosts)} hosts: waiting for {hosts[-1].label}"
     progress(CheckStage(hosts[-1].label, len(hosts) - 1, "done"))
     assert progress._text() == "checking: done"
+
+
+def test_in_a_pipe_the_command_shows_the_table_then_the_spares_verdict():
+    from multihost.views.check_view import CheckView
+
+    out, err = io.StringIO(), io.StringIO()
+    view = CheckView(out, err)
+    with view.checking([]) as progress:
+        assert progress is None                  # nothing drawn in a pipe
+    view.report(report_of(lab_probes()))
+    view.finish(report_of(lab_probes()), spares={
+        "ready": ["10.0.0.6"], "unusable": ["10.0.0.5"], "total": 2,
+        "warnings": ["warning: spare 10.0.0.5 is not usable: ssh: refused"]})
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[:2] == ["RANK", "HOST"] and lines[-2].startswith("ready: 4 hosts")
+    assert lines[-1] == "spares: 1 of 2 ready (10.0.0.6)"
+    assert err.getvalue() == "multihost: warning: spare 10.0.0.5 is not usable: ssh: refused\n"
+
+
+def test_with_json_the_command_prints_one_document_at_the_end():
+    from multihost.views.check_view import CheckView
+
+    out, err = io.StringIO(), io.StringIO()
+    view = CheckView(out, err, json=True)
+    view.report(report_of(lab_probes()))
+    assert out.getvalue() == ""
+    view.finish(report_of(lab_probes()), spares={"ready": [], "unusable": ["10.0.0.5"],
+                                                 "total": 1, "warnings": ["w"]})
+    doc = json.loads(out.getvalue())
+    assert doc["ok"] is True and doc["spares"] == {"ready": [], "unusable": ["10.0.0.5"],
+                                                   "warnings": ["w"]}
+    assert err.getvalue() == ""
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_the_command_shows_the_rich_table(monkeypatch):
+    from multihost.views.check_view import CheckView
+
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out = Terminal()
+    view = CheckView(out, io.StringIO())
+    with view.checking([]) as progress:
+        assert progress is not None
+    view.report(report_of(lab_probes()))
+    assert "✓ ready: 4 hosts" in out.getvalue()
+    plain_view = CheckView(out, io.StringIO(), plain=True)
+    with plain_view.checking([]) as progress:
+        assert progress is None
