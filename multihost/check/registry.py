@@ -72,7 +72,7 @@ def checks() -> Tuple[Check, ...]:
 
 
 def find(name: str) -> Optional[Check]:
-    return next((c for c in checks() if c.name == name), None)
+    return _CHECKS.get(name)
 
 
 def order_of(name: str) -> int:
