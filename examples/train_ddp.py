@@ -59,6 +59,10 @@ def main(argv=None):
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+        # Which GPU this rank got: the first host's first GPU should be rank 0's.
+        print("rank %d: torch.cuda.current_device %d, CUDA_VISIBLE_DEVICES=%s (%s)"
+              % (rank, torch.cuda.current_device(), os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                 torch.cuda.get_device_name()), flush=True)
     dist.init_process_group("nccl" if cuda else "gloo")
 
     # The problem: y = x @ w_true + noise, identical on every rank (same seed).
