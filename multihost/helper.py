@@ -17,12 +17,15 @@ shell can neither hang a reader nor fill the controller's memory.
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
 import io
 import json
 import shlex
 import socket
+import tarfile
 import weakref
+from pathlib import Path
 from typing import Any, Dict, Optional
 
 from .errors import CommandTimeout, ConnectError, RemoteError
@@ -46,8 +49,6 @@ _BOOT = "from mhremote.main import main\nmain()\n"
 
 
 def _sources() -> "list[tuple[str, bytes]]":
-    from pathlib import Path  # here: pathlib (with urllib and ipaddress) costs start-up
-
     source = Path(__file__).with_name("remote")
     return [("__main__.py", _BOOT.encode())] + [
         (f"mhremote/{path.name}", path.read_bytes()) for path in sorted(source.glob("*.py"))]
@@ -69,9 +70,6 @@ def helper_archive() -> bytes:
     """The helper as a gzipped tar (fixed times and owners), for installing it on a
     host. Compressed as one stream, not file by file as a zip is: every host's first
     contact uploads it (57 KB against a zip's 73 KB, 193 KB as it was stored)."""
-    import gzip  # only when a host lacks the helper
-    import tarfile
-
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
         for name, data in _sources():

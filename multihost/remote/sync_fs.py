@@ -15,6 +15,7 @@ import hashlib
 import marshal
 import os
 import stat
+import threading
 import time
 
 try:
@@ -237,8 +238,6 @@ def hash_files(root, items, cache=None, verify=False, threads=None, progress=Non
     if count == 1:
         shards[0].run()
     else:
-        import threading  # here, not at the top: a helper call that hashes nothing stays quick
-
         # Each worker takes every count-th file of the sorted list (no queue, no lock per
         # file: for many small files that overhead is what costs, not the hashing).
         workers = [threading.Thread(target=shard.run) for shard in shards]

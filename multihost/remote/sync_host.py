@@ -25,6 +25,7 @@ from .sync_apply import ApplyError, SafeRoot
 from .sync_fs import FILE, LINK, HashCache, UnsafePath, check_relpath, resolve_root, stat_key
 from .sync_pipe import grow_pipe
 from .sync_plan import NO_MANIFEST, absent_plan, make_plan, workdir_absent, write_tracked
+from . import sync_relay as relay
 from .sync_wire import Reader, StreamError, Writer, read_next
 from .proto import OpError, reply
 
@@ -266,8 +267,6 @@ def _relay_node(root, rank, spec, stdin, keys):
     """This host's node of a relay chain (``spec``: its token, the hops after it, whether
     it listens for its upstream or reads the stream from ``stdin``): apply the stream to
     root and forward it. ``stdin`` ending before an upstream came means none will."""
-    from . import sync_relay as relay  # subprocess and threads: only when relaying
-
     try:
         node = relay.Node(spec)
         stream = node.stream(stdin)
@@ -288,8 +287,6 @@ def push(request):
     sha256] or [rel, "l", target], ...]. Progress lines {"progress": bytes} go to stdout
     while sending, then the reply: what this host could not read, and the hosts it had
     to go around, with their causes."""
-    from . import sync_relay as relay  # subprocess and threads: only when pushing
-
     root = resolve_root(request["root"], request.get("base"))
     files = json.loads(sys.stdin.buffer.read().decode("utf-8", "surrogateescape"))
     spec = request.get("relay")

@@ -9,6 +9,7 @@ relay could not reach, or a file the relay could not deliver, is then sent direc
 """
 from __future__ import annotations
 
+import json
 import shlex
 import threading
 import time
@@ -268,8 +269,6 @@ def call_streaming(transport, op: str, request: dict, payload: bytes,
                    on_progress: Callable[[object], None], timeout: Optional[float] = None):
     """Run a streaming helper operation that prints ``{"progress": ...}`` lines while it
     works and its reply last; returns the reply's result (helper.parse_reply)."""
-    import json
-
     process = helper.start(transport, op, request)
     try:
         process.stdin.write(payload)

@@ -5,16 +5,15 @@ from ..hosts import Host
 from .base import (BrokenStream, Command, CommandResult, Process, SshOptions, Transport,
                    quote_path, to_shell)
 from .local import LocalTransport, is_local_host
+from .ssh import SshTransport
 
 
 def open_transport(host: Host, options: SshOptions = SshOptions()) -> Transport:
     """A connected transport for the host: local for this machine, SSH otherwise."""
     if is_local_host(host):
         return LocalTransport(host)
-    from .ssh import SshTransport  # imports paramiko: only when a host needs it
-
     return SshTransport.connect(host, options)
 
 
-__all__ = ["BrokenStream", "Command", "CommandResult", "Process", "SshOptions", "Transport", "LocalTransport", "open_transport",
-           "is_local_host", "quote_path", "to_shell"]
+__all__ = ["BrokenStream", "Command", "CommandResult", "LocalTransport", "Process", "SshOptions",
+           "SshTransport", "Transport", "is_local_host", "open_transport", "quote_path", "to_shell"]

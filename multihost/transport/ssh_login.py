@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ConfigError, ConnectError
-from ..hosts import Host
+from ..hosts import Host, parse_host_item
 from ._paramiko import paramiko
 from .base import SshOptions
 from .hostcerts import CERT_SUFFIX
@@ -195,8 +195,6 @@ def login(client: CheckingClient, target: SshTarget, sock, label: str) -> None:
 def jump_host(target: SshTarget, origin: str, hops: int) -> Host:
     """The first hop of the target's ProxyJump, as a host to connect to. ``hops`` jump
     hosts already stand before it on the way to ``origin``, the host the user named."""
-    from ..hosts import parse_host_item
-
     if hops >= MAX_JUMPS:
         raise ConfigError(f"its ProxyJump leads through more than {MAX_JUMPS} jump hosts "
                           "(a loop in ssh_config?)", host=origin,

@@ -103,13 +103,6 @@ def test_without_fabric_one_line_names_the_extra(monkeypatch):
                                  "extra) (fix: pip install 'multihost[fabric]')")
 
 
-def test_importing_the_bridge_does_not_import_fabric():
-    code = ("import sys, multihost.transport.fabric_bridge; "
-            "print('fabric' in sys.modules, 'paramiko' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.split() == ["False", "False"]
-
-
 @pytest.mark.parametrize("connect", ["fabric", "ssh-transport"])
 def test_a_proxyjump_loop_is_one_line_naming_the_host(tmp_path, connect):
     """Both ways of connecting share the jump-host resolution; a loop used to recurse
