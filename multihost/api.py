@@ -149,6 +149,7 @@ class Cluster:
         ``max_restarts`` and ``spares`` (more, after the cluster's own) are the flags'
         (docs/longrun.md): each attempt's events end with its RunFinished."""
         from .run import pipeline
+        from .run.lifecycle import Lifecycle
 
         request = self._request(
             command, _job(gpus, nproc_per_node, start_port, data, code), env,
@@ -156,29 +157,27 @@ class Cluster:
             allow_concurrent=allow_concurrent, log_dir=log_dir, kill_wait=kill_wait, wait=wait,
             detach=detach, setup=setup, hang_timeout=hang_timeout, gpu_interval=gpu_interval,
             max_restarts=max_restarts, spares=self.spares + self._more_spares(spares))
-        validated = pipeline.validate(self.hosts, request)
-        original = self._connect()
-        cluster = original
+        validated = pipeline.validate(self.hosts, request)   # before any host is asked
+        cluster = self._connect()
+        life = Lifecycle(cluster, request, validated, notify=notify)
 
         def close() -> None:
-            if cluster is not original:
-                cluster.close()
-            original.close()
+            life.close()
+            cluster.close()
 
         try:
-            cluster, plan, record = pipeline.prepare_on(original, request, validated=validated,
-                                                        notify=notify)
+            _, record = life.prepare()
         except BaseException:
             close()
             raise
         run = Run(record.run_id)
         if detach:
             try:
-                pipeline.start(cluster, plan, record, lambda event: None, request)
+                life.execute(lambda event: None)
             finally:
                 close()
             return run
-        run._attach(cluster, plan, record, request, validated, close)
+        run._attach(life, close)
         return run
 
     def _request(self, command: Sequence[str], job: JobOptions,

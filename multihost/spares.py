@@ -124,21 +124,3 @@ class SpareState:
         gone = set(labels)
         return dataclasses.replace(self, pool=tuple(h for h in self.pool if h.label not in gone))
 
-
-def restart_budget(max_restarts: Optional[int], spares: int) -> int:
-    """How many attempts may follow the first. ``--max-restarts N`` given: N. Not given:
-    one per spare, and only to let a spare replace a lost host (see ``may_restart``)."""
-    if max_restarts is not None:
-        return max_restarts
-    return spares
-
-
-def may_restart(max_restarts: Optional[int], attempt: int, lost: bool,
-                spares_left: int) -> bool:
-    """Whether attempt ``attempt`` (0 first) that just failed is followed by another.
-    With ``--max-restarts N``: while N restarts are left, whatever the failure (a spare
-    replaces a lost host when one is left). Without it, a run with spares restarts only
-    for a lost host that a spare can replace: a rank's own failure would fail again."""
-    if max_restarts is not None:
-        return attempt < max_restarts
-    return lost and spares_left > 0

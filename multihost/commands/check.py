@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     from ..check.preflight import run_checks
     from ..errors import EXIT_CHECK, EXIT_OK
     from ..job import job_options_from_args
-    from ..run.replace import checked_in_background
+    from ..run.steps import checked_in_background
     from ..views.check_view import CheckView
     from .common import cluster_from_args, inventory_from_args
 

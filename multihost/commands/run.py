@@ -8,7 +8,6 @@ import sys
 from .common import (HOST_OPTIONS_HELP, add_host_options, add_job_file_option, add_job_options,
                      add_spare_option)
 from .jobargs import keep_words
-from .run_attempts import _say
 
 EPILOG = HOST_OPTIONS_HELP + """
 examples:
@@ -173,10 +172,10 @@ def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
 def main(args: argparse.Namespace) -> int:
     from ..job import job_options_from_args
     from ..run import pipeline
+    from ..run.lifecycle import Lifecycle
     from ..views.sync_view import SyncView
     from .common import cluster_from_args, inventory_from_args
     from .jobargs import with_job_file
-    from .run_attempts import run_attempts
 
     args = with_job_file(args)
     command = script_words(args.command)
@@ -189,13 +188,46 @@ def main(args: argparse.Namespace) -> int:
     note_secrets_in_argv(args)
     if not args.launcher:  # the input is good: say the choice before anything starts
         _say(args, validated.choice.line())
-    with cluster_from_args(args, hosts) as original:
-        cluster, plan, record = pipeline.prepare_on(
-            original, request, validated=validated, notify=lambda text: _say(args, text),
+    with cluster_from_args(args, hosts) as cluster, \
+            Lifecycle(cluster, request, validated, notify=lambda text: _say(args, text)) as life:
+        _, record = life.prepare(
             sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
         save_job(args, record, command)
-        try:
-            return run_attempts(cluster, request, validated, plan, record, args)
-        finally:
-            if cluster is not original:
-                cluster.close()
+        holder: dict = {}
+        outcome = life.follow(lambda: run_view(args, holder), holder)
+        return end_of_run(outcome, life.plan, args)
+
+
+def _say(args, text: str) -> None:
+    if not args.json:
+        print(f"multihost: {text}", file=sys.stderr, flush=True)
+
+
+def run_view(args, holder):
+    """The view of one attempt: the dashboard (its [s] and [d] keys act through the
+    attempt's Controls in ``holder``), plain lines, or JSON events."""
+    from ..views import make_view
+
+    mode = "json" if args.json else "plain" if args.plain or args.detach else "auto"
+    if mode != "auto":
+        return make_view(mode)
+    return make_view(mode, on_stop=lambda: holder["controls"].stop(),
+                     on_detach=lambda: holder["controls"].detach(), by_rank=args.ranks)
+
+
+def end_of_run(outcome, plan, args) -> int:
+    """The exit status of the run, or the one-line error that names its root cause."""
+    from ..run.pipeline import failure_of
+
+    if outcome.detached:
+        if args.json:
+            return 0
+        print(f"run {plan.run_id} is running on {len(plan.nodes)} host(s); from any shell:\n"
+              f"  multihost status {plan.run_id}\n"
+              f"  multihost logs {plan.run_id} --follow\n"
+              f"  multihost stop {plan.run_id}")
+        return 0
+    error = failure_of(outcome, plan)
+    if error is not None:
+        raise error
+    return 0

@@ -33,8 +33,21 @@ class NodeState(str, enum.Enum):
 
 
 class RunState(str, enum.Enum):
-    """The life of a whole run, as its record on the controller tells it. A run that was
-    detached stays RUNNING in its record until `status` or `stop` finds its end."""
+    """The life of a whole run, as its record on the controller tells it (the steps that
+    move it are ``multihost/run/lifecycle.py``'s)::
+
+        LAUNCHING --every node started--> RUNNING --every node ended--> SUCCEEDED (all exit 0)
+            |                                                       --> FAILED (a root cause:
+            +--a node could not start, or Ctrl-C--> FAILED / STOPPED     a rank, a lost host,
+                                                                         a hang, --wait)
+                                                                    --> STOPPED (Ctrl-C,
+                                                                        `multihost stop`, [s])
+        FAILED --a restart is left (--max-restarts, or a spare for a lost host)--> LAUNCHING
+            as attempt k+1 under the same run id; attempt k is kept in ``RunRecord.attempts``
+
+    A run that was detached stays RUNNING in its record until `status` or `stop` finds its
+    end. SUCCEEDED, FAILED and STOPPED are final (``finished``) for the attempt.
+    """
 
     LAUNCHING = "launching"
     RUNNING = "running"

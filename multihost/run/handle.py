@@ -47,7 +47,6 @@ class Run:
         self._holder: dict = {}
         self._result: Optional[RunResult] = None
         self._error: Optional[BaseException] = None
-        self._plan = None
         self._cannot_restart: Optional[RunFailed] = None
 
     @classmethod
@@ -68,14 +67,10 @@ class Run:
         return load_run(self.run_id)
 
     # -- a run followed by this process ---------------------------------------------
-    def _attach(self, cluster, plan, record, request, validated, close) -> None:
+    def _attach(self, life, close) -> None:
         """Follow the run in a thread: every attempt (``--max-restarts``, spares) through
-        the CLI's own loop, each event into the queue; ``close`` the clusters at the end."""
-        from . import pipeline
-        from .attempts import follow_attempts
-
-        self._plan = plan
-
+        the CLI's own loop (``Lifecycle.follow``), each event into the queue; ``close``
+        the clusters at the end."""
         def listen(event: object) -> None:
             if isinstance(event, RunFinished):   # its root cause carries the log's tail
                 self._result = RunResult(self.run_id, event.exit_code, event.root_cause)
@@ -83,12 +78,9 @@ class Run:
                 self._events.append(event)
                 self._ready.notify_all()
 
-        def attempt(cluster, plan, record):
-            return pipeline.start(cluster, plan, record, listen, request, self._holder)
-
         def follow() -> None:
             try:
-                follow_attempts(cluster, request, validated, plan, record, attempt, notify)
+                life.follow(lambda: listen, self._holder)
             except RunFailed as err:  # no next attempt could start: the last one's end stands
                 notify(f"warning: {err}")
                 self._cannot_restart = err

@@ -1,10 +1,10 @@
-"""The pipeline of a run, as ``multihost run`` and the Python API drive it: check every
-host, sync the code (and verify data), plan, record, launch in ip order, follow.
+"""What a run is asked and what it makes of it: the request (``RunRequest``), every
+mistake in it found before a host is contacted (``validate``), the plan on the hosts
+(``plan_for``), the first record, and the error a failed run ends with (``failure_of``).
+The steps that use them, attempt after attempt, are ``lifecycle.py``'s.
 
-Nothing here parses arguments or draws anything: the caller gives a ``RunRequest``, a
-listener for run events (a view, or the API's event queue) and a ``notify`` callable
-for the one-line progress notes ("checking 4 host(s)..."). A failure is raised as the
-error tree's own error (CheckError, SyncError, RunFailed), caught once at the CLI.
+Nothing here parses arguments or draws anything. A failure is raised as the error tree's
+own error (ConfigError, RunFailed), caught once at the CLI.
 """
 from __future__ import annotations
 
@@ -14,20 +14,13 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, RunFailed
 from ..hosts import Host
 from ..job import JobOptions
 from . import launchers, plan as run_plan
-from .records import NodeRecord, RunRecord, host_to_dict, new_run_id
-from .steps import setup, sync_for_run
-
-Notify = Callable[[str], None]
-
-
-def _quiet(text: str) -> None:
-    pass
+from .records import NodeRecord, RunRecord, host_to_dict
 
 
 @dataclass(frozen=True)
@@ -178,53 +171,6 @@ def initial_record(plan, request: RunRequest, cluster, git) -> RunRecord:
         controller={"hostname": socket.gethostname(), "pid": os.getpid(), "cwd": os.getcwd()})
 
 
-def prepare(cluster, request: RunRequest, *, validated: Optional[Validated] = None,
-            notify: Notify = _quiet, sync_view=None, checked=None):
-    """Check, sync, set up and plan: the run's blueprint and its first record, nothing
-    started yet (on the cluster's own hosts: ``prepare_on`` when spares may take a place)."""
-    _, plan, record = prepare_on(cluster, dataclasses.replace(request, spares=()),
-                                 validated=validated, notify=notify, sync_view=sync_view,
-                                 checked=checked)
-    return plan, record
-
-
-def prepare_on(cluster, request: RunRequest, *, validated: Optional[Validated] = None,
-               notify: Notify = _quiet, sync_view=None, checked=None):
-    """``prepare``, with the request's spares checked beside the hosts and put in the
-    place of a host that fails the preflight: (the cluster the run starts on, which is
-    a new one after a replacement, the plan, the first record). ``checked``: the report
-    of a preflight these hosts already passed (``scale`` checks all its hosts once, then
-    runs its points on some of them)."""
-    from ..spares import SpareState, spare_pool
-    from .replace import checked_in_background, preflight_with_spares, same_shape
-
-    validated = validated or validate(cluster.hosts, request)
-    job = validated.job
-    hosts = cluster.hosts
-    revision = revision_in_background(job.code)
-    spares = SpareState(spare_pool(cluster.hosts, request.spares))
-    report = checked
-    if request.check and checked is None:
-        bad = checked_in_background(cluster, spares.pool, job, notify)
-        cluster, report, spares = preflight_with_spares(
-            cluster, job, spares, 0, allow_concurrent=request.allow_concurrent,
-            notify=notify, original=cluster, known_bad=bad)
-        spares = spares.drop(bad())
-        same_shape(job, hosts, cluster.hosts)
-    start_port = report.start_port if report else job.start_port
-    if start_port is None:
-        raise ConfigError("--start-port auto needs the preflight to find a free port",
-                          fix="drop --no-check, or give a port: --start-port 17000")
-    sync_for_run(cluster, job, code=request.sync, data_checked=report is not None,
-                 notify=notify, view=sync_view)
-    digest = setup(cluster, job, request.setup, always=request.setup_always, notify=notify)
-    plan = plan_for(cluster, request, validated, report, new_run_id(), start_port)
-    record = initial_record(plan, request, cluster, revision())
-    return cluster, plan, dataclasses.replace(
-        record, code_digest=digest, spares=tuple(host_to_dict(h) for h in spares.pool),
-        replacements=tuple(r.to_json() for r in spares.replacements))
-
-
 def plan_for(cluster, request: RunRequest, validated: Validated, report, run_id: str,
              start_port: int):
     """The plan on the cluster's hosts: node 0's address is the rendezvous, so a spare
@@ -239,16 +185,6 @@ def plan_for(cluster, request: RunRequest, validated: Validated, report, run_id:
         environ=os.environ, user_env=dict(request.env), kill_wait=request.kill_wait,
         allow_concurrent=request.allow_concurrent, gpu_interval=request.gpu_interval,
         ps=ps_layout(request, addresses, start_port))
-
-
-def start(cluster, plan, record, listener, request: RunRequest,
-          holder: Optional[Dict[str, object]] = None):
-    """Launch in ip order and follow (or return once every node runs, with detach)."""
-    from .follow import RunOptions, start_and_follow
-
-    options = RunOptions(detach=request.detach, wait_after_exit=request.wait,
-                         hang_timeout=request.hang_timeout)
-    return start_and_follow(cluster, plan, record, listener, options, holder)
 
 
 def failure_of(outcome, plan) -> Optional[RunFailed]:

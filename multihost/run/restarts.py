@@ -1,4 +1,5 @@
-"""The restart policy of ``--max-restarts N`` (torchrun's name), as pure functions.
+"""The restart policy of ``--max-restarts N`` (torchrun's name) and spare hosts, and what
+an attempt leaves in the run's record, as pure functions (``lifecycle.py`` applies them).
 
 After a failed attempt (a rank's non-zero exit or signal, a lost host, a hang) the run
 was stopped on every host as always; if restarts are left, the preflight runs again and
@@ -7,7 +8,7 @@ and ``TORCHELASTIC_RESTART_COUNT`` = k in every process, so a script resumes fro
 checkpoint). Every attempt keeps its own record, exit codes and root cause
 (``RunRecord.attempts``), its own host files (``attempt_<k>/`` in the host's run
 directory) and its own mirror (``<log_dir>/<run_id>/attempt_<k>/<host>/``).
-``--max-restarts 0`` (the default) is the single attempt of before, mirror layout included.
+``--max-restarts 0`` (the default) is one attempt, mirrored in the run's own directory.
 """
 from __future__ import annotations
 
@@ -31,6 +32,25 @@ def attempt_log_dir(run_log_dir: str, attempt: int, max_restarts: int) -> str:
     if not max_restarts:
         return run_log_dir
     return os.path.join(run_log_dir, f"attempt_{attempt}")
+
+
+def restart_budget(max_restarts: Optional[int], spares: int) -> int:
+    """How many attempts may follow the first. ``--max-restarts N`` given: N. Not given:
+    one per spare, and only to let a spare replace a lost host (see ``may_restart``)."""
+    if max_restarts is not None:
+        return max_restarts
+    return spares
+
+
+def may_restart(max_restarts: Optional[int], attempt: int, lost: bool,
+                spares_left: int) -> bool:
+    """Whether attempt ``attempt`` (0 first) that just failed is followed by another.
+    With ``--max-restarts N``: while N restarts are left, whatever the failure (a spare
+    replaces a lost host when one is left). Without it, a run with spares restarts only
+    for a lost host that a spare can replace: a rank's own failure would fail again."""
+    if max_restarts is not None:
+        return attempt < max_restarts
+    return lost and spares_left > 0
 
 
 def restartable(result) -> bool:

@@ -1,16 +1,21 @@
-"""The steps of a run that touch every host before anything starts: the preflight, the
-code sync (and data verification) and the setup step. The pipeline runs them on the job's
-hosts; a spare that takes a rank runs the last two on its own (``run/replace.py``).
+"""What the steps of a run before its launch do on the hosts: the preflight (and the
+spares' own check beside it), the code sync (and data verification) and the setup step.
+``lifecycle.py`` runs them, on the job's hosts, and again on a spare that takes a rank.
 """
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional
+import threading
+from typing import Callable, Optional, Sequence, Tuple
 
 from ..errors import CheckError
+from ..hosts import Host
 from ..job import JobOptions, workdir_for
 
 Notify = Callable[[str], None]
+# Checks between hosts: among the spares alone they test peers the spare will never have
+# (the check that runs again once a spare takes a rank tests its real ones).
+BETWEEN_HOSTS = ("rendezvous", "ping")
 
 
 def _quiet(text: str) -> None:
@@ -80,3 +85,47 @@ def setup(cluster, job: JobOptions, command: Optional[str], *, always: bool = Fa
     setup_step.run_setup(cluster, command, digest, workdirs, always=always,
                          on_result=lambda result: setup_step.show(result, notify))
     return digest
+
+
+def check_spares(cluster, spares: Sequence[Host], job: JobOptions,
+                 notify: Notify) -> Tuple[str, ...]:
+    """The spares' own preflight: the label of every spare that fails it, each told
+    through ``notify`` as a warning line (a dead spare is never "not ready": the job's
+    hosts are judged apart)."""
+    if not spares:
+        return ()
+    from ..check.preflight import run_checks
+    from ..check.report import FAIL
+    from ..fanout import HostGroup
+
+    with HostGroup(spares, cluster.options, workers=cluster.workers) as own:
+        report = run_checks(own, job)
+    bad = []
+    for host_report in report.hosts:
+        failures = [r for r in host_report.results
+                    if r.status == FAIL and r.name not in BETWEEN_HOSTS]
+        if failures:
+            first = failures[0]
+            fix = f" (fix: {first.fix})" if first.fix else ""
+            notify(f"warning: spare {host_report.host.label} is not usable: "
+                   f"{first.name}: {first.detail}{fix}")
+            bad.append(host_report.host.label)
+    return tuple(bad)
+
+
+def checked_in_background(cluster, spares: Sequence[Host], job: JobOptions,
+                          notify: Notify) -> Callable[[], Tuple[str, ...]]:
+    """``check_spares`` beside the job's own preflight; call the result to wait for it."""
+    if not spares:   # no thread for nothing to check (every run without spares)
+        return lambda: ()
+    box = {"bad": ()}
+
+    def work() -> None:
+        try:
+            box["bad"] = check_spares(cluster, spares, job, notify)
+        except Exception as exc:  # a spare's check never stops the job's
+            notify(f"warning: the spares could not be checked: {exc}")
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return lambda: (thread.join(), box["bad"])[1]

@@ -90,8 +90,10 @@ def measure_point(cluster, request, options: ScaleOptions, notify: Notify,
     (``checked``: the preflight of all the hosts, passed before the first point;
     ``on_record``: told the point's first record, before it starts)."""
     from ..run import pipeline
+    from ..run.lifecycle import Lifecycle
 
-    plan, record = pipeline.prepare(cluster, request, notify=notify, checked=checked)
+    life = Lifecycle(cluster, request, notify=notify)
+    plan, record = life.prepare(checked=checked)
     on_record(record)
     nproc = plan.nodes[0].nproc
     notify(f"{len(plan.nodes)} host(s) x {nproc} process(es): run {plan.run_id}, "
@@ -111,7 +113,7 @@ def measure_point(cluster, request, options: ScaleOptions, notify: Notify,
 
     started = time.time()
     try:
-        outcome = pipeline.start(cluster, plan, record, listen, request, holder)
+        outcome = life.execute(listen, holder)
     finally:
         stopper.cancel()
     result = outcome.result

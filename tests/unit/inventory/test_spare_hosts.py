@@ -11,8 +11,8 @@ from multihost.hosts import Host, HostOptions, load_hosts, load_inventory
 from multihost.job import JobOptions
 from multihost.run import launchers as launch
 from multihost.run.plan import Prepared, build_plan, launch_request
-from multihost.spares import (Replacement, SpareState, may_restart, parse_spares, replace_node,
-                              restart_budget, spare_pool)
+from multihost.run.restarts import may_restart, restart_budget
+from multihost.spares import Replacement, SpareState, parse_spares, replace_node, spare_pool
 
 
 def hostfile(tmp_path, text):
@@ -194,7 +194,7 @@ def test_stop_knows_the_hosts_spares_replaced_after_they_were_lost():
 
 
 def test_a_spare_that_would_change_the_world_size_is_refused():
-    from multihost.run.replace import same_shape
+    from multihost.run.lifecycle import same_shape
 
     job = JobOptions()
     after = replace_node(hosts3(), 1, Host("h6", rank=8, gpus=(0,)))
