@@ -112,8 +112,7 @@ def test_the_next_sync_goes_through_the_connection_the_last_one_left(lab, code, 
         assert f"{lab.address(2)}: 1 file (17 B) written" in done.stdout
         again = sync(lab, code, workdir)
         assert again.returncode == 0 and again.stdout.count("up to date") == 3, again.stdout
-        # a host written by its shell is recorded as its answer: the next edit's check
-        # and write print back only the written paths
+        # the edit's record lets the next edit go the same way, through the master
         (code / "pkg3" / "mod3.py").write_text("VALUE = 'edited again'\n")
         done = sync(lab, code, workdir)
         assert done.returncode == 0, done.stderr
