@@ -39,31 +39,14 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..run import jobfile
     from ..cli import build_parser
-    from ..errors import ConfigError
-    from ..run.records import job_file_path, load_run
+    from ..run.jobfile import job_to_rerun
+    from ..run.records import load_run
     from . import run as run_command
 
     record = load_run(args.run_id)
-    path = job_file_path(record.run_id)
-    if not path.is_file():
-        raise ConfigError(f"run {record.run_id} has no job file in its record",
-                          fix="it was started by an older multihost: run it again with "
-                              "`multihost run`")
-    table = jobfile.load(str(path))
-    given = {item.partition("=")[0] for item in args.env}
-    missing = [name for name in jobfile.masked_secrets(table) if name not in given]
-    if "command" in missing:
-        raise ConfigError(f"run {record.run_id} had a secret in its command line, which is "
-                          "never recorded", fix="start it again with `multihost run`, "
-                                                "passing the secret through --env NAME")
-    if missing:
-        raise ConfigError(f"run {record.run_id} had the secret {missing[0]}, which is never "
-                          "recorded", fix=f"give it again: multihost rerun {record.run_id} "
-                                          f"--env {missing[0]}=...")
-    if args.same_code:
-        check_same_code(record, table.get("code", "."))
+    given = [item.partition("=")[0] for item in args.env]
+    path = job_to_rerun(record, given, same_code=args.same_code)
     words = ["run", "-f", str(path)]
     for item in args.env:
         words += ["--env", item]
@@ -71,18 +54,3 @@ def main(args: argparse.Namespace) -> int:
     run_args = build_parser("run").parse_args(words)  # the secrets given again come last
     run_args._hosts = record.hosts  # as recorded, not as the hostfile says today
     return run_command.main(run_args)
-
-
-def check_same_code(record, code: str) -> None:
-    from ..errors import ConfigError
-    from ..run.setup_step import code_digest
-    from ..sync.manifest import code_revision
-
-    commit, dirty = code_revision(code)
-    if record.git_commit and commit != record.git_commit:
-        raise ConfigError(f"--same-code: {code} is at git revision {str(commit)[:12]}, run "
-                          f"{record.run_id} ran {record.git_commit[:12]}",
-                          fix=f"`git checkout {record.git_commit[:12]}`, or drop --same-code")
-    if record.code_digest and code_digest(code) != record.code_digest:
-        raise ConfigError(f"--same-code: the files in {code} changed since run {record.run_id}",
-                          fix="restore them (git stash, git checkout), or drop --same-code")

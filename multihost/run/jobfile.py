@@ -215,3 +215,44 @@ def masked_secrets(table: Mapping[str, Any]) -> List[str]:
     if any(MASK in str(word) for word in table.get("command") or ()):
         missing.append("command")
     return missing
+
+
+def job_to_rerun(record, given_env: Sequence[str], *, same_code: bool = False) -> Path:
+    """The job file of a recorded run (``multihost rerun``), once every secret it had is
+    given again (``given_env``: the names) and, with ``same_code``, the code is the one it
+    ran; else the ConfigError that says what to give or restore."""
+    from .records import job_file_path
+
+    path = job_file_path(record.run_id)
+    if not path.is_file():
+        raise ConfigError(f"run {record.run_id} has no job file in its record",
+                          fix="it was started by an older multihost: run it again with "
+                              "`multihost run`")
+    table = load(str(path))
+    missing = [name for name in masked_secrets(table) if name not in given_env]
+    if "command" in missing:
+        raise ConfigError(f"run {record.run_id} had a secret in its command line, which is "
+                          "never recorded", fix="start it again with `multihost run`, "
+                                                "passing the secret through --env NAME")
+    if missing:
+        raise ConfigError(f"run {record.run_id} had the secret {missing[0]}, which is never "
+                          "recorded", fix=f"give it again: multihost rerun {record.run_id} "
+                                          f"--env {missing[0]}=...")
+    if same_code:
+        check_same_code(record, table.get("code", "."))
+    return path
+
+
+def check_same_code(record, code: str) -> None:
+    """``rerun --same-code``: the code's git revision and content as the run recorded them."""
+    from ..sync.manifest import code_revision
+    from .setup_step import code_digest
+
+    commit, _ = code_revision(code)
+    if record.git_commit and commit != record.git_commit:
+        raise ConfigError(f"--same-code: {code} is at git revision {str(commit)[:12]}, run "
+                          f"{record.run_id} ran {record.git_commit[:12]}",
+                          fix=f"`git checkout {record.git_commit[:12]}`, or drop --same-code")
+    if record.code_digest and code_digest(code) != record.code_digest:
+        raise ConfigError(f"--same-code: the files in {code} changed since run {record.run_id}",
+                          fix="restore them (git stash, git checkout), or drop --same-code")
