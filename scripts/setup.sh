@@ -14,6 +14,9 @@ command -v rsync >/dev/null 2>&1 || need+=(rsync)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v ps >/dev/null 2>&1 || need+=(procps)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)   # the dashboard tests drive a real terminal
+# The Slurm lab (multihost lab up N --slurm) runs real slurmctld/slurmd and munged.
+command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need+=(munge)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -53,6 +53,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                     help="also show PATH inside every host at the same path (repeatable)")
     up.add_argument("--replace", action="store_true",
                     help="tear down a lab of the same name first instead of refusing")
+    up.add_argument("--slurm", action="store_true",
+                    help="also run Slurm: slurmctld on ctl (198.18.0.1), slurmd on every host")
     sub.add_parser("down", help="remove the lab: processes, namespaces, files")
     sub.add_parser("status", help="one line per host: address, init pid, sshd, link")
     ex = sub.add_parser("exec", help="run a command as the controller (-- CMD...)")
@@ -116,10 +118,14 @@ def main(args) -> int:
     if action == "up":
         import time
         t0 = time.monotonic()
-        lab.up(args.n, rate=args.rate, shares=args.share, replace=args.replace)
-        print(f"lab {lab.name}: {args.n} host(s) up in {time.monotonic() - t0:.1f}s")
+        lab.up(args.n, rate=args.rate, shares=args.share, replace=args.replace,
+               with_slurm=args.slurm)
+        print(f"lab {lab.name}: {args.n} host(s) up{' with Slurm' if args.slurm else ''} "
+              f"in {time.monotonic() - t0:.1f}s")
         print(f"  hostfile  {lab.hostfile}")
         print(f"  try       multihost lab exec --name {lab.name} -- ssh {lab.address(1)} hostname")
+        if args.slurm:
+            print(f"  slurm     multihost lab exec --name {lab.name} -- salloc -N {args.n} srun hostname")
     elif action == "down":
         lab.down()
         print(f"lab {lab.name}: down")

@@ -187,6 +187,31 @@ class LabPaths:
         """What init reads before it hides /tmp: its config, sshd_config, the host key."""
         return self.host(i) / "boot"
 
+    # A Slurm lab (`lab up N --slurm`): the controller is a machine of its own (ctl) with
+    # slurmctld; every host binds the same /etc/slurm and /etc/munge.
+    @property
+    def ctl(self) -> Path:
+        return self.dir / "ctl"
+
+    @property
+    def ctl_log(self) -> Path:
+        """The controller's /run/multihost/log: slurmctld.log, munged.log, init.log."""
+        return self.ctl / "log"
+
+    @property
+    def ctl_boot(self) -> Path:
+        return self.ctl / "boot"
+
+    @property
+    def slurm_etc(self) -> Path:
+        """Bound at /etc/slurm on the controller and every host."""
+        return self.dir / "slurm" / "etc"
+
+    @property
+    def munge_etc(self) -> Path:
+        """Bound at /etc/munge: the lab's own munge.key."""
+        return self.dir / "slurm" / "munge"
+
 
 def sshd_config(i: int) -> str:
     return f"""\

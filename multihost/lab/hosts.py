@@ -54,7 +54,7 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def prepare(paths: LabPaths, i: int, cluster_pub: str, ctl_pub: str, known: str,
-            shares: Sequence[str]) -> None:
+            shares: Sequence[str], binds: Sequence[Sequence[str]] = ()) -> None:
     """Write host i's private dirs, its ~/.ssh and what its init reads at boot."""
     root, tmp = paths.host_root(i), paths.host_tmp(i)
     for d, mode in [(root, 0o700), (tmp, 0o1777), (paths.host_log(i), 0o755),
@@ -74,18 +74,28 @@ def prepare(paths: LabPaths, i: int, cluster_pub: str, ctl_pub: str, known: str,
         "boot": str(boot), "root": str(root), "tmp": str(tmp), "log": str(paths.host_log(i)),
         "etc_hosts": str(paths.etc_hosts), "resolv_conf": str(paths.resolv_conf),
         "run_dir": HOST_RUN_DIR, "log_dir": HOST_LOG_DIR, "shares": list(shares),
+        "binds": [list(b) for b in binds],
     }
     _write(boot / "init.json", json.dumps(boot_cfg, indent=1) + "\n", 0o600)
 
 
+def _boot_dir(paths: LabPaths, i: int) -> Path:
+    return paths.ctl_boot if i == 0 else paths.host_boot(i)
+
+
+def _log_dir(paths: LabPaths, i: int) -> Path:
+    return paths.ctl_log if i == 0 else paths.host_log(i)
+
+
 def launch(name: str, paths: LabPaths, indexes: Sequence[int]) -> Dict[int, procs.Proc]:
     """Start the hosts; return each host's init, by its real pid (pitfall 5: inside the
-    PID namespace it is 1, so only the outside can record it)."""
+    PID namespace it is 1, so only the outside can record it). Index 0 is the controller
+    machine of a Slurm lab, in the controller namespace."""
     lines = []
     for i in indexes:
-        argv = ["ip", "netns", "exec", host_netns(name, i), *UNSHARE, sys.executable, str(INIT),
-                str(paths.host_boot(i) / "init.json")]
-        log = shlex.quote(str(paths.host_log(i) / "init.log"))
+        argv = ["ip", "netns", "exec", host_netns(name, i) if i else ctl_netns(name), *UNSHARE,
+                sys.executable, str(INIT), str(_boot_dir(paths, i) / "init.json")]
+        log = shlex.quote(str(_log_dir(paths, i) / "init.log"))
         lines.append(f"{shlex.join(argv)} </dev/null >>{log} 2>&1 &\necho {i} $!")
     out = subprocess.run(["sh", "-c", "\n".join(lines)], stdin=subprocess.DEVNULL,
                          capture_output=True, text=True, start_new_session=True, timeout=60)
@@ -108,8 +118,8 @@ def launch(name: str, paths: LabPaths, indexes: Sequence[int]) -> Dict[int, proc
         gone = [i for i in missing if not procs.running(outer[i])]
         if gone or time.monotonic() > deadline:
             missing = gone or missing
-            raise LabError(f"host h{missing[0]} did not start: "
-                           f"{tail(paths.host_log(missing[0]) / 'init.log')}",
+            raise LabError(f"host {host_name(missing[0]) if missing[0] else 'ctl'} did not start: "
+                           f"{tail(_log_dir(paths, missing[0]) / 'init.log')}",
                            fix="check that `ip netns exec` and `unshare --pid --fork` work here")
         time.sleep(0.005)
     return inits

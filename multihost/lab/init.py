@@ -10,6 +10,11 @@ Signals (sent from outside to this process's real pid):
   SIGUSR1  start sshd if it is not running       SIGUSR2  stop sshd (TERM, then KILL after 3 s)
   SIGTERM  end the host
 sshd's state is written to <log>/sshd.state for the controller to read.
+
+The controller of a Slurm lab boots from the same file with no sshd and no private /root
+or /tmp (``"sshd": null``, ``"root": null``): it only needs its own hostname and /run for
+slurmctld and munged. ``binds`` ([source, target] pairs) are extra files bound in place,
+such as the lab's /etc/slurm and /etc/munge.
 """
 import ctypes
 import json
@@ -81,13 +86,16 @@ def build_machine(cfg):
     boot = cfg["boot"]
     # Read what sshd needs now: it will live in the private /run, where sshd's
     # per-connection re-exec finds it again (pitfall 3).
-    with open(os.path.join(boot, "sshd_config"), "rb") as f:
-        sshd_config = f.read()
-    with open(os.path.join(boot, "ssh_host_ed25519_key"), "rb") as f:
-        host_key = f.read()
+    files = []
+    if cfg.get("sshd"):
+        for name in ["sshd_config", "ssh_host_ed25519_key"]:
+            with open(os.path.join(boot, name), "rb") as f:
+                files.append((name, f.read()))
     pins = Pins()
-    for path in [cfg["root"], cfg["tmp"], cfg["log"], cfg["etc_hosts"], cfg["resolv_conf"]]:
-        pins.pin(path)
+    for path in [cfg.get("root"), cfg.get("tmp"), cfg["log"], cfg["etc_hosts"], cfg["resolv_conf"]]:
+        if path:
+            pins.pin(path)
+    binds = [(pins.pin(source), target) for source, target in cfg.get("binds", [])]
     shares = [pins.pin(p) for p in cfg["shares"] if os.path.exists(p)]
 
     # A private /run with /run/sshd (pitfall 1), and private /var/log and /dev/shm: sshd's
@@ -97,7 +105,7 @@ def build_machine(cfg):
                     (cfg["log_dir"], 0o755)]:
         os.makedirs(d, exist_ok=True)
         os.chmod(d, mode)
-    for name, data in [("sshd_config", sshd_config), ("ssh_host_ed25519_key", host_key)]:
+    for name, data in files:
         fd = os.open(os.path.join(cfg["run_dir"], name), os.O_WRONLY | os.O_CREAT, 0o600)
         os.write(fd, data)
         os.close(fd)
@@ -105,16 +113,20 @@ def build_machine(cfg):
         mount("tmpfs", "/var/log", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     pins.bind(cfg["log"], cfg["log_dir"])
-    pins.bind(cfg["root"], "/root")
-    pins.bind(cfg["tmp"], "/tmp")
+    if cfg.get("root"):
+        pins.bind(cfg["root"], "/root")
+    if cfg.get("tmp"):
+        pins.bind(cfg["tmp"], "/tmp")
     pins.bind(cfg["etc_hosts"], "/etc/hosts")
     pins.bind(cfg["resolv_conf"], "/etc/resolv.conf")
+    for source, target in binds:
+        pins.bind(source, target)
     # Shared paths come back at the same place, like an NFS mount (parents first).
     for path in shares:
         pins.bind(path, path, rec=True)
     pins.close()
     socket.sethostname(cfg["hostname"])
-    os.chdir("/root")
+    os.chdir("/root" if cfg.get("root") else "/")
 
 
 class Sshd:
@@ -132,7 +144,7 @@ class Sshd:
         os.replace(tmp, self.state_file)
 
     def start(self):
-        if self.pid is not None:
+        if self.pid is not None or not self.argv[0]:
             return
         env = {"PATH": PATH, "LANG": os.environ.get("LANG", "C.UTF-8")}
         self.pid = os.posix_spawn(self.argv[0], self.argv, env, setsigmask=(),
@@ -193,6 +205,8 @@ def main(argv):
     HOSTNAME = cfg["hostname"]
     try:
         build_machine(cfg)
+        # What waits for a machine without sshd (the Slurm lab's ctl) waits for this.
+        open(os.path.join(cfg["log_dir"], "booted"), "w").close()
         sshd = Sshd(cfg)
         sshd.start()
     except OSError as exc:

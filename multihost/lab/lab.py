@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 import multihost
 
 from ..errors import LabError
-from . import hosts, netns, procs
+from . import hosts, netns, procs, slurm
 from .config import (DEFAULT_NAME, LabPaths, check_count, check_name, ctl_netns,
                      etc_hosts, host_address, host_name, hostfile, known_hosts,
                      parse_rate, resolv_conf, resolve_location, share_paths, ssh_client_config)
@@ -51,8 +51,9 @@ class LabState:
     rate: Optional[str] = None
     shares: List[str] = field(default_factory=list)
     python: str = ""
-    inits: dict = field(default_factory=dict)  # "i" -> [pid, start time]
+    inits: dict = field(default_factory=dict)  # "i" -> [pid, start time]; "0": ctl (Slurm)
     ready: bool = False                         # every sshd answered
+    slurm: bool = False                         # slurmctld on ctl, slurmd on every host
 
 
 def _need_root() -> None:
@@ -126,9 +127,10 @@ class Lab:
         return procs.Proc(pid, start)
 
     # -- up / down -------------------------------------------------------------------
-    def preflight(self, rate: Optional[str]) -> None:
+    def preflight(self, rate: Optional[str], with_slurm: bool = False) -> None:
         _need_root()
-        needed = dict(TOOLS, **({"tc": "iproute2"} if rate else {}))
+        needed = dict(TOOLS, **({"tc": "iproute2"} if rate else {}),
+                      **(slurm.TOOLS if with_slurm else {}))
         for tool, package in needed.items():
             if not _which(tool):
                 raise LabError(f"`{tool}` not found", fix=f"install {package}")
@@ -136,11 +138,12 @@ class Lab:
             raise LabError(f"{hosts.SSHD} not found", fix="install openssh-server")
 
     def up(self, n: int, rate: Optional[str] = None, shares: Sequence[str] = (),
-           replace: bool = False) -> LabState:
-        """Bring up n hosts; on any failure, tear down what was built and re-raise."""
+           replace: bool = False, with_slurm: bool = False) -> LabState:
+        """Bring up n hosts (with Slurm: see slurm.py); on any failure, tear down what
+        was built and re-raise."""
         check_count(n)
         rate, burst = parse_rate(rate) if rate else (None, 0)
-        self.preflight(rate)
+        self.preflight(rate, with_slurm)
         if self.exists():
             if not replace:
                 raise LabError(f"lab {self.name!r} already exists ({self.dir})",
@@ -149,7 +152,7 @@ class Lab:
         if self.dir.exists() and any(self.dir.iterdir()):
             raise LabError(f"{self.dir} exists and is not a lab", fix="pick another --dir or --name")
         try:
-            return self._build(n, rate, burst, shares)
+            return self._build(n, rate, burst, shares, with_slurm)
         except BaseException:
             try:
                 self.down()
@@ -160,14 +163,15 @@ class Lab:
     def exists(self) -> bool:
         return self.paths.state.exists() or bool(netns.lab_namespaces(self.name))
 
-    def _build(self, n: int, rate: Optional[str], burst: int, shares: Sequence[str]) -> LabState:
+    def _build(self, n: int, rate: Optional[str], burst: int, shares: Sequence[str],
+               with_slurm: bool = False) -> LabState:
         p = self.paths
         p.dir.mkdir(parents=True, exist_ok=True)
         repo = str(Path(multihost.__file__).resolve().parent.parent)
         # The python that built the lab runs in the hosts too: share its venv, the real
         # interpreter the venv links to (pitfall 3) and the repo holding multihost.
         shared = share_paths([sys.prefix, sys.base_prefix, repo, *shares])
-        state = LabState(self.name, n, rate, shared, sys.executable)
+        state = LabState(self.name, n, rate, shared, sys.executable, slurm=with_slurm)
         self._save(state)  # from here on, `down` knows this dir is a lab's
 
         ctl_key = p.ctl_ssh / "id_ed25519"
@@ -187,13 +191,21 @@ class Lab:
         os.chmod(p.ctl_ssh / "config", 0o600)
         cluster_pub = Path(f"{p.cluster_key}.pub").read_text()
         ctl_pub = Path(f"{ctl_key}.pub").read_text()
+        binds = []
+        if with_slurm:
+            ctl_cfg = slurm.prepare(p, n)
+            (p.ctl_boot / "init.json").write_text(json.dumps(ctl_cfg, indent=1) + "\n")
+            binds = slurm.binds(p)
         for i in range(1, n + 1):
-            hosts.prepare(p, i, cluster_pub, ctl_pub, known, shared)
+            hosts.prepare(p, i, cluster_pub, ctl_pub, known, shared, binds)
 
-        inits = hosts.launch(self.name, p, range(1, n + 1))
+        inits = hosts.launch(self.name, p, range(0 if with_slurm else 1, n + 1))
         state = dataclasses.replace(state, inits={str(i): [proc.pid, proc.start] for i, proc in inits.items()})
         self._save(state)
+        ctl = inits.pop(0, None)
         hosts.wait_sshd(self.name, p, inits)
+        if ctl:
+            slurm.start(p, ctl, inits)
         p.hostfile.write_text(hostfile(n, sys.executable))
         state = dataclasses.replace(state, ready=True)
         self._save(state)
@@ -251,7 +263,20 @@ class Lab:
         script = ('set -e; [ -d "$2" ] || mkdir -m 700 "$2"; mount --bind "$1" "$2"; '
                   'mount --bind "$3" /etc/hosts; mount --bind "$4" /etc/resolv.conf 2>/dev/null || true; '
                   'export HOME="$5" MULTIHOST_LAB_DIR="$6" PATH="$7:$PATH"; shift 7; exec "$@"')
-        return ["ip", "netns", "exec", ctl_netns(self.name), "unshare", "--mount",
+        enter = ["ip", "netns", "exec", ctl_netns(self.name)]
+        ctl = self.state().inits.get("0")
+        if ctl:
+            # A Slurm lab: be on the machine ctl (its hostname, /run with munged's socket,
+            # /etc/slurm), in this PID namespace: a /proc of our own, mounted first.
+            if not procs.alive(procs.Proc(*ctl)):
+                raise LabError(f"the controller machine of lab {self.name!r} is not running",
+                               fix=f"bring the lab up again: multihost lab up N --slurm --replace --name {self.name}")
+            # nsenter would start in ctl's cwd (/): the caller's carries over, as it does
+            # through `ip netns exec`.
+            enter = ["sh", "-c", f'exec nsenter -t {ctl[0]} -n -m -u --wd="$(pwd -P)" -- "$@"',
+                     "multihost-lab-enter"]
+            script = "mount -t proc proc /proc; " + script
+        return [*enter, "unshare", "--mount",
                 "--propagation", "slave", "sh", "-c", script, "multihost-lab-exec",
                 str(p.ctl_ssh), user_ssh, str(p.etc_hosts), str(p.resolv_conf), str(p.home),
                 str(p.dir), os.path.dirname(sys.executable), *argv]

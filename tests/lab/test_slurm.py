@@ -1,0 +1,82 @@
+"""Real Slurm in the lab (`multihost lab up 2 --slurm`): slurmctld on ctl, slurmd and
+munged on h1 and h2, and multihost inside an allocation of it."""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+from typing import Iterator
+
+import pytest
+
+from multihost.lab import Lab
+
+from conftest import LabHandle, lab_unavailable, random_name
+
+
+@pytest.fixture(scope="module")
+def slurm_lab() -> Iterator[LabHandle]:
+    reason = lab_unavailable() or next(
+        (f"`{tool}` is not installed (slurm-wlm, munge)" for tool in ("slurmctld", "slurmd", "munged")
+         if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin")), None)
+    if reason:
+        pytest.skip(f"no Slurm lab on this machine: {reason}")
+    the_lab = Lab(random_name("mhs"))
+    atexit.register(the_lab.down)
+    the_lab.up(2, with_slurm=True)
+    try:
+        yield LabHandle(the_lab, 2)
+    finally:
+        the_lab.down()
+        atexit.unregister(the_lab.down)
+
+
+def lab_processes(lab: LabHandle, names=("slurm", "munged", "srun")) -> list:
+    """Every process of the machine whose command names one of ``names`` and that runs in
+    one of this lab's namespaces (other labs may run beside it)."""
+    found = []
+    inodes = set()
+    for ns in os.listdir("/run/netns"):
+        if ns.startswith(lab.name + "-"):
+            inodes.add(os.stat(f"/run/netns/{ns}").st_ino)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            net = int(os.readlink(f"/proc/{pid}/ns/net")[5:-1])
+            args = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if net in inodes and any(n in args for n in names):
+            found.append(args)
+    return found
+
+
+def test_srun_inside_salloc_answers_from_both_hosts_in_order(slurm_lab):
+    r = slurm_lab.run(["salloc", "-N", "2", "srun", "-N", "2", "hostname"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["h1", "h2"]
+    r = slurm_lab.run(["sinfo", "-h", "-o", "%D %T %N"], check=True)
+    assert r.stdout.split() == ["2", "idle", "h[1-2]"]
+
+
+def test_every_daemon_runs_inside_the_lab_and_down_leaves_nothing():
+    if lab_unavailable() or not shutil.which("slurmctld", path="/usr/sbin:/usr/bin"):
+        pytest.skip("no Slurm lab on this machine")
+    lab = Lab(random_name("mhs"))
+    atexit.register(lab.down)
+    try:
+        lab.up(1, with_slurm=True)
+        handle = LabHandle(lab, 1)
+        daemons = lab_processes(handle, ("slurmctld", "slurmd", "munged"))
+        assert sorted(a.split()[0].rsplit("/", 1)[-1] for a in daemons) == \
+            ["munged", "munged", "slurmctld", "slurmd"]
+        assert handle.run(["hostname"], check=True).stdout.strip() == "ctl"
+        # The machine's own /etc/slurm is not the lab's: nothing was written outside.
+        assert not os.path.exists("/etc/slurm/slurm.conf")
+    finally:
+        lab.down()
+        atexit.unregister(lab.down)
+    assert not any(ns.startswith(lab.name + "-") for ns in os.listdir("/run/netns"))
+    assert not lab.dir.exists()
+    leftover = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(lab.dir) not in leftover
