@@ -6,6 +6,7 @@ import atexit
 import os
 import shutil
 import subprocess
+import sys
 from typing import Iterator
 
 import pytest
@@ -52,9 +53,10 @@ def lab_processes(lab: LabHandle, names=("slurm", "munged", "srun")) -> list:
 
 
 def test_srun_inside_salloc_answers_from_both_hosts_in_order(slurm_lab):
-    r = slurm_lab.run(["salloc", "-N", "2", "srun", "-N", "2", "hostname"], timeout=60)
+    # Lines come as the tasks print them; -l labels each with its task number.
+    r = slurm_lab.run(["salloc", "-N", "2", "srun", "-l", "-N", "2", "hostname"], timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["h1", "h2"]
+    assert sorted(r.stdout.splitlines()) == ["0: h1", "1: h2"]
     r = slurm_lab.run(["sinfo", "-h", "-o", "%D %T %N"], check=True)
     assert r.stdout.split() == ["2", "idle", "h[1-2]"]
 
@@ -80,3 +82,21 @@ def test_every_daemon_runs_inside_the_lab_and_down_leaves_nothing():
     assert not lab.dir.exists()
     leftover = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(lab.dir) not in leftover
+
+
+def test_node_lists_expand_as_the_real_scontrol_does(slurm_lab):
+    from multihost.slurm import expand_nodelist
+
+    lists = ["h[1-3,5],g7", "linux[0-6,128]", "node[08-11]", "rack[0-1]_blade[0-1]",
+             "tux[7,3-4]", "gpu-node-[001-002]", "a[01-3]"]
+    for text in lists:
+        real = slurm_lab.run(["scontrol", "show", "hostnames", text], check=True).stdout.split()
+        assert list(expand_nodelist(text, scontrol="")) == real, text
+
+
+def test_inside_salloc_the_allocation_is_read_in_slurms_order(slurm_lab):
+    code = ("from multihost.slurm import current; a = current(); "
+            "print(a.job_id.isdigit(), ' '.join(a.nodes), a.gpus, a.in_step)")
+    r = slurm_lab.run(["salloc", "-N", "2", sys.executable, "-c", code], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "h1", "h2", "None", "False"]
