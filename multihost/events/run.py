@@ -178,6 +178,7 @@ class RootCause:
     reason: str                     # decoded: "exit 3", "killed by SIGKILL (out of memory?)", "host lost"
     tail: Tuple[str, ...] = field(default_factory=tuple)
     local_rank: Optional[int] = None   # the rank on its host, when known (names its log)
+    after: Tuple[str, ...] = field(default_factory=tuple)   # the ranks that stopped after it
 
 
 @dataclass(frozen=True)

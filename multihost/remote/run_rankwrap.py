@@ -1,7 +1,9 @@
 """One rank of a run, between its launcher and the training script. Stdlib only, Python
 3.6+, and standalone: the prepare step copies this file into the run directory, and the
-launcher runs ``python -S <run_dir>/rankwrap.py <run_dir> CMD...`` once per local rank
-(torchrun: ``--no-python``), with LOCAL_RANK (and RANK) in the environment.
+launcher runs ``python -S <run_dir>/rankwrap.py <run_dir> CMD...`` once per local rank,
+with LOCAL_RANK (and RANK) in the environment: torchrun with ``--no-python``; paddle's
+launcher because it runs a "training script" that does not end in .py as it is given,
+with PADDLE_LOCAL_RANK (and PADDLE_TRAINER_ID).
 
 It sends the rank's stdout and stderr to ``log/workerlog.<LOCAL_RANK>``, starts CMD as its
 child, and records ``rank.<LOCAL_RANK>.json`` (pid, start, exit status, end time): the
@@ -9,9 +11,9 @@ exact exit of every rank, whatever launcher ran it, is what names a failure's ro
 It then leaves with the child's own status (the same signal, or the same exit code), so
 the launcher above sees what it would have seen without it.
 
-Signals: launchers (torchrun) and multihost signal whole process groups, so the child
-gets them directly; this wrapper only waits for it and never forwards (a training
-script's SIGTERM handler would otherwise run twice).
+Signals: launchers (torchrun, paddle's) and multihost signal whole process groups, so
+the child gets them directly; this wrapper only waits for it and never forwards (a
+training script's SIGTERM handler would otherwise run twice).
 """
 import json
 import os

@@ -119,7 +119,8 @@ def reconcile(record: RunRecord, nodes: Tuple[NodeStatus, ...]) -> RunRecord:
         # judged that): its ranks' deaths are the stop's doing, not causes.
         if status.view.state != "stopped":
             failures += failures_of(status.node_rank, status.host, status.view, now)
-    end = conclude([v.state for v in views], root_cause(failures), False)
+    end = conclude([v.state for v in views], root_cause(failures), False,
+                   nodes=[(s.node_rank, s.host, s.view) for s in nodes])
     return dataclasses.replace(
         record, state=end.state, exit_code=end.exit_code,
         ended=max(v.ended or now for v in views), root_cause=end.root_cause)

@@ -335,7 +335,8 @@ class Monitor:
         # A stop asked for on purpose (the dashboard's [s]) ends like `multihost stop`.
         interrupted = self.interrupts.count > 0 and self.interrupts.reason is None
         states = tuple(self.states[h.rank] for h in self.hosts)
-        end = conclude(states, cause, interrupted, tail)
+        nodes = [(r, self.hosts[r].label, view) for r, view in sorted(self.views.items())]
+        end = conclude(states, cause, interrupted, tail, nodes)
         self.settle(bool(self.lost))
         self.keeper.update(state=end.state, exit_code=end.exit_code, ended=time.time(),
                            root_cause=end.root_cause)

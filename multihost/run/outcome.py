@@ -111,6 +111,9 @@ class NodeView:
     tails: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
     launcher_tail: Tuple[str, ...] = ()
     serving: bool = False         # parameter servers only: every trainer here exited 0
+    servers: Tuple[RankView, ...] = ()   # parameter servers only: each one's end
+    server_failed: Optional[RankView] = None   # the server whose end failed the node
+    server_tail: Tuple[str, ...] = ()          # ... and its last lines
 
     @property
     def finished(self) -> bool:
@@ -131,6 +134,9 @@ def parse_status(reply: Any) -> NodeView:
         if local is not None:
             tails[local] = clean_lines(lines)
     procs = as_int(reply.get("procs"))
+    servers = tuple(_rank_view(r) for r in as_list(node.get("servers"))[:MAX_RANKS]
+                    if isinstance(r, dict))
+    server_failed = as_dict(node.get("server_failed"))
     return NodeView(
         state=clean_text(reply.get("state") or node.get("state") or "unknown", 40),
         exit_code=as_int(node.get("exit_code")), signal=as_int(node.get("signal")),
@@ -138,14 +144,17 @@ def parse_status(reply: Any) -> NodeView:
         detail=clean_text(reply.get("detail") or ""), procs=max(procs or 0, 0),
         supervisor_alive=reply.get("supervisor_alive") is True, ranks=ranks, tails=tails,
         launcher_tail=clean_lines(reply.get("launcher_tail")),
-        serving=as_time(node.get("serving")) is not None)   # when every trainer here ended 0
+        serving=as_time(node.get("serving")) is not None,   # when every trainer here ended 0
+        servers=servers, server_failed=_rank_view(server_failed) if server_failed else None,
+        server_tail=clean_lines(server_failed.get("tail")))
 
 
 def _rank_view(record: dict) -> RankView:
+    """A rank's record, or a parameter server's (its ``rank`` is the server's index)."""
     return RankView(as_int(record.get("local_rank")) or 0, as_int(record.get("rank")),
                     as_int(record.get("pid")), as_time(record.get("started")),
-                    as_time(record.get("ended")), as_int(record.get("exit_code")),
-                    as_int(record.get("signal")))
+                    as_time(record.get("ended")),
+                    as_int(record.get("exit_code")), as_int(record.get("signal")))
 
 
 @dataclass(frozen=True)
@@ -155,12 +164,14 @@ class Failure:
     time: float
     node_rank: int
     host: str
-    kind: str                      # "rank", "node", "lost", "wait"
-    rank: Optional[int] = None
+    kind: str                      # "rank", "server", "node", "lost", "wait", "hang"
+    rank: Optional[int] = None     # a server: None (its index is ``server``)
     local_rank: Optional[int] = None
     exit_code: Optional[int] = None
     signal: Optional[int] = None
     detail: str = ""
+    server: Optional[int] = None   # a parameter server's index
+    tail: Tuple[str, ...] = ()     # its last lines, when the host sent them with it
 
     @property
     def reason(self) -> str:
@@ -169,7 +180,19 @@ class Failure:
         if self.kind in ("wait", "hang"):
             return self.detail
         decoded = decode_exit(self.exit_code, self.signal)
+        if self.kind == "server":
+            decoded = f"parameter server {self.server} {decoded}"
         return f"{decoded}: {self.detail}" if self.detail else decoded
+
+    @property
+    def name(self) -> str:
+        """Who failed, for the ranks that stopped after it: ``rank 3``, ``parameter
+        server 1``, ``198.18.0.12 (node 1)``."""
+        if self.kind == "server":
+            return f"parameter server {self.server}"
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return f"{self.host} (node {self.node_rank})"
 
     @property
     def status(self) -> int:
@@ -180,14 +203,20 @@ class Failure:
         return exit_status(self.exit_code, self.signal)
 
 
-_KIND_ORDER = {"rank": 0, "node": 1, "lost": 2, "wait": 3, "hang": 3}
+_KIND_ORDER = {"rank": 0, "server": 0, "node": 1, "lost": 2, "wait": 3, "hang": 3}
 
 
 def failures_of(node_rank: int, host: str, view: NodeView, now: float) -> List[Failure]:
-    """A node's failures: each rank that exited badly; the node itself when it failed
-    with no failed rank to show for it (a launcher that died first, a dead supervisor)."""
+    """A node's failures: each rank that exited badly; a parameter server that ended
+    while trainers ran; the node itself when it failed with no failed rank or server to
+    show for it (a launcher that died first, a dead supervisor)."""
     found = [Failure(r.ended or now, node_rank, host, "rank", r.rank, r.local_rank,
                      r.exit_code, r.signal) for r in view.ranks if r.failed]
+    server = view.server_failed
+    if server is not None:
+        found.append(Failure(server.ended or now, node_rank, host, "server", None,
+                             exit_code=server.exit_code, signal=server.signal,
+                             server=server.rank, tail=view.server_tail))
     if view.state == FAILED and not found:
         found.append(Failure(view.ended or now, node_rank, host, "node",
                              exit_code=view.exit_code, signal=view.signal, detail=view.detail))
@@ -244,10 +273,55 @@ def refine(failure: Failure, launcher_tail: Sequence[str], rank_offset: int) -> 
                                signal=-code if code < 0 else None)
 
 
-def to_event(failure: Failure, tail: Sequence[str] = ()) -> RootCause:
+def to_event(failure: Failure, tail: Sequence[str] = (),
+             after: Sequence[str] = ()) -> RootCause:
     return RootCause(host=failure.host, node_rank=failure.node_rank, rank=failure.rank,
-                     exit_code=failure.status, reason=failure.reason, tail=tuple(tail),
-                     local_rank=failure.local_rank)
+                     exit_code=failure.status, reason=failure.reason,
+                     tail=tuple(tail) or failure.tail, local_rank=failure.local_rank,
+                     after=tuple(after))
+
+
+AFTER_LINES = 8   # of the ranks that stopped after the root cause: more are counted
+
+
+def stopped_after(cause: Failure, nodes: Sequence[Tuple[int, str, NodeView]]) -> Tuple[str, ...]:
+    """Every other rank and parameter server that ended badly, named as stopped after
+    the root cause: a rank whose peer died dies too (gloo and NCCL abort, a launcher
+    ends its node's ranks, multihost ends the rest), and says so in its own log, which
+    is what a user reads first. One line per host and way of ending:
+    ``198.18.0.11 (node 0) ranks 0, 1: killed by SIGTERM (stopped by multihost),
+    stopped after rank 3 failed``. ``nodes``: (node rank, host, its last status)."""
+    if cause.kind in ("wait", "hang"):
+        return ()   # every rank was stopped by multihost: nothing failed first
+    groups: Dict[Tuple[int, str, str, str], List[int]] = {}
+    for node_rank, host, view in sorted(nodes, key=lambda n: n[0]):
+        stopped = view.state == STOPPED
+        ends = [("rank", r) for r in view.ranks] + [("server", s) for s in view.servers]
+        for kind, end in ends:
+            if not end.failed or _is_cause(cause, node_rank, kind, end):
+                continue
+            how = decode_exit(end.exit_code, end.signal, stopped)
+            groups.setdefault((node_rank, host, kind, how), []).append(
+                end.rank if end.rank is not None else end.local_rank)
+    lines = []
+    for (node_rank, host, kind, how), numbers in groups.items():
+        who = ("parameter server" if kind == "server" else "rank") + \
+            ("s" if len(numbers) > 1 else "")
+        lines.append(f"{host} (node {node_rank}) {who} {', '.join(map(str, sorted(numbers)))}: "
+                     f"{how}, stopped after {cause.name} failed")
+    if len(lines) > AFTER_LINES:
+        rest = len(lines) - AFTER_LINES + 1
+        lines = lines[:AFTER_LINES - 1] + [f"and {rest} more hosts' ranks, stopped after "
+                                           f"{cause.name} failed (multihost status)"]
+    return tuple(lines)
+
+
+def _is_cause(cause: Failure, node_rank: int, kind: str, end: RankView) -> bool:
+    if cause.node_rank != node_rank:
+        return False
+    if kind == "server":
+        return cause.kind == "server" and cause.server == end.rank
+    return cause.kind == "rank" and cause.local_rank == end.local_rank
 
 
 def describe(failure: Failure) -> str:
@@ -293,11 +367,17 @@ def final_state(exit_code: int, cause: Optional[Failure]) -> RunState:
 
 
 def conclude(states: Sequence[str], cause: Optional[Failure], interrupted: bool,
-             tail: Sequence[str] = ()) -> RunEnd:
+             tail: Sequence[str] = (),
+             nodes: Sequence[Tuple[int, str, NodeView]] = ()) -> RunEnd:
     """The end of a run whose nodes all ended in ``states``, with ``cause`` its root
-    cause (``root_cause`` of its failures) and ``tail`` that failure's last lines."""
+    cause (``root_cause`` of its failures), ``tail`` that failure's last lines and
+    ``nodes`` every node's last status (node rank, host, view): the ranks that ended
+    after the root cause are named as such."""
     code = run_status(states, cause, interrupted)
-    return RunEnd(final_state(code, cause), code, None if cause is None else to_event(cause, tail))
+    if cause is None:
+        return RunEnd(final_state(code, cause), code, None)
+    return RunEnd(final_state(code, cause), code,
+                  to_event(cause, tail, stopped_after(cause, nodes)))
 
 
 def status_of_node_records(records: Sequence[Optional[Dict[str, Any]]]) -> int:

@@ -145,6 +145,7 @@ def cause_to_json(cause: Optional[RootCause]) -> Optional[Dict[str, Any]]:
         return None
     data = dataclasses.asdict(cause)
     data["tail"] = list(cause.tail)
+    data["after"] = list(cause.after)
     return data
 
 
@@ -154,7 +155,7 @@ def cause_from_json(data: Optional[Dict[str, Any]]) -> Optional[RootCause]:
     return RootCause(host=data.get("host", "?"), node_rank=data.get("node_rank", -1),
                      rank=data.get("rank"), exit_code=data.get("exit_code"),
                      reason=data.get("reason", ""), tail=tuple(data.get("tail") or ()),
-                     local_rank=data.get("local_rank"))
+                     local_rank=data.get("local_rank"), after=tuple(data.get("after") or ()))
 
 
 def record_to_json(record: RunRecord) -> Dict[str, Any]:

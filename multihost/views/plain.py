@@ -129,4 +129,5 @@ class PlainView:
             return
         lines = [f"run {event.run_id} failed; root cause: {describe_root_cause(event.root_cause)}"]
         lines += [f"  | {line}" for line in event.root_cause.tail]
+        lines += [f"  then {line}" for line in event.root_cause.after]
         self.say("\n".join(lines))

@@ -73,6 +73,7 @@ def header_lines(status):
     if cause:
         where = f"rank {cause.rank}" if cause.rank is not None else f"node {cause.node_rank}"
         lines.append(f"  root cause: {cause.host} {where}: {cause.reason}")
+        lines += [f"    then {line}" for line in cause.after]
     if record.stragglers:
         from ..run.stragglers import describe, from_json
 

@@ -56,7 +56,10 @@ def test_paddle_gets_literal_ips_its_own_host_and_both_start_ports():
     assert request["argv"] == [
         "/opt/py/bin/python", "-m", "paddle.distributed.launch",
         "--ips=10.0.0.1,10.0.0.2,10.0.0.3", "--host=10.0.0.3", "--start_port=17000",
-        "--nproc_per_node=2", f"--log_dir={RUN_DIR}/log", "train.py", "-c", "cfg.yml"]
+        "--nproc_per_node=2", f"--log_dir={RUN_DIR}/log",
+        # paddle runs a "script" not ending in .py as given: the rank wrapper, then python
+        "/opt/py/bin/python", "-S", f"{RUN_DIR}/rankwrap.py", RUN_DIR,
+        "/opt/py/bin/python", "train.py", "-c", "cfg.yml"]
     assert request["env"]["FLAGS_START_PORT"] == "17000"
     assert "CUDA_VISIBLE_DEVICES" not in request["env"]      # CPU: paddle must not see it
 

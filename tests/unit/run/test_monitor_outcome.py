@@ -181,3 +181,101 @@ def test_a_parameter_server_node_that_says_when_its_trainers_ended_is_serving():
     assert parse_status({"node": {"state": "running", "serving": 1795384767.2}}).serving
     assert not parse_status({"node": {"state": "running"}}).serving
     assert not parse_status({"node": {"state": "running", "serving": "yes"}}).serving
+
+
+# paddle's launcher, 2 lab hosts x 2 trainers, global rank 3 exits 3 (recorded in the lab,
+# trimmed): each trainer's end as the rank wrapper recorded it. Within 43 ms of rank 3's
+# exit, its gloo peers abort (rank 0 on the other host, rank 2 beside it), and paddle's
+# own launcher names the local rank that aborted; the records name the rank that ended first.
+PADDLE_EXIT_3 = [
+    {"node": {"state": "failed", "exit_code": 15, "ended": 1795792803.99,
+              "stop_reason": "teardown: 198.18.0.12 (node 1) failed"},
+     "state": "failed", "detail": "",
+     "ranks": [{"local_rank": 0, "rank": 0, "pid": 384, "started": 1795792791.78,
+                "ended": 1795792802.5047, "exit_code": None, "signal": 6},
+               {"local_rank": 1, "rank": 1, "pid": 385, "started": 1795792791.85,
+                "ended": 1795792802.6318, "exit_code": None, "signal": 15}]},
+    {"node": {"state": "failed", "exit_code": 15, "ended": 1795792804.0},
+     "state": "failed", "detail": "",
+     "ranks": [{"local_rank": 0, "rank": 2, "pid": 378, "started": 1795792791.90,
+                "ended": 1795792802.5752, "exit_code": None, "signal": 6},
+               {"local_rank": 1, "rank": 3, "pid": 379, "started": 1795792791.91,
+                "ended": 1795792802.4617, "exit_code": 3, "signal": None}]},
+]
+# `multihost fleetrun`, servers on both hosts, trainers 0-1 and 2-3: parameter server 1
+# (the second host's) killed with `kill -9`. Its host's supervisor recorded it with its
+# last lines and stopped the trainers there; the first host was stopped by multihost.
+PS_SERVER_KILLED = [
+    {"node": {"state": "stopped", "signal": 15, "ended": 1795792822.26,
+              "servers": [{"local_rank": 0, "rank": 0, "pid": 430, "log": "serverlog.0",
+                           "started": 1795792806.03, "ended": 1795792822.2578,
+                           "exit_code": None, "signal": 15}]},
+     "state": "stopped", "detail": "teardown: 198.18.0.12 (node 1) failed",
+     "ranks": [{"local_rank": 0, "rank": 0, "ended": 1795792822.1517, "signal": 15},
+               {"local_rank": 1, "rank": 1, "ended": 1795792822.0328, "signal": 15}]},
+    {"node": {"state": "failed", "signal": 9, "ended": 1795792822.16,
+              "stop_reason": "server 1 exited (signal 9) while trainers ran",
+              "servers": [{"local_rank": 0, "rank": 1, "pid": 423, "log": "serverlog.0",
+                           "started": 1795792806.26, "ended": 1795792821.8498,
+                           "exit_code": None, "signal": 9}],
+              "server_failed": {"local_rank": 0, "rank": 1, "pid": 423, "log": "serverlog.0",
+                                "started": 1795792806.26, "ended": 1795792821.8498,
+                                "exit_code": None, "signal": 9,
+                                "tail": ["I1127 15:20:15.195024 423 brpc_ps_server.cc:78] "
+                                         "running server with rank id: 1, endpoint: "
+                                         "198.18.0.12:17580"]}},
+     "state": "failed", "detail": "",
+     "ranks": [{"local_rank": 0, "rank": 2, "ended": 1795792822.1603, "signal": 15},
+               {"local_rank": 1, "rank": 3, "ended": 1795792822.1617, "signal": 15}]},
+]
+HOSTS = ("198.18.0.11", "198.18.0.12")
+
+
+def judged(replies):
+    """What the controller concludes from the hosts' last answers (a stopped node's
+    ranks died of the stop: no failures of its own)."""
+    nodes = [(i, HOSTS[i], parse_status(reply)) for i, reply in enumerate(replies)]
+    failures = [f for i, host, view in nodes if view.state != "stopped"
+                for f in failures_of(i, host, view, now=0)]
+    cause = root_cause(failures)
+    return cause, conclude([v.state for _, _, v in nodes], cause, False, (), nodes)
+
+
+def test_under_paddles_launcher_the_rank_that_ended_first_is_named_and_its_peers_after_it():
+    cause, end = judged(PADDLE_EXIT_3)
+    assert describe(cause) == "node 1, rank 3 (local rank 1): exit 3"
+    assert end.exit_code == 3 and end.root_cause.rank == 3
+    assert end.root_cause.after == (
+        "198.18.0.11 (node 0) rank 0: killed by SIGABRT (aborted), stopped after rank 3 failed",
+        "198.18.0.11 (node 0) rank 1: killed by SIGTERM, stopped after rank 3 failed",
+        "198.18.0.12 (node 1) rank 2: killed by SIGABRT (aborted), stopped after rank 3 failed")
+
+
+def test_a_parameter_server_that_died_first_is_the_root_cause_with_its_last_lines():
+    cause, end = judged(PS_SERVER_KILLED)
+    assert (cause.kind, cause.server, cause.rank, cause.signal) == ("server", 1, None, 9)
+    assert describe(cause).startswith("node 1: parameter server 1 killed by SIGKILL")
+    assert end.exit_code == 137 and end.root_cause.rank is None
+    assert list(end.root_cause.tail) == PS_SERVER_KILLED[1]["node"]["server_failed"]["tail"]
+    assert end.root_cause.after == (
+        "198.18.0.11 (node 0) ranks 0, 1: killed by SIGTERM (stopped by multihost), "
+        "stopped after parameter server 1 failed",
+        "198.18.0.11 (node 0) parameter server 0: killed by SIGTERM (stopped by multihost), "
+        "stopped after parameter server 1 failed",
+        "198.18.0.12 (node 1) ranks 2, 3: killed by SIGTERM, stopped after parameter server 1 "
+        "failed")
+
+
+def test_a_run_stopped_for_hanging_names_no_rank_as_stopped_after_another():
+    hang = Failure(5.0, 0, "h1", "hang", detail="no step for 600s")
+    nodes = [(1, "h2", parse_status(PADDLE_EXIT_3[1]))]
+    assert conclude(["stopped"], hang, False, (), nodes).root_cause.after == ()
+
+
+def test_many_hosts_stopped_after_a_failure_are_counted_past_a_few_lines():
+    cause = Failure(1.0, 0, "h0", "rank", rank=0, local_rank=0, exit_code=3)
+    stopped = {"state": "stopped", "node": {"state": "stopped"},
+               "ranks": [{"local_rank": 0, "rank": 0, "ended": 2.0, "signal": 15}]}
+    nodes = [(i, f"h{i}", parse_status(stopped)) for i in range(1, 20)]
+    after = conclude(["stopped"] * 19, cause, False, (), nodes).root_cause.after
+    assert len(after) == 8 and after[-1].startswith("and 12 more hosts' ranks, stopped after rank 0")

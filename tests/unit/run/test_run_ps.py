@@ -19,7 +19,8 @@ from multihost.transport import LocalTransport
 from test_launch_supervisor import marked, status, wait_state
 
 # A server waits forever, as paddle's does; a trainer works a moment and exits, with
-# the code it is told to (per trainer id), or the server exits early when told to.
+# the code it is told to (per trainer id; a failing one a little later than the others),
+# or the server exits early when told to.
 ROLE = """\
 import os, sys, time
 role, me = os.environ["TRAINING_ROLE"], os.environ.get("PADDLE_TRAINER_ID", "-")
@@ -27,8 +28,9 @@ print(role, me, os.environ["PADDLE_PSERVERS_IP_PORT_LIST"], os.environ["POD_IP"]
 if role == "PSERVER":
     time.sleep(float(os.environ.get("SERVER_LIFE", "600")))
     sys.exit(int(os.environ.get("SERVER_CODE", "0")))
-time.sleep(0.3)
-sys.exit(int(os.environ.get("FAIL_" + me, "0")))
+code = int(os.environ.get("FAIL_" + me, "0"))
+time.sleep(float(os.environ.get("TRAINER_LIFE", "0.3")) + (0.5 if code else 0))
+sys.exit(code)
 """
 
 
@@ -98,4 +100,30 @@ def test_a_server_that_exits_while_trainers_run_fails_the_node(node):
     reply = wait_state(transport, run_id, {"failed", "succeeded", "stopped"})
     assert reply["state"] == "failed"
     assert "server 0 exited" in reply["node"]["stop_reason"]
+    assert marked(run_id) == []
+
+
+def test_a_server_killed_while_trainers_run_is_recorded_with_its_signal_and_last_lines(node):
+    import os
+    import signal
+
+    from multihost.run.outcome import failures_of, parse_status, root_cause
+
+    transport, run_id, run_dir = node({"TRAINER_LIFE": "30"})
+    (server,) = wait_state(transport, run_id, {"running"})["node"]["servers"]
+    deadline = time.monotonic() + 10
+    while "PSERVER" not in (run_dir / "log" / "serverlog.0").read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(server["pid"], signal.SIGKILL)
+    reply = wait_state(transport, run_id, {"failed", "succeeded", "stopped"})
+    assert (reply["state"], reply["node"]["signal"]) == ("failed", signal.SIGKILL)
+    failed = reply["node"]["server_failed"]
+    assert (failed["rank"], failed["signal"]) == (0, signal.SIGKILL)
+    assert any(line.startswith("PSERVER - 127.0.0.1:17000") for line in failed["tail"])
+    # its trainers were stopped for it, after it
+    assert all(r["signal"] == signal.SIGTERM and r["ended"] > failed["ended"]
+               for r in reply["ranks"])
+    cause = root_cause(failures_of(0, "h1", parse_status(reply), now=0))
+    assert (cause.kind, cause.server, cause.signal) == ("server", 0, signal.SIGKILL)
     assert marked(run_id) == []
