@@ -4,18 +4,17 @@ recognised with one `stat` command, without starting Python there.
 After each complete sync of a host, the controller records, per (host, workdir, code
 directory), every manifest entry with the host's stat key of it (type, size, mtime,
 ctime, inode; see ``remote/sync_fs.stat_key``), the same key the host's own hash cache
-trusts, and the hash of the `stat` answer that showed them (the entries themselves once
-for every host synced from the same manifest: see ``save_record``). The next sync first
-asks the host for those keys with coreutils' `stat` (one round trip, no interpreter) while
-the code is hashed here, and compares the answer's hash (or, without one, every key):
-if nothing moved and the manifest equals the recorded one, the host is identical and
-nothing else runs.
+trusts (the entries themselves once for every host synced from the same manifest: see
+``save_record``). The next sync first asks the host for those keys with coreutils' `stat`
+(one round trip, no interpreter) while the code is hashed here, and compares every key;
+the hash of an answer found right is kept, so the checks after it compare one hash. If
+nothing moved and the manifest equals the recorded one, the host is identical and
+nothing else runs; a small change is sent at once by the helper's stream.
 Anything else (a key that moved, an entry that differs, a `stat` without nanoseconds,
 no record) falls back to the full comparison by content, which records anew.
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import marshal
 import os
@@ -145,10 +144,8 @@ def record_entries(record: dict) -> List[list]:
 
 
 def save_record(host_label: str, workdir: str, code_root: str, remote_root: str,
-                manifest: Manifest, keys: Dict[str, list], stat_digest: Optional[str] = None) -> bool:
+                manifest: Manifest, keys: Dict[str, list]) -> bool:
     """Record the host's state after a complete sync; only when every entry has a key.
-    ``stat_digest``: the hash of the host's `stat` answer for exactly this state, when it
-    was checked against ``keys`` (the next sync then compares one hash, parsing nothing).
     The manifest's entries are written once for every host synced from it."""
     try:
         host_keys = [keys[wire[0]] for wire in manifest.wires()]
@@ -158,7 +155,7 @@ def save_record(host_label: str, workdir: str, code_root: str, remote_root: str,
     if not _save_tree(code_root, manifest):
         return False
     return _write(record_path(host_label, workdir, code_root), {
-        "v": VERSION, "root": remote_root, "digest": manifest.digest, "stat": stat_digest,
+        "v": VERSION, "root": remote_root, "digest": manifest.digest, "stat": None,
         "keys": marshal.dumps(host_keys)})
 
 
@@ -224,12 +221,10 @@ def matches_manifest(record: dict, manifest: Manifest) -> bool:
     return manifest.matches(record.get("digest"))
 
 
-def stat_command(remote_root: str, names_through: str = "") -> str:
-    """`stat` of the NUL-separated names on stdin (``names_through``: a command that
-    reads stdin and gives them, such as "gzip -dc")."""
-    feed = f"{names_through} | " if names_through else ""
+def stat_command(remote_root: str) -> str:
+    """`stat` of the NUL-separated names on stdin."""
     return (f"cd -- {shlex.quote(remote_root)} && "
-            f"{feed}xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} --")
+            f"xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} --")
 
 
 def parse_stat_output(out: bytes, names: Sequence[str]) -> Optional[Dict[str, list]]:
@@ -300,26 +295,6 @@ def remember_check(host_label: str, workdir: str, code_root: str, record: dict) 
     if record.pop("fresh", False):
         _write(record_path(host_label, workdir, code_root),
                {k: record[k] for k in ("v", "root", "digest", "stat", "keys") if k in record})
-
-
-def host_digest(transport, root: str, manifest: Manifest, keys: Dict[str, list]) -> Optional[str]:
-    """After a sync by the helper: the hash of the host's `stat` answer, if it shows the
-    keys the helper reported (one more round trip, so the next sync's check is one hash).
-    The names go gzipped (a sixth of the bytes, and every host gets them); a host without
-    gzip answers nothing and is sent them plain."""
-    names = [entry.path for entry in manifest.entries]
-    listed = b"\0".join(n.encode("utf-8", "surrogateescape") for n in names)
-    for command, data in ((stat_command(root, "gzip -dc"), gzip.compress(listed, 6, mtime=0)),
-                          (stat_command(root), listed)):
-        try:
-            done = transport.run(command, timeout=60, input=data)
-        except Exception:  # no hash: the next check parses, nothing worse
-            return None
-        if not done.ok:
-            return None
-        if done.stdout or not names:
-            return verified_digest(done.stdout, names, keys)
-    return None
 
 
 def _tracked(path: str, kind: str) -> str:

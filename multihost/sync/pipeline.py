@@ -29,10 +29,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ..errors import MultihostError
 from ..events import Listener, SyncHostDone, SyncPlanned, SyncScanned
 from ..fanout import HostGroup, fan_out
-from ..transport import Transport
 from ..transport.base import pipe_errors_raise
 from .deliver import deliver, direct_fill
-from .fastpath import (forget_record, host_digest, host_unchanged, load_record,
+from .fastpath import (forget_record, host_unchanged, load_record,
                        matches_manifest, plan_from_record, remember_check, save_record,
                        unchanged_keys)
 from .manifest import Manifest, build_manifest, code_revision, size_warnings
@@ -93,7 +92,6 @@ class _CodeSync:
         self.code_root = os.path.abspath(os.path.expanduser(code_dir))
         self.ready = threading.Event()              # set once the manifest is built (or failed)
         self.manifest: Optional[Manifest] = None
-        self.used: Dict[int, Transport] = {}        # the way each host was reached (for _record)
         self.results: Dict[int, HostSync] = {}
         self.sessions: Dict[int, HostSession] = {}
         self.known: Dict[int, _Known] = {}
@@ -134,7 +132,7 @@ class _CodeSync:
         self.add_unchanged_keys(manifest)
         if not self.dry_run:
             _record(self.cluster, manifest, self.workdirs, self.code_root, self.results,
-                    self.keys, self.used)
+                    self.keys)
         self.later.append(self.leave_connections)
         for step in self.later:
             step()
@@ -152,11 +150,10 @@ class _CodeSync:
         if quick is not None:
             try:
                 if host_unchanged(quick, record, THROUGH_MASTER):
-                    self.used[host.rank] = quick
                     return self.as_known(host, quick, record)
             except MultihostError:
                 pass  # the master went away half-way: the full path below redoes it
-        transport = self.used[host.rank] = self.cluster.transport(host)
+        transport = self.cluster.transport(host)
         self.to_leave.append(host)
         # Through a master, a host not as recorded was asked already: compare by content.
         if record is None or quick is not None or not host_unchanged(transport, record):
@@ -328,20 +325,15 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
 
 
 def _record(cluster: HostGroup, manifest, workdirs: Dict[int, str], code_root: str,
-            results: Dict[int, HostSync], keys: Dict[int, Dict[str, list]],
-            used: Dict[int, Transport]) -> None:
-    """Remember each fully synced host's state for the next sync's fast path, with the
-    hash of its `stat` answer (asked for here when the sync did not bring it back)."""
-    synced = [h for h in cluster.hosts if h.rank in keys
-              and results.get(h.rank) is not None and results[h.rank].ok
-              and not results[h.rank].kept]
-    asked = fan_out(synced, lambda host: host_digest(
-        used.get(host.rank) or cluster.transport(host), results[host.rank].root, manifest,
-        keys[host.rank]), cluster.workers)
-    digests = {a.host.rank: a.value for a in asked if a.ok and a.value}
+            results: Dict[int, HostSync], keys: Dict[int, Dict[str, list]]) -> None:
+    """Remember each fully synced host's state for the next sync's fast path (the hash
+    of its `stat` answer is learned by that next check: see ``remember_check``)."""
     for host in cluster.hosts:
-        if host in synced:
-            save_record(host.label, workdirs[host.rank], code_root, results[host.rank].root,
-                        manifest, keys[host.rank], digests.get(host.rank))
-        elif host.rank in keys:
+        if host.rank not in keys:
+            continue
+        result = results.get(host.rank)
+        if result is not None and result.ok and not result.kept:
+            save_record(host.label, workdirs[host.rank], code_root, result.root, manifest,
+                        keys[host.rank])
+        else:
             forget_record(host.label, workdirs[host.rank], code_root)

@@ -6,7 +6,8 @@ import stat
 import types
 
 from multihost.sync.fastpath import (load_record, parse_stat_output, record_entries,
-                                     save_record, stat_command, verified_digest)
+                                     remember_check, save_record, stat_command,
+                                     verified_digest)
 from multihost.sync.manifest import build_manifest
 
 # printf 'a.py\0link\0pkg\0' | xargs -0 stat --printf '%f\0%s\0%.9Y\0%.9Z\0%i\0'
@@ -41,7 +42,7 @@ def test_the_command_quotes_the_root():
     assert stat_command("/home/me/my work").startswith("cd -- '/home/me/my work' && xargs -0 -r stat")
 
 
-def test_a_record_keeps_names_keys_and_hash(tmp_path, monkeypatch):
+def test_a_record_keeps_names_and_keys_and_then_the_hash_a_check_learned(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "a.py").write_text("x")
@@ -49,10 +50,14 @@ def test_a_record_keeps_names_keys_and_hash(tmp_path, monkeypatch):
     key = [stat.S_IFREG, 1, 2, 3, 4]
     assert not save_record("h1", "~/w", "/code", "/root/w", manifest, {})   # a key missing
     assert load_record("h1", "~/w", "/code") is None
-    assert save_record("h1", "~/w", "/code", "/root/w", manifest, {"a.py": key}, "ab" * 32)
+    assert save_record("h1", "~/w", "/code", "/root/w", manifest, {"a.py": key})
     record = load_record("h1", "~/w", "/code")
-    assert (record["root"], record["names"], record["stat"]) == ("/root/w", b"a.py", "ab" * 32)
+    assert (record["root"], record["names"], record["stat"]) == ("/root/w", b"a.py", None)
     assert record_entries(record) == [manifest.entries[0].wire() + [key]]
+    record["stat"], record["fresh"] = "ab" * 32, True     # a check found every key right
+    remember_check("h1", "~/w", "/code", record)
+    again = load_record("h1", "~/w", "/code")
+    assert again["stat"] == "ab" * 32 and record_entries(again) == record_entries(record)
     assert load_record("h2", "~/w", "/code") is None   # another host: its own record
 
 
