@@ -26,6 +26,8 @@ class JobOptions:
     data: Tuple[str, ...] = ()
     code: str = "."
     frameworks: Tuple[str, ...] = ()           # what the launcher imports: torchrun, torch
+    gpus_from: str = "--gpus"                  # where ``gpus`` came from, for a fix to name:
+                                               # --gpus, or CUDA_VISIBLE_DEVICES (fleetrun)
 
     def gpus_for(self, host: Host) -> Tuple[int, ...]:
         """The devices this host's ranks use: --gpus beats the hostfile; () is CPU."""
@@ -89,6 +91,7 @@ def job_options_from_args(args, hosts: Sequence[Host] = ()) -> JobOptions:
         start_port=parse_start_port(getattr(args, "start_port", None)),
         data=tuple(getattr(args, "data", None) or ()),
         code=getattr(args, "code", None) or ".",
+        gpus_from=getattr(args, "gpus_from", None) or "--gpus",
     )
     job.check_devices(hosts)
     return job

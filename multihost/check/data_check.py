@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Dict, Optional, Sequence
 
+from .fixes import multihost, run
 from .report import FAIL, PASS, CheckResult
 from ..errors import MultihostError
 from ..fanout import HostGroup
@@ -19,8 +20,10 @@ class DataVerification:
     its own cache), run alongside the facts; without it, the "data" check only says
     whether each path exists."""
 
-    def __init__(self, cluster: HostGroup, job: JobOptions, workdirs: Dict[int, str]):
+    def __init__(self, cluster: HostGroup, job: JobOptions, workdirs: Dict[int, str],
+                 given: str = ""):
         self.cluster = cluster
+        self.given = given
         self.paths = tuple(dict.fromkeys(tuple(job.data) + tuple(
             p for host in cluster.hosts for p in host.data)))
         self.workdirs = workdirs
@@ -55,12 +58,20 @@ class DataVerification:
                                                       "again: the hash cache makes the next "
                                                       "run faster", "timeout")
                     for h in self.cluster.hosts}
-        return data_results(self._outcome, self.cluster.hosts, self.paths)
+        return data_results(self._outcome, self.cluster.hosts, self.paths, self.given)
 
 
-def data_results(outcome: object, hosts: Sequence[Host],
-                 paths: Sequence[str] = ()) -> Dict[int, CheckResult]:
-    """``data.verify_data``'s DataReport (or a MultihostError) as one result per host."""
+def sync_data_fix(paths: Sequence[str], given: str) -> str:
+    """The command that makes every host's copy the first host's, for these hosts (only
+    the data: the code is the run's business)."""
+    words = [w for p in paths for w in ("--data", p)]
+    return run(multihost("sync", given, *words, "--sync-data", "--no-code"))
+
+
+def data_results(outcome: object, hosts: Sequence[Host], paths: Sequence[str] = (),
+                 given: str = "") -> Dict[int, CheckResult]:
+    """``data.verify_data``'s DataReport (or a MultihostError) as one result per host;
+    ``given``: the hosts as the user named them, for the repair's command."""
     if outcome is None:
         return {}
     if isinstance(outcome, MultihostError):
@@ -69,8 +80,7 @@ def data_results(outcome: object, hosts: Sequence[Host],
                 for h in (named or hosts)}
     from ..data import describe
 
-    repair = ("copy it from the first host, host to host: multihost sync "
-              + " ".join(f"--data {p}" for p in paths) + " --sync-data")
+    repair = "copy it from the first host, host to host: " + sync_data_fix(paths, given)
     odd = set(getattr(outcome, "odd_first", ()) or ())
     results: Dict[int, CheckResult] = {}
     for item in getattr(outcome, "hosts", ()):

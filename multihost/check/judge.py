@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
+from .fixes import hosts_flags
 from .parsers import Software, parse_software
 from .registry import checks, find
 from .report import FAIL, SKIP, WARN, CheckResult, HostReport, PingMatrix
@@ -56,6 +57,9 @@ class Cluster:
     # Runs with a record on this controller (run.records.run_ids()); None: not known,
     # every run is taken as this controller's.
     known_runs: Optional[FrozenSet[str]] = None
+    # The hosts as the user gave them (``--ips=...``, ``--hostfile F``, ssh flags): what a
+    # fix's command names so that, typed as shown, it reaches the same hosts (fixes.py).
+    given: str = ""
 
     def label(self, rank: int) -> str:
         return self.probes[rank].host.label
@@ -131,11 +135,13 @@ def ping_matrix(cluster: Cluster) -> PingMatrix:
 
 def make_cluster(probes: Sequence[HostProbe], job: JobOptions, start_port: Optional[int],
                  master_addr: Optional[str], auto_port: bool = False,
-                 auto_note: str = "", known_runs: Optional[Iterable[str]] = None) -> Cluster:
+                 auto_note: str = "", known_runs: Optional[Iterable[str]] = None,
+                 given: Optional[str] = None) -> Cluster:
     software = {p.host.rank: parse_software(p.fact("python")) for p in probes
                 if p.fact("python") and not p.fact("python").get("error")}
     return Cluster(tuple(probes), job, start_port, master_addr, auto_port, auto_note, software,
-                   frozenset(known_runs) if known_runs is not None else None)
+                   frozenset(known_runs) if known_runs is not None else None,
+                   hosts_flags([p.host for p in probes]) if given is None else given)
 
 
 def judge(cluster: Cluster) -> Tuple[HostReport, ...]:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 import threading
 import time
 from typing import Dict, Optional, Sequence, Tuple
 
 from .checks.network import choose_start_port
 from .data_check import DataVerification
+from .fixes import hosts_flags
 from .judge import judge, make_cluster, ping_matrix
 from .registry import probes_for
 from .report import CheckReport
@@ -40,13 +42,17 @@ DATA_TIMEOUT = 3 * 3600.0
 
 
 def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] = None,
-               budget: float = DEFAULT_BUDGET, progress: Optional[Listener] = None) -> CheckReport:
+               budget: float = DEFAULT_BUDGET, progress: Optional[Listener] = None,
+               given: Optional[str] = None) -> CheckReport:
     """Check every host of ``cluster`` for ``job``; never raises for a host's problem
     (that is a failed check in the report). ``workdirs`` maps a Host, rank or label to
     its remote workdir (default: ``workdir_for(host, job.code)``). ``progress`` gets a
-    CheckStage event as each host connects, is checked and is done."""
+    CheckStage event as each host connects, is checked and is done. ``given``: the hosts
+    as the user named them on the command line, for the fixes' commands (default: the
+    same hosts as ``--ips``, see fixes.hosts_flags)."""
     started = time.monotonic()
     hosts = cluster.hosts
+    given = hosts_flags(hosts) if given is None else given
 
     def notify(host: Host, stage: str) -> None:
         if progress is not None:
@@ -56,7 +62,8 @@ def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] 
     master = sessions[0].address
     reach = threading.Thread(target=_probe_reach, args=(cluster, sessions), daemon=True)
     reach.start()
-    data = DataVerification(cluster, job, {h.rank: _workdir(h, job, workdirs) for h in hosts})
+    data = DataVerification(cluster, job, {h.rank: _workdir(h, job, workdirs) for h in hosts},
+                            given)
     auto = job.start_port is None
     requests = [_facts_request(s, sessions, job, _workdir(s.host, job, workdirs), budget)
                 for s in sessions]
@@ -80,7 +87,8 @@ def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] 
     # time fast); the hours-long bound only guards against a hang.
     verified = data.results(timeout=DATA_TIMEOUT)
     probes = [s.probe(budget, verified.get(s.host.rank)) for s in sessions]
-    verdict = make_cluster(probes, job, start_port, master, auto, note, known_runs=run_ids())
+    verdict = make_cluster(probes, job, start_port, master, auto, note, known_runs=run_ids(),
+                           given=given)
     return CheckReport(judge(verdict), start_port, master, ping_matrix(verdict), auto,
                        time.monotonic() - started)
 
@@ -101,6 +109,9 @@ def _facts_request(session: Session, sessions: Sequence[Session], job: JobOption
         "peers": [s.address for s in sessions if s is not session and s.address],
         "ping_timeout": PING_TIMEOUT, "budget": budget,
         "data": list(job.data) + list(host.data),
+        # Where the controller's own environment lives: a host may have one at the same
+        # path, with the framework its python3 lacks (remote/ops_check_python).
+        "prefix": sys.prefix,
     }
 
 

@@ -92,7 +92,9 @@ def main(args: argparse.Namespace) -> int:
                     data = verify_data(cluster, paths, workdirs=workdirs, listener=view)
                     view.show_data(data)
                 if not data.ok:
-                    raise data_error(data)
+                    from ..check.fixes import given_flags
+
+                    raise data_error(data, given_flags(args))
         finally:
             view.close()
     return 0

@@ -89,8 +89,10 @@ def describe(diff: PathDiff) -> str:
     return f"{diff.path}: " + ", ".join(parts)
 
 
-def data_error(report: DataReport) -> SyncError:
-    """The one-line error for a data mismatch: what `run` raises before starting."""
+def data_error(report: DataReport, given: Optional[str] = None) -> SyncError:
+    """The one-line error for a data mismatch: what `run` raises before starting. Its fix
+    is a command that works when typed: ``given`` is the hosts as the user named them
+    (``--ips=...``, ``--hostfile F``); by default the report's hosts as ``--ips``."""
     bad = report.mismatched
     first = bad[0]
     nowhere = [p for i, p in enumerate(report.paths)
@@ -103,9 +105,8 @@ def data_error(report: DataReport) -> SyncError:
                              "the path it has there)")
     else:
         cause = "; ".join(describe(d) for d in first.diffs if not d.empty)
-        paths = " ".join(f"--data {p}" for p in report.paths)
-        fix = (f"run `multihost sync {paths} --sync-data` to copy it from the first host, "
-               "host to host")
+        fix = f"run `{sync_data_command(report, given)}` to copy it from the first host, " \
+              "host to host"
         if report.odd_first:
             fix = (f"the first host's copy of {report.odd_first[0]} differs from all the "
                    "others, which agree: repair it there, or list a good host first")
@@ -113,6 +114,19 @@ def data_error(report: DataReport) -> SyncError:
         return SyncError(f"data differs from the first host: {cause}", host=first.host, fix=fix)
     return SyncError(f"data differs on {len(bad)} of {len(report.hosts)} hosts "
                      f"({', '.join(h.host for h in bad[:4])}); {first.host}: {cause}", fix=fix)
+
+
+def sync_data_command(report: DataReport, given: Optional[str] = None) -> str:
+    """``multihost sync`` of the report's datasets on its hosts: without the hosts it
+    would run on this machine alone."""
+    import shlex
+
+    if given is None:
+        labels = [h.host for h in report.hosts]
+        alone = len(labels) == 1 and labels[0] in ("127.0.0.1", "localhost")
+        given = "" if alone else "--ips=" + shlex.quote(",".join(labels))
+    words = " ".join(f"--data {shlex.quote(p)}" for p in report.paths)
+    return " ".join(w for w in ("multihost sync", given, words, "--sync-data --no-code") if w)
 
 
 @dataclass(frozen=True)

@@ -196,6 +196,7 @@ def run_args_from_fleetrun(args: argparse.Namespace,
         # fleetrun's default: the cards CUDA_VISIBLE_DEVICES shows (the reference's
         # `export CUDA_VISIBLE_DEVICES=0,1,2,3; fleetrun train.py`), on every machine.
         run.gpus = environ["CUDA_VISIBLE_DEVICES"].strip()
+        run.gpus_from = "CUDA_VISIBLE_DEVICES"   # a fix then says to unset it, not --gpus
     run.command = [args.training_script, *args.training_script_args]
     run.no_python = False
     run.ps = None

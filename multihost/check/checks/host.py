@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .. import fixes
 from ..judge import Cluster, HostProbe, not_checked
 from ..parsers import gib
 from ..registry import check
@@ -119,18 +120,19 @@ def judge_leftovers(probe: HostProbe, cluster: Cluster) -> CheckResult:
     count = f"{len(pids)} process{'es' if len(pids) != 1 else ''}"
     more = f" (and {len(runs) - 1} more run{'s' if len(runs) > 2 else ''})" if len(runs) > 1 else ""
     pgid = run.get("pgid")
-    kill = f"kill -TERM -- -{pgid}" if pgid else f"kill {' '.join(str(p) for p in pids[:5])}"
+    kill = ["kill", "-TERM", "--", f"-{pgid}"] if pgid else ["kill", *map(str, pids[:5])]
+    on_host = fixes.run(fixes.on_host(cluster.given, probe.host, *kill))
     where = f"pid {pids[0]}: {run.get('command', '?')}"
     if cluster.known_runs is not None and run_id not in cluster.known_runs:
         return CheckResult(
             "leftovers", FAIL,
             f"run {run_id}, not started from this controller, still has {count} here "
             f"({where}){more}",
-            f"stop it from the controller that started it (multihost stop {run_id} there), "
-            f"or `{kill}` on the host", f"run {run_id}")
+            f"stop it here: {on_host}, or `multihost stop {run_id}` on the controller that "
+            "started it", f"run {run_id}")
     return CheckResult(
         "leftovers", FAIL, f"run {run_id} still has {count} here ({where}){more}",
-        f"stop it: multihost stop {run_id} (or `{kill}` on the host)", f"run {run_id}")
+        f"stop it: {fixes.run(f'multihost stop {run_id}')}, or {on_host}", f"run {run_id}")
 
 
 @check("data", order=130, probes=("data",), wanted=lambda job, host: bool(job.data or host.data))

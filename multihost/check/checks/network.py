@@ -7,12 +7,21 @@ import ipaddress
 from typing import Dict, Iterable, Optional, Sequence, Set
 
 from ..judge import Cluster, HostProbe, folded, groups, not_checked, route_iface, same_machine
+from .. import fixes
 from ..registry import check
 from ..report import FAIL, PASS, SKIP, WARN, CheckResult
 from ...hosts import Host
 from ...job import AUTO_PORT_RANGE, JobOptions
 
-AUTO_FIX = "stop that process, or let multihost pick free ports: --start-port auto"
+AUTO_FIX = "add `--start-port auto` (multihost picks a range free on every host)"
+
+
+def _port_fix(probe: HostProbe, cluster: Cluster, pid: Optional[int] = None) -> str:
+    """Free ports first (nothing else to stop), then stopping the holder, when known."""
+    if not pid:
+        return AUTO_FIX + ", or stop what holds the port"
+    kill = fixes.run(fixes.on_host(cluster.given, probe.host, "kill", str(pid)))
+    return f"{AUTO_FIX}, or stop that process: {kill}"
 
 
 # -- ports ----------------------------------------------------------------------------
@@ -49,14 +58,15 @@ def judge_ports(probe: HostProbe, cluster: Cluster) -> CheckResult:
     listener = probe.rendezvous or {}
     if probe.host.rank == 0 and listener.get("listening") is False and not busy:
         return CheckResult("ports", FAIL, f"port {ports[0]} can not be bound: "
-                                          f"{listener.get('error')}", AUTO_FIX, f"{ports[0]} busy")
+                                          f"{listener.get('error')}",
+                               _port_fix(probe, cluster), f"{ports[0]} busy")
     if busy:
         first = busy[0]
         owner = (f" by pid {first['pid']} ({first.get('command', '?')})" if first.get("pid")
                  else " (its owner is not visible to this user)")
         more = f"; also {', '.join(str(b['port']) for b in busy[1:])}" if len(busy) > 1 else ""
         return CheckResult("ports", FAIL, f"port {first['port']} is in use{owner}{more}",
-                           AUTO_FIX, f"{first['port']} busy")
+                           _port_fix(probe, cluster, first.get("pid")), f"{first['port']} busy")
     auto = f" ({cluster.auto_note})" if cluster.auto_port else ""
     ephemeral = facts.get("ephemeral")
     if ephemeral and len(ephemeral) == 2 and ports[0] <= ephemeral[1] and ports[-1] >= ephemeral[0]:
@@ -97,7 +107,8 @@ def judge_rendezvous(probe: HostProbe, cluster: Cluster) -> CheckResult:
                                brief="-")
         if not listener.get("listening"):
             return CheckResult("rendezvous", FAIL, f"can not listen on port {port}: "
-                                                   f"{listener.get('error')}", AUTO_FIX, "no listen")
+                                                   f"{listener.get('error')}",
+                               _port_fix(probe, cluster), "no listen")
         ranks = {a.get("rank") for a in listener.get("accepted", [])}
         expected = n - 1
         if n == 1:
@@ -117,7 +128,7 @@ def judge_rendezvous(probe: HostProbe, cluster: Cluster) -> CheckResult:
         return CheckResult("rendezvous", PASS, f"connected to {where} in {result['ms']:.1f} ms",
                            brief="ok")
     error = result.get("error")
-    fixes = {
+    causes = {
         "refused": (f"{where} refused the connection",
                     f"a firewall on {master} rejects port {port}: allow TCP {port} from this host"),
         "timeout": (f"no answer from {where}",
@@ -131,7 +142,7 @@ def judge_rendezvous(probe: HostProbe, cluster: Cluster) -> CheckResult:
         "name": (f"{master} does not resolve on this host",
                  "use the first host's IP address, or add it to /etc/hosts on every host"),
     }
-    detail, fix = fixes.get(error, (f"can not connect to {where}: {result.get('text')}",
+    detail, fix = causes.get(error, (f"can not connect to {where}: {result.get('text')}",
                                     f"check the network between this host and {master}"))
     return CheckResult("rendezvous", FAIL, detail, fix, error or "failed")
 

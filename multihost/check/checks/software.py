@@ -2,12 +2,14 @@
 (the same everywhere), and the GPUs it asks for."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
+from .. import fixes
 from ..judge import Cluster, HostProbe, groups, not_checked, same_machine
 from ..parsers import Software, fold_ranges, parse_gpu_apps, parse_gpus
 from ..registry import check
 from ..report import FAIL, PASS, SKIP, WARN, CheckResult
+from ...hosts import Host
 
 
 @check("machine", order=30, probes=("hostname",), source=None, short="mach")
@@ -25,10 +27,14 @@ def judge_machine(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
 
 
 # -- software -------------------------------------------------------------------------
-# What must be the same on every host, and how to read it from a host's Software.
+# What must be the same on every host, and how to read it from a host's Software. Mixed
+# versions fail the check: a job across them can hang in its first collective or
+# exchange tensors of another layout, and that is what the preflight is there to stop.
 SAME_EVERYWHERE = (("torch", lambda s: s.torch), ("paddle", lambda s: s.paddle),
                    ("CUDA", lambda s: s.torch_cuda or s.paddle_cuda), ("NCCL", lambda s: s.nccl),
                    ("Python", lambda s: ".".join(s.python.split(".")[:2])))
+PIP_NAMES = {"torch": "torch", "paddle": "paddlepaddle"}
+TORCH_INDEX = "https://download.pytorch.org/whl"
 
 
 @check("software", order=40, probes=("python",), short="sw")
@@ -44,31 +50,85 @@ def judge_software(probe: HostProbe, cluster: Cluster) -> CheckResult:
         return skipped
     reply = probe.fact("python") or {}
     if reply.get("error"):
+        other = _other_python(probe, cluster, _wanted(cluster))
+        fix = f"{other}, or " if other else ""
         return CheckResult("software", FAIL, f"{python}: {reply['error']}",
-                           f"run `{python} -c pass` on the host and fix what it says", "broken")
+                           fix + f"run `{python} -c pass` on the host and fix what it says",
+                           "broken")
     mine = cluster.software.get(probe.host.rank)
     if mine is None:
         return CheckResult("software", SKIP, "not checked: the python probe did not answer",
                            brief="-")
-    missing = _missing_framework(mine, cluster)
+    missing = _missing_framework(probe, mine, cluster)
     if missing:
         return missing
     if not mine.torch and not mine.paddle:
+        other = _other_python(probe, cluster, {})
         return CheckResult("software", WARN, f"{mine.describe()}: neither torch nor paddle",
-                           f"install the framework the job needs into {mine.executable}, "
-                           "or point --python at the interpreter that has it", "no framework")
+                           (f"{other}, or " if other else "") +
+                           f"install the framework the job needs into {mine.executable}",
+                           "no framework")
     reference = cluster.software.get(0)
     for what, value in SAME_EVERYWHERE:
         values = {rank: value(sw) for rank, sw in cluster.software.items()}
         if reference is not None and value(mine) != value(reference):
-            return CheckResult("software", WARN, f"{what} differs: {groups(values, cluster)}",
-                               f"install the same {what} on every host; mixed versions can "
-                               "hang or corrupt collectives", f"{what} differs")
+            return CheckResult("software", FAIL, f"{what} differs: {groups(values, cluster)}; "
+                                                 "mixed versions can hang or corrupt collectives",
+                               _same_fix(probe, cluster, what, mine, reference),
+                               f"{what} differs")
     brief = f"torch {mine.torch}" if mine.torch else f"paddle {mine.paddle}"
     return CheckResult("software", PASS, mine.describe(), brief=brief)
 
 
-def _missing_framework(mine: Software, cluster: Cluster) -> Optional[CheckResult]:
+def _wanted(cluster: Cluster) -> dict:
+    """{framework: the version the first host has (None: any)} of what the job needs."""
+    first = cluster.software.get(0)
+    return {name: getattr(first, name, None) if first else None
+            for name in cluster.job.frameworks}
+
+
+def _other_python(probe: HostProbe, cluster: Cluster, wanted: dict) -> Optional[str]:
+    """``add `--python P``` for an interpreter on this host (remote/ops_check_python)
+    that has every framework of ``wanted`` (at its version, when one is given); with no
+    framework wanted, one that has torch or paddle."""
+    for other in (probe.fact("python") or {}).get("others") or []:
+        if not isinstance(other, dict) or not isinstance(other.get("python"), str):
+            continue
+        has = {name: other.get(name) for name in PIP_NAMES if other.get(name)}
+        if wanted:
+            if not all(name in has and (version is None or _same(has[name], version))
+                       for name, version in wanted.items()):
+                continue
+        elif not has:
+            continue
+        what = ", ".join(f"{name} {version}" for name, version in has.items())
+        return f"{fixes.add('--python', fixes.quoted(other['python']))} (it has {what})"
+    return None
+
+
+def _same(found: str, version: str) -> bool:
+    """torch's version file says 2.3.1+cu121 where the probe parsed 2.3.1+cu121 too; a
+    parsed '(unknown version)' matches nothing."""
+    return found == version or found.split("+")[0] == version.split("+")[0] and \
+        "+" not in version
+
+
+def _install(probe: HostProbe, cluster: Cluster, framework: str, version: Optional[str],
+             executable: str) -> str:
+    """pip in the job's python on that host, from here: the first host's version; a
+    build of torch's own index (+cpu, +cu121) from that index, as torch's docs say."""
+    known = version and "(" not in version
+    pin = f"=={version.split('+')[0]}" if known else ""
+    index = []
+    if known and framework == "torch" and "+" in version:   # +cpu, +cu121: torch's index
+        index = ["--index-url", f"{TORCH_INDEX}/{version.split('+', 1)[1]}"]
+    command = fixes.on_host(cluster.given, probe.host, executable, "-m", "pip", "install",
+                            f"{PIP_NAMES[framework]}{pin}", *index)
+    return f"install {framework}{pin} there: {fixes.run(command)}"
+
+
+def _missing_framework(probe: HostProbe, mine: Software,
+                       cluster: Cluster) -> Optional[CheckResult]:
     """A framework other hosts have (or the job's launcher needs) and this one lacks."""
     needed = cluster.job.frameworks
     for framework in ("torch", "paddle"):
@@ -80,15 +140,32 @@ def _missing_framework(mine: Software, cluster: Cluster) -> Optional[CheckResult
             where = f" ({groups(present, cluster)})" if present else ""
             why = ", which the launcher needs" if framework in needed else ""
             version = next(iter(present.values()), None)
-            pin = f"=={version}" if version and "(" not in version else ""
-            fix = (f"install {framework}{pin} into {mine.executable}, or point --python "
-                   "(python = in the hostfile) at the interpreter that has it")
+            other = _other_python(probe, cluster, {framework: version})
+            fix = (f"{other}, or " if other else "") + \
+                _install(probe, cluster, framework, version, mine.executable)
             if framework in needed:
-                fix += f"; a job without {framework}: --launcher python"
+                fix += f", or, for a job without {framework}, add `--launcher python`"
             return CheckResult(
                 "software", FAIL, f"{mine.executable} has no {framework}{why}{where}", fix,
                 f"no {framework}")
     return None
+
+
+def _same_fix(probe: HostProbe, cluster: Cluster, what: str, mine: Software,
+              reference: Software) -> str:
+    """An interpreter here with the first host's versions, else the first host's
+    framework installed into this one."""
+    wanted = {name: getattr(reference, name) for name in PIP_NAMES if getattr(reference, name)}
+    other = _other_python(probe, cluster, wanted) if what in PIP_NAMES else None
+    if what in PIP_NAMES and getattr(reference, what):
+        install = _install(probe, cluster, what, getattr(reference, what), mine.executable)
+    else:
+        install = (f"install the first host's {what} ({SAME_VALUE[what](reference)}) here, or "
+                   "point --python at an interpreter that has it")
+    return (f"{other}, or " if other else "") + install
+
+
+SAME_VALUE = dict(SAME_EVERYWHERE)
 
 
 # -- GPUs -----------------------------------------------------------------------------
@@ -113,21 +190,23 @@ def judge_gpus(probe: HostProbe, cluster: Cluster) -> CheckResult:
         return CheckResult("gpus", PASS, f"CPU job: {nproc} process{'es' if nproc > 1 else ''} "
                                          f"on {cpus} CPUs{idle}", brief="CPU")
     asked = fold_ranges(want)
-    problem = _driver_problem(facts, asked)
+    problem = _driver_problem(facts, asked, _cpu_fix(cluster, host))
     if problem:
         return problem
     have = {gpu.index: gpu for gpu in gpus}
     missing = [i for i in want if i not in have]
     if missing:
         found = f"{len(gpus)} ({fold_ranges(have)})" if gpus else "none"
+        fix = (f"ask for GPUs this host has: {_gpus_fix(cluster, sorted(have))}, or "
+               if gpus else "") + _cpu_fix(cluster, host)
         return CheckResult("gpus", FAIL, f"GPU {fold_ranges(missing)} requested; this host has {found}",
-                           "list only GPUs this host has: gpus = in its hostfile section, or --gpus",
-                           f"{len(gpus)} GPUs")
+                           fix, f"{len(gpus)} GPUs")
     software = cluster.software.get(host.rank)
     if software and software.torch and not software.torch_cuda and not software.paddle:
         return CheckResult("gpus", FAIL, f"torch {software.torch} is a CPU build, but the job "
                                          f"asks for GPUs {asked}",
-                           f"install a CUDA build of torch into {software.executable}", "CPU torch")
+                           f"install a CUDA build of torch into {software.executable}, or "
+                           + _cpu_fix(cluster, host), "CPU torch")
     chosen = [have[i] for i in want]
     model = chosen[0].name
     memory = f" ({chosen[0].memory_mib // 1024} GiB)" if chosen[0].memory_mib else ""
@@ -153,13 +232,12 @@ def judge_gpus(probe: HostProbe, cluster: Cluster) -> CheckResult:
     return CheckResult("gpus", PASS, text, brief=f"{len(want)}x {model.replace('NVIDIA ', '')}")
 
 
-def _driver_problem(facts: dict, asked: str) -> Optional[CheckResult]:
+def _driver_problem(facts: dict, asked: str, cpu: str) -> Optional[CheckResult]:
     """nvidia-smi missing, hung or failing, while the job asks for GPUs."""
     if facts.get("missing"):
         return CheckResult("gpus", FAIL, f"no nvidia-smi (no NVIDIA driver), but the job asks "
                                          f"for GPUs {asked}",
-                           "install the NVIDIA driver, or run on CPU (no --gpus; gpus = none)",
-                           "no driver")
+                           f"{cpu}, or install the NVIDIA driver", "no driver")
     if facts.get("timeout"):
         return CheckResult("gpus", FAIL, f"nvidia-smi did not answer within {facts['timeout']}s",
                            "a GPU or the driver may be hung: check `dmesg` for Xid errors, "
@@ -170,6 +248,28 @@ def _driver_problem(facts: dict, asked: str) -> Optional[CheckResult]:
         return CheckResult("gpus", FAIL, f"nvidia-smi failed: {last}",
                            "check the NVIDIA driver: run nvidia-smi on the host", "driver error")
     return None
+
+
+def _cpu_fix(cluster: Cluster, host: Host) -> str:
+    """How to run the same job on CPU, said for where the GPUs were asked: --gpus (drop
+    it), the controller's CUDA_VISIBLE_DEVICES (fleetrun's default: unset it), or the
+    hostfile (--gpus none beats it); as many processes per host as GPUs were asked."""
+    job = cluster.job
+    want = len(job.gpus_for(host))
+    nproc = (f" and {fixes.add('--nproc_per_node', str(want))} for {want} CPU processes per "
+             "host" if job.nproc_per_node is None and want > 1 else "")
+    if job.gpus is None:
+        return f"to run on CPU, {fixes.add('--gpus none')}{nproc}"
+    if job.gpus_from == "CUDA_VISIBLE_DEVICES":
+        return f"to run on CPU, {fixes.run('unset CUDA_VISIBLE_DEVICES')}{nproc}"
+    return f"to run on CPU, {fixes.drop('--gpus')}{nproc}"
+
+
+def _gpus_fix(cluster: Cluster, have: Sequence[int]) -> str:
+    listed = ",".join(str(i) for i in have)
+    if cluster.job.gpus is not None and cluster.job.gpus_from == "CUDA_VISIBLE_DEVICES":
+        return fixes.run(f"export CUDA_VISIBLE_DEVICES={listed}")
+    return fixes.add("--gpus", listed)
 
 
 def _model(probe: HostProbe) -> Optional[str]:

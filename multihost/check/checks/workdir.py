@@ -16,6 +16,7 @@ import posixpath
 import shlex
 from typing import Optional
 
+from .. import fixes
 from ..judge import Cluster, HostProbe
 from ..registry import check
 from ..report import FAIL, CheckResult
@@ -58,6 +59,8 @@ def judge_workdir(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
     return CheckResult(
         "workdir", FAIL,
         f"the workdir {where}: the sync would write the code's files into it",
-        # Quoted, so that `~` is this host's home, not the controller's.
-        f"give the job a directory of its own: --workdir {shlex.quote(default)}",
+        # Quoted, so that `~` is this host's home, not the controller's; added last, it
+        # beats an earlier --workdir and the hostfile's workdir =.
+        "give the job a directory of its own: "
+        + fixes.add("--workdir", shlex.quote(default)),
         "system dir" if what == "a system directory" else "home" if "home" in what else "~/.ssh")

@@ -5,11 +5,14 @@ import copy
 import dataclasses
 import json
 
+import shlex
+
 import pytest
 
 from test_check_samples import (ADDRESSES, DATA, PYTHON, lab_facts, lab_probes, report_of, statuses,
                            with_facts)
 from multihost.check.checks.network import choose_start_port
+from multihost.check.fixes import actions
 from multihost.check.judge import HostProbe, judge, make_cluster, ping_matrix
 from multihost.check.parsers import parse_torch_version
 from multihost.check.report import FAIL, PASS, SKIP, WARN, CheckReport
@@ -38,22 +41,44 @@ def test_a_python_without_torch_fails_that_host_and_names_the_version_to_install
     result = report.hosts[2].result("software")
     assert "/usr/bin/python3 has no torch" in result.detail
     assert "198.18.0.[11-12,14]" in result.detail
-    assert "torch==2.13.0+cpu" in result.fix and "--python" in result.fix
+    # Nothing else on the host has torch: pip, on that host, from here.
+    [(verb, command)] = actions(result.fix)
+    assert verb == "run" and shlex.split(command) == [
+        "multihost", "exec", "--ips=198.18.0.11,198.18.0.12,198.18.0.13,198.18.0.14",
+        "--python", "/opt/venv/bin/python", "--workdir", "/root/work", "--include",
+        "198.18.0.13", "--", "/usr/bin/python3", "-m", "pip", "install", "torch==2.13.0",
+        "--index-url", "https://download.pytorch.org/whl/cpu"]
     assert not report.ok
     error = report.error()
     assert error.host == "198.18.0.13" and error.exit_code == 3
 
 
-def test_a_torch_version_mismatch_is_a_warning_listing_who_has_what():
+def test_a_python_without_torch_is_pointed_at_an_interpreter_there_that_has_it():
+    probes = lab_probes()
+    python = dict(probes[2].facts["python"], executable="/usr/bin/python3", others=[
+        {"python": "/root/miniconda3/envs/old/bin/python", "torch": "1.13.1"},
+        {"python": "/root/miniconda3/envs/my job/bin/python", "torch": "2.13.0+cpu"}])
+    del python["torch"]
+    probes[2] = with_facts(probes[2], python=python)
+    result = report_of(probes).hosts[2].result("software")
+    # The one with the others' version, quoted for the shell.
+    assert actions(result.fix) == [("add", "--python '/root/miniconda3/envs/my job/bin/python'")]
+    assert "(it has torch 2.13.0+cpu), or install torch==2.13.0 there: run `" in result.fix
+
+
+def test_mixed_torch_versions_are_not_ready_listing_who_has_what():
     probes = lab_probes()
     python = copy.deepcopy(probes[3].facts["python"])
     python["torch"]["version_py"] = python["torch"]["version_py"].replace("2.13.0+cpu", "2.12.1+cpu")
     probes[3] = with_facts(probes[3], python=python)
     report = report_of(probes)
-    assert statuses(report, "software") == {0: PASS, 1: PASS, 2: PASS, 3: WARN}
-    detail = report.hosts[3].result("software").detail
-    assert detail == "torch differs: 2.13.0+cpu on 198.18.0.[11-13], 2.12.1+cpu on 198.18.0.14"
-    assert report.ok  # warnings allowed
+    assert statuses(report, "software") == {0: PASS, 1: PASS, 2: PASS, 3: FAIL}
+    result = report.hosts[3].result("software")
+    assert result.detail == ("torch differs: 2.13.0+cpu on 198.18.0.[11-13], 2.12.1+cpu on "
+                             "198.18.0.14; mixed versions can hang or corrupt collectives")
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" \
+        in result.fix
+    assert not report.ok and report.error().host == "198.18.0.14"
 
 
 def test_no_framework_anywhere_is_only_a_warning():
@@ -272,8 +297,9 @@ def test_leftovers_of_a_run_this_controller_never_started_say_so():
         result = judge(cluster)[1].result("leftovers")
         assert result.status == FAIL
         assert ("not started from this controller" in result.detail) is not stop_here
-        assert ("stop it: multihost stop 20261121-101500-3f2a" in result.fix) is stop_here
-        assert "kill 311" in result.fix
+        assert (result.fix.startswith("stop it: run `multihost stop 20261121-101500-3f2a`")
+                is stop_here)
+        assert "--include 198.18.0.12 -- kill 311`" in result.fix
 
 
 def test_the_same_machine_listed_twice_is_one_line_naming_both_entries():

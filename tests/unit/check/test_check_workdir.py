@@ -6,6 +6,7 @@ import shlex
 
 import pytest
 
+from multihost.check.fixes import actions
 from multihost.check.report import FAIL
 from multihost.cli import build_parser
 from multihost.remote import ops_check
@@ -39,13 +40,15 @@ def test_a_workdir_the_system_or_the_user_lives_in_is_not_ready(path, real, said
     assert [h.host.rank for h in report.hosts if h.result("workdir")] == [1]
     error = report.error()
     assert not report.ok and error.host == "198.18.0.12"
-    assert error.fix == f"give the job a directory of its own: --workdir '{DEFAULT}'"
+    assert error.fix == f"give the job a directory of its own: add `--workdir '{DEFAULT}'`"
 
 
 def test_the_fix_works_when_typed():
     fix = judged("/etc", "/etc").hosts[1].result("workdir").fix
-    typed = shlex.split(fix.split(": ", 1)[1])     # what the shell hands multihost
-    args = build_parser("check").parse_args(["check", "--ips", "198.18.0.11", *typed])
+    assert actions(fix)[0][0] == "add"
+    typed = shlex.split(actions(fix)[0][1])        # what the shell hands multihost
+    args = build_parser("check").parse_args(["check", "--ips", "198.18.0.11", "--workdir",
+                                             "/etc", *typed])
     assert args.workdir == DEFAULT                  # `~` left for the host to expand
 
 
