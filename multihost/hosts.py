@@ -348,7 +348,14 @@ def load_inventory(ips: Optional[str], hostfile: Optional[str],
     elif ips is not None:
         entries = parse_ips(ips)
     else:
-        entries = [{"name": "127.0.0.1"}]  # the single-machine case of the reference docs
+        # The single-machine case of the reference docs; its python is the one multihost
+        # runs in when only that one has the framework (a venv not on PATH).
+        python = None
+        if options.python is None:
+            from .remote.ops_check_python import local_default
+
+            python = local_default()
+        entries = [{"name": "127.0.0.1", "python": python}]
     job = [e for e in entries if not e.get("spare")]
     spare = [e for e in entries if e.get("spare")] + list(spares)
     if not job:

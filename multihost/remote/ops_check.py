@@ -18,6 +18,7 @@ import time
 
 from . import net_ping, ops_check_net as net
 from .ops_check_proc import leftover_facts, ports_facts
+from .ops_check_python import framework_pythons
 from .proto import op, reply
 
 # Runs in the job's own interpreter, with its site-packages, PYTHONPATH and .pth files,
@@ -84,6 +85,17 @@ def _stamp(paths):
 
 
 def python_facts(request):
+    """The probe's answer; where the job's python lacks a framework (or does not start),
+    also the other interpreters here that have one (``others``, see ops_check_python),
+    for the fix to name."""
+    result = _python_probe(request)
+    if "error" in result or "torch" not in result or "paddle" not in result:
+        result = dict(result, others=framework_pythons(request.get("prefix"),
+                                                       sys.executable or "python3"))
+    return result
+
+
+def _python_probe(request):
     """The probe's answer, cached on the host until one of the paths it depends on
     changes (site-packages gains or loses an entry on every pip install): a warm check
     then costs a few stat calls instead of starting an interpreter with its site."""
