@@ -40,10 +40,18 @@ def run_collective(cluster: HostGroup, job: JobOptions, checked: CheckReport,
     hosts = cluster.hosts
     addresses = [checked.host_report(h).address or h.name for h in hosts]
     links, facts = link_test(cluster, hosts, addresses, checked, link_seconds)
+    findings = judge(links, facts)
+    twice = bool(findings)
+    if twice:
+        # Measured again before a host or link is called slow: on a busy machine one
+        # test can lose its moment; a link is slow when it is slow both times.
+        again, facts = link_test(cluster, hosts, addresses, checked, link_seconds)
+        links = links.best_of(again)
+        findings = judge(links, facts)
     linked = time.monotonic() - started
     run = collective_job(cluster, job, checked, sizes, job_timeout)
-    return CollectiveReport(links, run, judge(links, facts), time.monotonic() - started,
-                            link_duration=linked)
+    return CollectiveReport(links, run, findings, time.monotonic() - started,
+                            link_duration=linked, measured_twice=twice)
 
 
 def _each(hosts: Sequence[Host], work) -> Dict[int, object]:

@@ -23,7 +23,8 @@ workdir (not a system directory, ~ or ~/.ssh), disk (free space in the workdir),
 (--data exists everywhere).
 Each is explained, with its fixes, in docs/check.md.
 
-Exit status: 0 when no check failed (warnings allowed), 3 when one did.
+Exit status: 0 when no check failed (warnings allowed), 3 when one did, or when
+--collective named a slow host or link (measured twice before it is called slow).
 """
 
 
@@ -60,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..check.fixes import given_flags
     from ..check.preflight import run_checks
     from ..errors import EXIT_CHECK, EXIT_OK
     from ..job import job_options_from_args
@@ -81,7 +83,8 @@ def main(args: argparse.Namespace) -> int:
         # A dead spare is known before it is needed, and never makes the cluster not ready.
         unusable = checked_in_background(cluster, spares, job, warnings.append)
         with view.checking(hosts) as progress:
-            report = run_checks(cluster, job, budget=args.timeout, progress=progress)
+            report = run_checks(cluster, job, budget=args.timeout, progress=progress,
+                                given=given_flags(args))
         view.report(report)
         if sizes:
             from ..check.collective_run import run_collective
@@ -94,6 +97,6 @@ def main(args: argparse.Namespace) -> int:
     view.finish(report, collective, spares={
         "ready": usable, "unusable": list(bad), "total": len(spares),
         "warnings": warnings} if spares else None)
-    if not report.ok or (collective is not None and not collective.ok):
+    if not report.ok or (collective is not None and not collective.ready):
         return EXIT_CHECK
     return EXIT_OK

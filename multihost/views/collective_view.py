@@ -88,8 +88,11 @@ def summary_lines(report: CollectiveReport) -> List[str]:
     spent = f"links {report.link_duration:.1f}s"
     if run is not None and run.timings:
         spent += ", job " + ", ".join(f"{name} {value:.1f}s" for name, value in run.timings)
-    lines.append(f"collective: {'done' if report.ok else 'FAILED'} ({report.duration:.1f}s: "
-                 f"{spent})")
+    if report.measured_twice:
+        spent += ", measured twice"
+    state = "FAILED" if not report.ok else "done" if report.ready else \
+        f"NOT ready: {len(report.findings)} slow"
+    lines.append(f"collective: {state} ({report.duration:.1f}s: {spent})")
     return lines
 
 
@@ -143,7 +146,8 @@ def render_rich(report: CollectiveReport, console) -> None:
     if line:
         console.print(line, markup=False, highlight=False)
     for text in summary_lines(report):
-        style = "bold red" if text.startswith(("SLOW", "FAIL", "collective: FAILED")) else \
+        style = "bold red" if text.startswith(("SLOW", "FAIL", "collective: FAILED",
+                                               "collective: NOT ready")) else \
             "yellow" if text.startswith("WARN") else "cyan" if text.startswith("     fix") else \
             "bold green" if text.startswith("collective: done") else ""
         console.print(Text(text, style=style))
