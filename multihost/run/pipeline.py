@@ -226,6 +226,9 @@ def fix_for(cause, plan) -> str:
     if cause.signal == signal.SIGKILL or cause.exit_code == 137:
         return (f"look for the OOM killer in `dmesg` on {node.host.label}; lower the batch "
                 "size or the number of data-loader workers")
+    if cause.kind == "server":
+        return (f"read its log: multihost logs {plan.run_id} --host {node.host.label} "
+                f"--role server")
     if cause.local_rank is not None:
         return (f"read its log: multihost logs {plan.run_id} --rank {cause.rank} "
                 f"(on the host: ~/.multihost/runs/{plan.run_id}/log/workerlog.{cause.local_rank})")

@@ -279,3 +279,15 @@ def test_many_hosts_stopped_after_a_failure_are_counted_past_a_few_lines():
     nodes = [(i, f"h{i}", parse_status(stopped)) for i in range(1, 20)]
     after = conclude(["stopped"] * 19, cause, False, (), nodes).root_cause.after
     assert len(after) == 8 and after[-1].startswith("and 12 more hosts' ranks, stopped after rank 0")
+
+
+def test_a_failed_parameter_server_points_at_its_own_log():
+    from types import SimpleNamespace
+
+    from multihost.run.pipeline import fix_for
+
+    plan = SimpleNamespace(run_id="20261127-152005-f588", nodes=[
+        SimpleNamespace(host=SimpleNamespace(label=host)) for host in HOSTS])
+    server = Failure(1.0, 1, HOSTS[1], "server", exit_code=1, server=1)
+    assert fix_for(server, plan) == ("read its log: multihost logs 20261127-152005-f588 "
+                                     "--host 198.18.0.12 --role server")
