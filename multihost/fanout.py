@@ -11,7 +11,7 @@ from typing import Callable, Dict, Generic, List, Optional, Sequence, Tuple, Typ
 
 from .errors import ConnectError, MultihostError, RemoteError
 from .hosts import Host
-from .transport import SshOptions, Transport, is_local_host, open_transport
+from .transport import SrunOptions, SshOptions, Transport, is_local_host, open_transport
 
 T = TypeVar("T")
 DEFAULT_FANOUT = 64
@@ -100,7 +100,7 @@ class HostGroup:
     def reused(self, host: Host) -> Optional[Transport]:
         """A transport through the host's OpenSSH master left by an earlier command
         (transport/openssh.py), or None: for quick steps that fall back to ``transport``."""
-        if is_local_host(host):
+        if is_local_host(host) or isinstance(self.options, SrunOptions):
             return None
         from .transport.openssh import MuxTransport
 
@@ -108,7 +108,7 @@ class HostGroup:
 
     def leave_connection(self, host: Host) -> None:
         """Start, in the background, an OpenSSH master to the host for later commands."""
-        if is_local_host(host):
+        if is_local_host(host) or isinstance(self.options, SrunOptions):
             return
         from .transport.openssh import start_master
 

@@ -65,6 +65,9 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
                        help="seconds to wait for a host to answer (default 10)")
     group.add_argument("--fanout", type=_count, default=64, metavar="N",
                        help="hosts worked on at once (default 64)")
+    group.add_argument("--transport", choices=("ssh", "srun"),
+                       help="how commands reach the hosts: srun (steps of the Slurm allocation; "
+                            "the default inside one with no --ips/--hostfile) or ssh")
 
 
 def add_job_file_option(parser: argparse.ArgumentParser) -> None:
@@ -104,7 +107,12 @@ def inventory_from_args(args: argparse.Namespace) -> Tuple[Tuple[Host, ...], Tup
         listed = parse_spares(text)
     else:
         listed = ()
-    hosts, spares = load_inventory(args.ips, args.hostfile, options, listed)
+    slurm = slurm_plan(args)
+    hosts, spares = load_inventory(slurm.ips or args.ips, args.hostfile, options, listed)
+    if slurm.allocation is not None:
+        from ..slurm import with_allocation_gpus
+
+        hosts = with_allocation_gpus(hosts, slurm.allocation)
     hosts = select_hosts(hosts, getattr(args, "include", None), getattr(args, "exclude", None))
     for host in hosts + spares:
         # ssh would skip a missing key with a warning and then fail to log in: say why now.
@@ -115,15 +123,28 @@ def inventory_from_args(args: argparse.Namespace) -> Tuple[Tuple[Host, ...], Tup
     return hosts, spares
 
 
+def slurm_plan(args: argparse.Namespace):
+    """Hosts from a Slurm allocation, and srun or ssh to reach them (slurm/inventory.py);
+    worked out once per command."""
+    if getattr(args, "_slurm_plan", None) is None:
+        from ..slurm import plan
+
+        args._slurm_plan = plan(getattr(args, "transport", None), args.ips, args.hostfile)
+    return args._slurm_plan
+
+
 def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
     from ..fanout import HostGroup
-    from ..transport import SshOptions
+    from ..transport import SrunOptions, SshOptions
     from ..transport.openssh import persist_seconds
 
     persist_seconds()  # a bad MULTIHOST_CONTROL_PERSIST is refused before any host is touched
     options = SshOptions(connect_timeout=args.connect_timeout,
                          accept_new_host_keys=args.accept_new_host_keys,
                          config_file=args.ssh_config)
+    slurm = slurm_plan(args)
+    if slurm.transport == "srun":
+        options = SrunOptions(**vars(options), job_id=slurm.allocation.job_id)
     return HostGroup(hosts or hosts_from_args(args), options, workers=args.fanout)
 
 

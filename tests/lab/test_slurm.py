@@ -100,3 +100,42 @@ def test_inside_salloc_the_allocation_is_read_in_slurms_order(slurm_lab):
     r = slurm_lab.run(["salloc", "-N", "2", sys.executable, "-c", code], timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "h1", "h2", "None", "False"]
+
+
+def in_allocation(lab: LabHandle, script: str, nodes: int = 2, timeout: float = 180):
+    """``script`` (a shell line) as salloc's command on ctl: it runs where a user types
+    after `salloc -N 2`, with multihost of this checkout on PATH."""
+    return lab.run(["salloc", "-N", str(nodes), "sh", "-c", script], timeout=timeout)
+
+
+def test_exec_inside_salloc_reaches_the_nodes_through_srun(slurm_lab):
+    # No --ips: the allocation's nodes, in Slurm's order, each command a job step (no
+    # ssh login: no SSH_CONNECTION), started at home as a login would be.
+    r = in_allocation(slurm_lab, "multihost exec -- "
+                                 "'echo $(hostname) step=$SLURM_STEP_ID ssh=$SSH_CONNECTION home=$HOME $PWD'")
+    assert r.returncode == 0, r.stderr
+    lines = [l.split() for l in r.stdout.splitlines() if " step=" in l]
+    assert [l[0] for l in lines] == ["h1", "h2"]
+    for line in lines:
+        assert line[1].startswith("step=") and line[1][5:].isdigit(), line
+        assert line[2:] == ["ssh=", "home=/root", "/root"], line
+
+
+def test_a_failing_node_command_gives_its_exit_code_and_only_its_own_stderr(slurm_lab):
+    r = in_allocation(slurm_lab, "multihost exec -- 'echo oops >&2; exit 3'")
+    assert r.returncode == 3
+    assert "oops" in r.stdout + r.stderr and "srun: error" not in r.stdout + r.stderr
+
+
+def test_transport_ssh_reaches_the_same_nodes_over_ssh(slurm_lab):
+    r = in_allocation(slurm_lab, "multihost exec --transport ssh -- 'echo $SSH_CONNECTION'")
+    assert r.returncode == 0, r.stderr
+    assert "198.18.0.1 " in r.stdout   # a login from ctl, not a step
+
+
+def test_check_inside_salloc_probes_every_node_through_srun(slurm_lab):
+    r = in_allocation(slurm_lab, "multihost check")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [l.split() for l in r.stdout.splitlines() if l[:1].isdigit()]
+    assert [row[:2] for row in rows] == [["0", "h1"], ["1", "h2"]]
+    assert "ready: 2 hosts" in r.stdout

@@ -1,0 +1,102 @@
+"""The srun transport: a node of the Slurm allocation runs a command as a job step,
+
+    srun --overlap --nodes=1 --ntasks=1 -w NODE --jobid JOB ... /bin/sh -c LINE
+
+so Slurm starts it, tracks it, and ends it with the allocation; no sshd is needed. The
+step is a local ``srun`` process whose pipes are the command's streams, so everything
+else is the local transport's.
+
+Why each option:
+- ``--overlap``: a second step in an allocation waits until the first ends ("Requested
+  nodes are busy") unless both overlap; multihost's probes and log streams run beside
+  the training step.
+- ``--nodes=1 --ntasks=1 -w NODE``: one task on that node, as ssh would run one command.
+- ``-u`` (unbuffered): streams pass as they are written, bytes not lines (the helper's
+  frames are binary).
+- ``--quiet``: no "job step created" chatter on stderr; srun's own report of a task's
+  exit ("srun: error: h2: task 0: Exited with exit code 3") is taken out of stderr too,
+  as the exit status already says it.
+
+A login starts in the user's home with HOME from the password database; srun exports
+the caller's environment, HOME and cwd included, so the line first goes home like ssh.
+"""
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import List, Optional
+
+from ..hosts import Host
+from .base import Command, CommandResult, Process, SshOptions
+from .local import LocalProcess, LocalTransport
+
+# What a login would do first: the node's own home for this user, and start there.
+GO_HOME = ('HOME=$(getent passwd "$(id -u)" | cut -d: -f6); export HOME; '
+           'cd "$HOME" 2>/dev/null || cd /; ')
+# srun's own lines about a task's end: the exit status carries them.
+_TASK_REPORT = re.compile(rb"^srun: error: [^:\s]+: tasks? [0-9,-]+: "
+                          rb"(Exited with exit code \d+|Terminated|Killed|[A-Za-z ]+)\n?$")
+TERM_GRACE = 3.0   # seconds srun gets to end its step after SIGTERM before SIGKILL
+
+
+def clean_stderr(data: bytes) -> bytes:
+    return b"".join(line for line in data.splitlines(keepends=True)
+                    if not _TASK_REPORT.match(line))
+
+
+def srun_argv(node: str, job_id: str, line: str, srun: str = "srun") -> List[str]:
+    return [srun, "--overlap", "--nodes=1", "--ntasks=1", "-w", node, "--jobid", str(job_id),
+            "--job-name=multihost", "--quiet", "-u", "/bin/sh", "-c", GO_HOME + line]
+
+
+@dataclass(frozen=True)
+class SrunOptions(SshOptions):
+    """A command's hosts are nodes of Slurm job ``job_id``, reached by srun (the ssh
+    fields stay for whatever still goes over ssh, such as rsync to a node)."""
+
+    job_id: str = ""
+
+
+class SrunProcess(LocalProcess):
+    def read_stderr(self) -> bytes:
+        return clean_stderr(super().read_stderr())
+
+    def kill(self) -> None:
+        # SIGTERM has srun cancel its step on the node (tasks get SIGTERM, then SIGKILL
+        # after KillWait); a SIGKILLed srun leaves the step to notice its lost I/O.
+        popen = self._popen
+        if popen.poll() is not None:
+            return
+        try:
+            popen.send_signal(signal.SIGTERM)
+            popen.wait(TERM_GRACE)
+        except subprocess.TimeoutExpired:
+            super().kill()
+        except OSError:
+            pass
+
+
+class SrunTransport(LocalTransport):
+    """A node of the allocation ``job_id``; ``host.name`` is its Slurm node name."""
+
+    is_local = False
+
+    def __init__(self, host: Host, job_id: str):
+        super().__init__(host)
+        self.job_id = str(job_id)
+
+    def run(self, command: Command, *, input: Optional[bytes] = None,
+            timeout: Optional[float] = None, cwd: Optional[str] = None) -> CommandResult:
+        result = super().run(command, input=input, timeout=timeout, cwd=cwd)
+        return CommandResult(result.host, result.command, result.exit_code, result.stdout,
+                             clean_stderr(result.stderr), result.duration)
+
+    def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
+        process = super().start(command, cwd=cwd)
+        assert isinstance(process, LocalProcess)
+        return SrunProcess(process._popen, self.host.label)
+
+    def _argv(self, line: str) -> list:
+        return srun_argv(self.host.name, self.job_id, line)

@@ -1,0 +1,55 @@
+"""Which hosts a command takes and how it reaches them, inside and outside Slurm; the
+srun line a node's command becomes."""
+from __future__ import annotations
+
+import pytest
+
+from multihost.errors import ConfigError
+from multihost.hosts import Host
+from multihost.slurm import plan, with_allocation_gpus
+from multihost.transport.srun import clean_stderr, srun_argv
+
+ALLOC = {"SLURM_JOB_ID": "12", "SLURM_JOB_NODELIST": "gpu[2-3]", "SLURM_GPUS_ON_NODE": "2"}
+
+
+def test_inside_an_allocation_with_no_hosts_given_the_nodes_are_reached_by_srun():
+    p = plan(None, None, None, ALLOC, scontrol="")
+    assert (p.transport, p.ips, p.allocation.job_id) == ("srun", "gpu2,gpu3", "12")
+    # --transport ssh: the same nodes, over ssh
+    p = plan("ssh", None, None, ALLOC, scontrol="")
+    assert (p.transport, p.ips) == ("ssh", "gpu2,gpu3")
+
+
+def test_hosts_given_are_reached_by_ssh_unless_srun_is_asked_for():
+    assert plan(None, "a,b", None, ALLOC, scontrol="").transport == "ssh"
+    assert plan("ssh", None, "hosts.ini", ALLOC, scontrol="").ips is None
+    p = plan("srun", "gpu3", None, ALLOC, scontrol="")
+    assert (p.transport, p.ips, p.allocation.job_id) == ("srun", None, "12")
+
+
+def test_outside_an_allocation_nothing_changes_and_srun_is_refused_with_a_fix():
+    p = plan(None, None, None, {}, scontrol="")
+    assert (p.transport, p.ips, p.allocation) == ("ssh", None, None)
+    with pytest.raises(ConfigError) as err:
+        plan("srun", "a,b", None, {}, scontrol="")
+    assert "salloc" in err.value.fix
+
+
+def test_hosts_take_the_allocations_gpus_unless_they_say_their_own():
+    alloc = plan(None, None, None, ALLOC, scontrol="").allocation
+    hosts = with_allocation_gpus([Host("gpu2"), Host("gpu3", rank=1, gpus=(1,))], alloc)
+    assert [h.gpus for h in hosts] == [(0, 1), (1,)]
+
+
+def test_a_node_command_is_one_overlapping_task_on_that_node():
+    argv = srun_argv("gpu3", "12", "echo hi")
+    assert argv[0] == "srun" and "--overlap" in argv
+    assert argv[argv.index("-w") + 1] == "gpu3" and argv[argv.index("--jobid") + 1] == "12"
+    assert "--nodes=1" in argv and "--ntasks=1" in argv
+    assert argv[-3:-1] == ["/bin/sh", "-c"] and argv[-1].endswith("echo hi")
+
+
+def test_sruns_own_report_of_a_task_exit_is_not_the_commands_stderr():
+    err = (b"real error\nsrun: error: gpu3: task 0: Exited with exit code 3\n"
+           b"srun: error: gpu3: task 0: Killed\nsrun: error: Unable to create step for job 12\n")
+    assert clean_stderr(err) == b"real error\nsrun: error: Unable to create step for job 12\n"
