@@ -1,8 +1,7 @@
 """Reused OpenSSH connections: one ControlMaster per host that outlives the command.
 
-A sync that finds nothing to do costs one `stat` per host; what made it slower than
-rsync was everything around that `stat`: importing paramiko and a full SSH handshake per
-host. So, as Ansible and SkyPilot do, a command that connects to a host also leaves an
+A sync that finds nothing to do costs one `stat` per host, and a full SSH handshake per
+host would be most of its time. So, as Ansible and SkyPilot do, a command that connects to a host also leaves an
 OpenSSH master connection behind it (ControlMaster=auto, ControlPersist: it ends by
 itself after MULTIHOST_CONTROL_PERSIST idle seconds, 600 by default; 0 turns this off);
 a sync starts them once its files are delivered.
@@ -16,8 +15,8 @@ which reports every failure in full: this module never decides that a host is do
 Security: the control sockets live in ~/.cache/multihost/ssh (or, when HOME is too deep
 for a socket's path, /tmp/multihost-ssh-UID), a directory that must be ours alone (0700,
 not a link; OpenSSH makes the sockets 0600), named by a hash of everything that decides
-where a connection goes (host, user, port, identity file, ssh config file). A master is an ordinary `ssh` in batch mode with
-strict host-key checking: an unknown key is refused unless --accept-new-host-keys, a
+where a connection goes (host, user, port, identity file, ssh config file). A master is
+an ordinary `ssh` in batch mode with strict host-key checking: an unknown key is refused unless --accept-new-host-keys, a
 changed key always is, as on the paramiko path.
 """
 from __future__ import annotations
