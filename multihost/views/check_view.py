@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shlex
 import sys
 from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -76,9 +77,14 @@ def findings(report: CheckReport) -> List[Tuple[str, str, str, str, List[str]]]:
             grouped.setdefault(key, []).append((host.host.label, result.detail, result.fix or ""))
     found = []
     for (status, name, detail, fix), members in grouped.items():
+        labels = [label for label, _, _ in members]
         if len(members) == 1:
             detail, fix = members[0][1], members[0][2]
-        found.append((status, name, detail, fix, [label for label, _, _ in members]))
+        else:
+            # A fix's command on "that host" is, for the group, on every host of it:
+            # --include takes the node set (quoted: its brackets are a shell's glob).
+            fix = fix.replace("--include <host>", f"--include {shlex.quote(fold(labels))}")
+        found.append((status, name, detail, fix, labels))
     return found
 
 

@@ -40,10 +40,13 @@ def shaped(lab, rates) -> Iterator[None]:
             lab.lab.shape(i, None)
 
 
-def collective(lab) -> dict:
+def collective(lab, exit_code: int = 0) -> dict:
+    """The JSON of `check --collective`, whose exit status gates a script: 0 when ready,
+    3 when a host or link is slow."""
     done = lab.multihost("check", "--hostfile", str(lab.hostfile), "--json", "--collective",
                          "--collective-sizes", SIZES, timeout=300)
     assert done.stdout, done.stderr
+    assert done.returncode == exit_code, done.stdout[-2000:]
     return json.loads(done.stdout)["collective"]
 
 
@@ -59,7 +62,7 @@ def leftovers(lab) -> dict:
 def test_healthy_links_no_finding_and_nothing_left(lab):
     with shaped(lab, {i: RATE for i in range(1, lab.n + 1)}):
         doc = collective(lab)
-    assert doc["ok"], doc
+    assert doc["ok"] and doc["ready"], doc
     assert doc["findings"] == []
     links = doc["links"]
     n = lab.n
@@ -75,8 +78,9 @@ def test_one_slow_host_is_named(lab):
     rates = {i: RATE for i in range(1, lab.n + 1)}
     rates[3] = SLOW_RATE
     with shaped(lab, rates):
-        doc = collective(lab)
+        doc = collective(lab, exit_code=3)
     assert [f["host"] for f in doc["findings"]] == [lab.address(3)], doc["findings"]
+    assert doc["measured_twice"] and doc["ready"] is False  # slow both times
     finding = doc["findings"][0]
     assert finding["bits_per_s"] < 0.7 * finding["median_bits_per_s"]
     assert "tc qdisc show dev eth0" in finding["fix"]

@@ -170,14 +170,21 @@ def test_plain_output_has_sizes_matrix_latency_and_the_finding():
     assert "small-message latency: all_reduce 1 KiB 50 us, all_gather 1 KiB 60 us" in text
     assert "all_reduce stopped growing after 1 MiB" in text
     assert "SLOW 10.0.0.4: link throughput 190.0 Mbit/s, 20% of the median" in text
+    assert text.splitlines()[-1].startswith("collective: NOT ready: 1 slow (4.2s")
     healthy = io.StringIO()
     render_plain(report(found=False), healthy)
     assert "links: no finding" in healthy.getvalue() and "SLOW" not in healthy.getvalue()
+    assert healthy.getvalue().splitlines()[-1].startswith("collective: done")
+
+
+def test_a_slow_finding_gates_like_a_failed_check():
+    assert report().ok and not report().ready          # measured, but not ready: exit 3
+    assert report(found=False).ready
 
 
 def test_json_output():
     doc = json.loads(json.dumps(collective_to_json(report())))
-    assert doc["ok"] is True
+    assert doc["ok"] is True and doc["ready"] is False
     assert doc["collective"]["rows"][1]["busbw_GBps"] == pytest.approx(0.157286, abs=1e-6)
     assert doc["links"]["bits_per_s"][3][0] == 190e6
     assert doc["links"]["ifaces"][0][1] == "eth0"
