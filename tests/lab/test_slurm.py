@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -50,6 +54,26 @@ def lab_processes(lab: LabHandle, names=("slurm", "munged", "srun")) -> list:
         if net in inodes and any(n in args for n in names):
             found.append(args)
     return found
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return b""
+
+
+def lab_pids(parent: int) -> list:
+    """``parent``'s children, seen from this machine."""
+    kids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == parent:
+            kids.append(int(pid))
+    return kids
 
 
 def test_srun_inside_salloc_answers_from_both_hosts_in_order(slurm_lab):
@@ -139,3 +163,73 @@ def test_check_inside_salloc_probes_every_node_through_srun(slurm_lab):
     rows = [l.split() for l in r.stdout.splitlines() if l[:1].isdigit()]
     assert [row[:2] for row in rows] == [["0", "h1"], ["1", "h2"]]
     assert "ready: 2 hosts" in r.stdout
+
+
+# -- multihost run inside an allocation ---------------------------------------------------
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+
+
+def test_run_inside_salloc_puts_ranks_in_slurms_node_order(slurm_lab, tmp_path):
+    r = in_allocation(slurm_lab, f"multihost run --nproc_per_node 2 --code {EXAMPLES} "
+                                 f"--log_dir {tmp_path / 'log'} --plain -- ranks.py", timeout=240)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    seen = {}
+    for line in (r.stdout + r.stderr).splitlines():
+        m = re.search(r"host=(h\d) rank=(\d) local_rank=(\d) world_size=(\d) .* node_rank=(\d)", line)
+        if m:
+            seen[int(m.group(2))] = (m.group(1), int(m.group(3)), int(m.group(4)), int(m.group(5)))
+    assert seen == {0: ("h1", 0, 4, 0), 1: ("h1", 1, 4, 0), 2: ("h2", 0, 4, 1), 3: ("h2", 1, 4, 1)}
+    assert (r.stdout + r.stderr).count("all_reduce sum=10 expected=10 ok") == 4
+
+
+def test_a_failing_rank_inside_salloc_is_the_root_cause_and_nothing_is_left(slurm_lab, tmp_path):
+    from test_run import SLEEPER, leftovers, run_id_in
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "sleeper.py").write_text(SLEEPER)
+    r = in_allocation(slurm_lab, f"multihost run --nproc_per_node 2 --code {code} --no-check "
+                                 f"--kill-wait 2 --plain --log_dir {tmp_path / 'log'} "
+                                 "-- sleeper.py 3 2", timeout=240)
+    assert r.returncode == 3, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    if last.startswith("salloc:"):
+        last = [l for l in r.stderr.strip().splitlines() if l.startswith("multihost:")][-1]
+    assert last.startswith("multihost: h2: run ") and "rank 3 (local rank 1): exit 3" in last, last
+    assert "rank 3 fails now" in r.stderr
+    assert leftovers(slurm_lab, 2, run_id_in(r.stderr)) == {}
+
+
+def test_ctrl_c_inside_salloc_leaves_nothing_on_any_node_and_ends_the_job(slurm_lab, tmp_path):
+    from test_run import SLEEPER, leftovers, run_id_in
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "sleeper.py").write_text(SLEEPER)
+    proc = slurm_lab.popen(["salloc", "-N", "2", "multihost", "run", "--launcher", "python",
+                            "--nproc_per_node", "2", "--code", str(code), "--no-check",
+                            "--kill-wait", "2", "--plain", "--log_dir", str(tmp_path / "log"),
+                            "--", "sleeper.py"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:     # both nodes' ranks up (the sleeper prints once per rank)
+            found = [slurm_lab.host_run(i, ["pgrep", "-f", "sleeper.py"]).stdout.split()
+                     for i in (1, 2)]
+            if all(len(pids) >= 2 for pids in found):
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+            time.sleep(0.5)
+        # A terminal's Ctrl-C goes to salloc's command (salloc gives it the terminal),
+        # not to salloc: the same signal to the controller alone.
+        controller = [pid for pid in lab_pids(proc.pid) if b"multihost" in cmdline(pid)][0]
+        os.kill(controller, signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "stopped on every host (interrupted)" in err, err[-2000:]
+    assert leftovers(slurm_lab, 2, run_id_in(err)) == {}
+    queue = slurm_lab.run(["squeue", "-h", "-o", "%i %T"], check=True).stdout.strip()
+    assert queue == "", queue
