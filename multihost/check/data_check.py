@@ -54,9 +54,9 @@ class DataVerification:
         self._thread.join(timeout)
         if self._thread.is_alive():
             return {h.rank: CheckResult("data", FAIL, f"hashing the data took longer than "
-                                                      f"{timeout:.0f}s", "run `multihost check` "
-                                                      "again: the hash cache makes the next "
-                                                      "run faster", "timeout")
+                                                      f"{timeout:.0f}s", "check again (the "
+                                                      "same command): the hash cache makes "
+                                                      "the next one faster", "timeout")
                     for h in self.cluster.hosts}
         return data_results(self._outcome, self.cluster.hosts, self.paths, self.given)
 

@@ -76,8 +76,8 @@ def not_checked(probe: HostProbe, name: str) -> Optional[CheckResult]:
     source = record.source if record else None
     if source in probe.facts.get("timed_out", []):
         detail, fix = (record.on_timeout if record and record.on_timeout else (
-            "did not finish within {s:g}s", "run `multihost check` again; if it repeats, "
-            "look at the host's load"))
+            "did not finish within {s:g}s", "check again (the same command); if it "
+            "repeats, look at the host's load (uptime)"))
         return CheckResult(name, FAIL, detail.format(s=probe.budget), fix, brief="timeout")
     error = probe.facts.get("errors", {}).get(source)
     if error:

@@ -314,7 +314,7 @@ def test_the_same_machine_under_two_addresses_is_named_once_with_the_fix(lab, tm
     assert machine["status"] == "fail"
     assert machine["detail"].startswith(f"198.18.0.99 is the same machine as {lab.address(2)} "
                                         "(rank 1)")
-    assert "drop 198.18.0.99 from --ips or the hostfile" in machine["fix"]
+    assert "list each machine once: add `--exclude 198.18.0.99`" in machine["fix"]
     assert by_name(doc, 4)["ports"]["status"] == "skip"  # not "in use by multihost"
 
 

@@ -1,9 +1,10 @@
 """Every fix the check prints works when followed literally, in the lab: each failure the
 lab can produce (a busy port, a run left behind, a dataset that differs, a system
 directory as workdir, GPUs asked on CPU hosts by --gpus and by CUDA_VISIBLE_DEVICES, a
-python without torch, torch versions mixed across hosts) is made, its fix is read from
-what multihost printed, followed as a user would (the command typed as shown, the flags
-added or dropped), and the check then says ready.
+python without torch, torch versions mixed across hosts, more processes than CPUs, one
+machine listed twice) is made, its fix is read from what multihost printed, followed as
+a user would (the command typed as shown, the flags added or dropped), and the check
+then says ready.
 
 The fleetrun case needs MULTIHOST_TEST_PADDLE=1 (see test_run.paddle_python).
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from multihost.check.fixes import actions
-from test_check import LISTEN, on_host
+from test_check import LISTEN, on_host, second_address
 from test_run import hostfile, paddle_python, run_id_in, wait_running  # noqa: F401 (fixture)
 
 # The controller's environment, at the same path on the lab's hosts.
@@ -143,6 +144,21 @@ def test_gpus_asked_on_cpu_hosts_by_the_flag_run_on_cpu_with_as_many_processes(l
     fix, ready = check_then_follow(lab, ["--hostfile", str(lab.hostfile), "--gpus", "0,1"],
                                    "gpus", str(tmp_path))
     assert fix.startswith("to run on CPU, drop `--gpus` and add `--nproc_per_node 2`")
+    assert "4 hosts" in ready.splitlines()[-1]
+
+
+def test_more_cpu_processes_than_cpus_warn_and_the_fix_fits_them(lab, tmp_path):
+    fix, _ = check_then_follow(lab, ["--hostfile", str(lab.hostfile), "--nproc_per_node", "64"],
+                               "gpus", str(tmp_path), status="WARN")
+    assert re.match(r"add `--nproc_per_node \d+` \(or fewer\)", fix), fix
+
+
+def test_one_machine_listed_twice_is_left_out_by_its_fix(lab, tmp_path):
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text(lab.hostfile.read_text() + "\n[198.18.0.99]\n")
+    with second_address(lab, 2, "198.18.0.99"):
+        fix, ready = check_then_follow(lab, ["--hostfile", str(hosts)], "machine", str(tmp_path))
+    assert fix.startswith("list each machine once: add `--exclude 198.18.0.99`")
     assert "4 hosts" in ready.splitlines()[-1]
 
 

@@ -99,7 +99,8 @@ def judge_clock(probe: HostProbe, cluster: Cluster) -> CheckResult:
     if abs(skew) - probe.clock_error > MAX_CLOCK_SKEW:
         direction = "ahead of" if skew > 0 else "behind"
         return CheckResult("clock", WARN, f"clock {abs(skew):.1f} s {direction} the controller",
-                           "enable NTP on every host (timedatectl set-ntp true, or chrony)",
+                           "enable NTP on every host: " + fixes.run(fixes.multihost(
+                               "exec", cluster.given, "--", "timedatectl", "set-ntp", "true")),
                            f"{skew:+.1f} s")
     return CheckResult("clock", PASS, text, brief="ok")
 

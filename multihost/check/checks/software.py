@@ -22,8 +22,8 @@ def judge_machine(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
     return CheckResult("machine", FAIL,
                        f"{probe.host.label} is the same machine as {original.host.label} "
                        f"(rank {original.host.rank}): one kernel, one network stack",
-                       f"list each machine once: drop {probe.host.label} from --ips or the "
-                       "hostfile (more processes there: --nproc_per_node)", "repeated")
+                       f"list each machine once: {fixes.add('--exclude', probe.host.label)} "
+                       "(more processes there: --nproc_per_node)", "repeated")
 
 
 # -- software -------------------------------------------------------------------------
@@ -53,7 +53,8 @@ def judge_software(probe: HostProbe, cluster: Cluster) -> CheckResult:
         other = _other_python(probe, cluster, _wanted(cluster))
         fix = f"{other}, or " if other else ""
         return CheckResult("software", FAIL, f"{python}: {reply['error']}",
-                           fix + f"run `{python} -c pass` on the host and fix what it says",
+                           fix + "see what it says: " + fixes.run(
+                               fixes.on_host(cluster.given, probe.host, python, "-c", "pass")),
                            "broken")
     mine = cluster.software.get(probe.host.rank)
     if mine is None:
@@ -184,7 +185,8 @@ def judge_gpus(probe: HostProbe, cluster: Cluster) -> CheckResult:
     if not want:
         if cpus and nproc > cpus:
             return CheckResult("gpus", WARN, f"CPU job: {nproc} processes on {cpus} CPUs",
-                               f"use --nproc_per_node {cpus} or fewer, or they will contend",
+                               f"{fixes.add('--nproc_per_node', str(cpus))} (or fewer), or "
+                               "they will contend",
                                f"CPU {nproc}>{cpus}")
         idle = f"; {len(gpus)} GPUs unused" if gpus else ""
         return CheckResult("gpus", PASS, f"CPU job: {nproc} process{'es' if nproc > 1 else ''} "
@@ -222,7 +224,8 @@ def judge_gpus(probe: HostProbe, cluster: Cluster) -> CheckResult:
                            "busy")
     if nproc > len(want):
         return CheckResult("gpus", WARN, f"{nproc} processes share {len(want)} GPUs: {text}",
-                           "give --nproc_per_node equal to the number of GPUs", "shared")
+                           f"one process per GPU: {fixes.add('--nproc_per_node', str(len(want)))}",
+                           "shared")
     models = {p.host.rank: _model(p) for p in cluster.probes if cluster.job.gpus_for(p.host)}
     models = {r: m for r, m in models.items() if m}
     if len(set(models.values())) > 1 and models.get(host.rank) != models.get(0):

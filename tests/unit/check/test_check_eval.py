@@ -313,7 +313,7 @@ def test_the_same_machine_listed_twice_is_one_line_naming_both_entries():
     result = report.hosts[1].result("machine")
     assert result.status == FAIL
     assert result.detail.startswith("127.0.0.1 is the same machine as localhost (rank 0)")
-    assert "drop 127.0.0.1 from --ips or the hostfile" in result.fix
+    assert "add `--exclude 127.0.0.1`" in result.fix
     assert report.hosts[1].result("ports").status == SKIP
     assert [r.name for r in report.hosts[0].results] == \
         [r.name for r in report.hosts[2].results]  # no column where every machine is one
