@@ -42,9 +42,21 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_host_options(parser)
     add_job_options(parser)
     add_run_options(parser)
+    add_slurm_options(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
     keep_words(parser)
     return parser
+
+
+def add_slurm_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("slurm (from outside an allocation; docs/slurm.md)")
+    group.add_argument("--slurm", action="store_true",
+                       help="ask Slurm for the nodes (salloc), run on them through srun, "
+                            "release them at the end")
+    group.add_argument("-N", "--nodes", type=int, metavar="N", help="with --slurm: nodes to ask for")
+    group.add_argument("--partition", metavar="P", help="with --slurm: the partition")
+    group.add_argument("--time", metavar="T", help="with --slurm: the time limit (e.g. 1:00:00)")
+    group.add_argument("--gres", metavar="G", help="with --slurm: generic resources (e.g. gpu:8)")
 
 
 def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True,
@@ -89,6 +101,10 @@ def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True,
     follow.add_argument("--kill-wait", type=float, default=10.0, metavar="S",
                         help="grace between SIGTERM and SIGKILL when the run is ended "
                              "(default 10)")
+    follow.add_argument("--launch-timeout", type=float, default=120.0, metavar="S",
+                        help="a node whose job has not started on every node S seconds "
+                             "after it was prepared (the controller was lost during the "
+                             "launch) stops its ranks itself (default 120)")
     follow.add_argument("--wait", type=float, default=None, metavar="S",
                         help="end the run S seconds after its first rank exits (like srun -W)")
     follow.add_argument("--max-restarts", type=int, default=None, metavar="N",
@@ -166,10 +182,23 @@ def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
         wait=args.wait, detach=args.detach, setup=args.setup, setup_always=args.setup_always,
         max_restarts=args.max_restarts, hang_timeout=args.hang_timeout,
         gpu_interval=getattr(args, "gpu_interval", 5.0), ps=getattr(args, "ps", None),
-        spares=spares)
+        spares=spares, launch_timeout=getattr(args, "launch_timeout", 120.0))
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "slurm", False):
+        from ..errors import ConfigError
+        from ..slurm.submit import Ask, run_in_allocation
+
+        if not args.nodes:
+            raise ConfigError("--slurm needs the number of nodes", fix="--slurm -N 2")
+        ask = Ask(args.nodes, args.partition, args.time, args.gres)
+        return run_in_allocation(ask, lambda: _main(args), lambda text: _say(args, text),
+                                 detach=args.detach)
+    return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     from ..job import job_options_from_args
     from ..run import pipeline
     from ..run.lifecycle import Lifecycle

@@ -60,6 +60,20 @@ def list_runs(args) -> int:
     return 0
 
 
+def show_queued(args) -> bool:
+    """A `run --slurm` still waiting in Slurm's queue is the newest run: say so."""
+    from ..slurm.submit import queued_jobs, queued_line
+
+    jobs = queued_jobs()
+    for job in jobs:
+        if args.json:
+            print(json.dumps({"state": "queued", "slurm_job": job["job_id"],
+                              "reason": job["reason"], "nodes": job.get("nodes")}))
+        else:
+            print(queued_line(job))
+    return bool(jobs)
+
+
 def main(args: argparse.Namespace) -> int:
     from ..errors import EXIT_CONNECT
     from ..run.control import query
@@ -69,6 +83,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.list:
         return list_runs(args)
+    if args.run is None and show_queued(args):
+        return 0
     record = load_run(args.run)
     with cluster_for(record, args) as cluster:
         status = query(cluster, record)

@@ -233,3 +233,47 @@ def test_ctrl_c_inside_salloc_leaves_nothing_on_any_node_and_ends_the_job(slurm_
     assert leftovers(slurm_lab, 2, run_id_in(err)) == {}
     queue = slurm_lab.run(["squeue", "-h", "-o", "%i %T"], check=True).stdout.strip()
     assert queue == "", queue
+
+
+# -- multihost run --slurm, from outside an allocation -------------------------------------
+def test_run_slurm_asks_for_the_nodes_runs_and_releases_them(slurm_lab, tmp_path):
+    r = slurm_lab.multihost("run", "--slurm", "-N", "2", "--nproc_per_node", "2", "--code",
+                            str(EXAMPLES), "--log_dir", str(tmp_path / "log"), "--plain", "--",
+                            "ranks.py", timeout=240)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert re.search(r"Slurm job \d+: nodes h\[1-2\]", r.stderr)
+    assert (r.stdout + r.stderr).count("all_reduce sum=10 expected=10 ok") == 4
+    assert slurm_lab.run(["squeue", "-h"], check=True).stdout.strip() == ""   # released
+
+
+def test_a_queued_run_slurm_shows_in_status_and_starts_when_the_nodes_free(slurm_lab, tmp_path):
+    holder = slurm_lab.popen(["salloc", "-N", "2", "sleep", "8"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert "Granted job allocation" in holder.stderr.readline()
+        run = slurm_lab.popen([sys.executable, "-m", "multihost", "run", "--slurm", "-N", "2",
+                               "--nproc_per_node", "1", "--code", str(EXAMPLES), "--plain",
+                               "--log_dir", str(tmp_path / "log"), "--", "ranks.py"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                shown = slurm_lab.multihost("status", timeout=60).stdout
+                if shown.startswith("queued (Slurm job "):
+                    break
+                assert time.monotonic() < deadline, shown
+                time.sleep(0.3)
+            assert re.match(r"queued \(Slurm job \d+, (Resources|Priority)\)", shown), shown
+            out, err = run.communicate(timeout=240)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        assert run.returncode == 0, err[-3000:]
+        assert holder.wait(30) == 0        # the holder ended first: the run waited for it
+        assert (out + err).count("all_reduce sum=3 expected=3 ok") == 2
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert slurm_lab.run(["squeue", "-h"], check=True).stdout.strip() == ""
