@@ -3,6 +3,7 @@ hosts as the user gave them, or flags to add or drop, said for where the problem
 from (--gpus, the controller's CUDA_VISIBLE_DEVICES, the hostfile)."""
 import argparse
 import importlib.util
+import io
 import os
 import sys
 
@@ -11,11 +12,13 @@ import pytest
 from multihost.check.collective import LinkMatrix
 from multihost.check.data_check import data_results
 from multihost.check.fixes import actions, given_flags, hosts_flags
-from multihost.check.judge import judge, make_cluster
+from multihost.check.judge import judge, make_cluster, ping_matrix
+from multihost.check.report import CheckReport
 from multihost.data import DataReport, HostData, PathDiff
 from multihost.hosts import Host
 from multihost.job import JobOptions
 from multihost.remote import ops_check_python
+from multihost.views.check_view import render_plain
 from test_check_samples import ADDRESSES, lab_probes, report_of, with_facts
 
 IPS = "--ips=198.18.0.11,198.18.0.12"
@@ -144,3 +147,18 @@ def test_alone_the_job_python_is_this_one_when_python3_lacks_torch(tmp_path, mon
     monkeypatch.setenv("PATH", os.path.join(sys.prefix, "bin"))
     if os.path.exists(os.path.join(sys.prefix, "bin", "python3")):
         assert ops_check_python.local_default() == "python3"
+
+
+def test_hosts_that_share_a_fix_on_that_host_are_named_as_one_node_set():
+    probes = lab_probes()
+    for i in (2, 3):
+        python = dict(probes[i].facts["python"], executable="/usr/bin/python3")
+        del python["torch"]
+        probes[i] = with_facts(probes[i], python=python)
+    cluster = make_cluster(probes, JobOptions(), 17000, ADDRESSES[0], given="--hostfile h.ini")
+    out = io.StringIO()
+    render_plain(CheckReport(judge(cluster), 17000, ADDRESSES[0], ping_matrix(cluster)), out)
+    fix = [line for line in out.getvalue().splitlines() if line.startswith("     fix: ")]
+    assert fix == ["     fix: install torch==2.13.0 there: run `multihost exec --hostfile h.ini "
+                   "--include '198.18.0.[13-14]' -- /usr/bin/python3 -m pip install "
+                   "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`"]
