@@ -247,7 +247,7 @@ def _hold(transport, session: Session, request: dict, said: threading.Event,
         if time.monotonic() >= deadline:
             raise too_slow(transport, deadline - began) from None
         raise RemoteError(f"the check session was cut: {exc}", host=session.host.label,
-                          fix="run multihost check again") from None
+                          fix="check again (the same command)") from None
     finally:
         watchdog.cancel()
         process.close()
