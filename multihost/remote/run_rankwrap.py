@@ -43,7 +43,22 @@ def child_env(env, run_dir, local_rank):
     if os.path.isfile(os.path.join(hook, "sitecustomize.py")):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (hook, env.get("PYTHONPATH")) if p)
         env["MULTIHOST_STACKS_FILE"] = os.path.join(run_dir, "stacks.%s" % local_rank)
+        env["MULTIHOST_EXIT_FILE"] = exit_mark_path(run_dir, local_rank)
         env.pop("MULTIHOST_STACKS_OWNER", None)
+
+
+def exit_mark_path(run_dir, local_rank):
+    return os.path.join(run_dir, "rank.%s.exiting" % local_rank)
+
+
+def exit_mark(run_dir, local_rank):
+    """When the rank's script began to exit (the stack hook's mark), or None: the time
+    its peers may already fail at, so the time its failure is judged by."""
+    try:
+        with open(exit_mark_path(run_dir, local_rank)) as mark:
+            return float(mark.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def main(argv):
@@ -87,6 +102,7 @@ def main(argv):
         except InterruptedError:
             continue
     record["ended"] = time.time()
+    record["exiting"] = exit_mark(run_dir, local_rank)
     if os.WIFSIGNALED(status):
         record["signal"] = os.WTERMSIG(status)
     else:

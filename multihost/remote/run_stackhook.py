@@ -5,6 +5,11 @@ file when STACK_SIGNAL comes. ``multihost stacks`` sends it where py-spy is miss
 A marker line says the hook is in: a process without it is never sent the signal (a
 real-time signal's default action ends the process).
 
+It also marks the moment the rank begins to exit (an exception or sys.exit reached the
+top), in MULTIHOST_EXIT_FILE: before the atexit handlers close its collectives'
+connections (paddle's destroys its process groups there), on which its peers fail,
+often before this process is gone. The rank wrapper records that moment with the exit.
+
 The sitecustomize this one hides (the distribution's, the user's) is run after it.
 """
 import os
@@ -25,6 +30,26 @@ def _install():
     number = getattr(signal, "SIGRTMIN", 34) + 4
     faulthandler.register(number, file=out, all_threads=True)
     sys._multihost_stacks_file = out  # alive as long as the process
+    _mark_exit(os.environ.get("MULTIHOST_EXIT_FILE"), os.getpid())
+
+
+def _mark_exit(path, owner):
+    import threading
+    import time
+
+    def mark():
+        if os.getpid() != owner:    # a forked data-loader worker ending
+            return
+        try:
+            with open(path, "w") as out:
+                out.write("%.6f\n" % time.time())
+        except Exception:   # never in the way of the rank's own exit
+            pass
+
+    # threading's exit callbacks run before atexit's (Python 3.9+; older: no mark)
+    register = getattr(threading, "_register_atexit", None)
+    if path and register is not None:
+        register(mark)
 
 
 def _chain():

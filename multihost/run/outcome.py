@@ -89,10 +89,19 @@ class RankView:
     ended: Optional[float]
     exit_code: Optional[int]
     signal: Optional[int]
+    exiting: Optional[float] = None   # when its script began to exit (before its atexit)
 
     @property
     def failed(self) -> bool:
         return bool(self.exit_code) or bool(self.signal)
+
+    @property
+    def failed_at(self) -> Optional[float]:
+        """When it failed, as its peers saw it: a script that exits closes its
+        collectives' connections in its atexit handlers, and its peers may fail on them
+        before its process is gone."""
+        times = [t for t in (self.exiting, self.ended) if t is not None]
+        return min(times) if times else None
 
 
 @dataclass(frozen=True)
@@ -154,7 +163,8 @@ def _rank_view(record: dict) -> RankView:
     return RankView(as_int(record.get("local_rank")) or 0, as_int(record.get("rank")),
                     as_int(record.get("pid")), as_time(record.get("started")),
                     as_time(record.get("ended")),
-                    as_int(record.get("exit_code")), as_int(record.get("signal")))
+                    as_int(record.get("exit_code")), as_int(record.get("signal")),
+                    as_time(record.get("exiting")))
 
 
 @dataclass(frozen=True)
@@ -210,7 +220,7 @@ def failures_of(node_rank: int, host: str, view: NodeView, now: float) -> List[F
     """A node's failures: each rank that exited badly; a parameter server that ended
     while trainers ran; the node itself when it failed with no failed rank or server to
     show for it (a launcher that died first, a dead supervisor)."""
-    found = [Failure(r.ended or now, node_rank, host, "rank", r.rank, r.local_rank,
+    found = [Failure(r.failed_at or now, node_rank, host, "rank", r.rank, r.local_rank,
                      r.exit_code, r.signal) for r in view.ranks if r.failed]
     server = view.server_failed
     if server is not None:

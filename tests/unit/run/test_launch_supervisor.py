@@ -294,6 +294,33 @@ def test_the_rank_wrapper_records_signals_and_dies_the_same_way(host, tmp_path):
     assert "cannot run /no/such/cmd" in (run_dir / "log" / "workerlog.1").read_text()
 
 
+def test_a_rank_is_judged_by_when_its_script_began_to_exit_not_by_its_slow_atexit(tmp_path):
+    """paddle closes its process groups' connections in an atexit handler, and the
+    rank's peers abort on them while the rest of its teardown runs: the rank that exited
+    first must still be the root cause."""
+    import shutil
+    import subprocess
+
+    from multihost.run.outcome import failures_of, parse_status, root_cause
+
+    run_dir = tmp_path / "rw"
+    (run_dir / "log").mkdir(parents=True)
+    (run_dir / "stackhook").mkdir()
+    remote = Path(launch.__file__).parent.parent / "remote"
+    shutil.copy(remote / "run_stackhook.py", run_dir / "stackhook" / "sitecustomize.py")
+    script = "import atexit, sys, time; atexit.register(time.sleep, 1.5); sys.exit(3)"
+    done = subprocess.run([sys.executable, "-S", str(remote / "run_rankwrap.py"), str(run_dir),
+                           sys.executable, "-c", script],
+                          env=dict(os.environ, LOCAL_RANK="1", RANK="3"), timeout=30)
+    assert done.returncode == 3
+    record = json.loads((run_dir / "rank.1.json").read_text())
+    assert record["ended"] - record["exiting"] >= 1.4
+    aborted = {"local_rank": 0, "rank": 0, "ended": record["exiting"] + 0.5, "signal": 6}
+    failures = failures_of(1, "h2", parse_status({"state": "failed", "ranks": [record]}), 0)
+    failures += failures_of(0, "h1", parse_status({"state": "failed", "ranks": [aborted]}), 0)
+    assert root_cause(failures).rank == 3
+
+
 def test_a_stop_sent_on_the_watch_stream_stops_the_run_and_the_stream_reports_it(host):
     """What the monitor does in a teardown: no `run.stop` session per host, one line on
     the watch stream it already has; the grandchildren that ignore SIGTERM die too."""
