@@ -1,12 +1,13 @@
 """Load the module of the operation asked for (or every one), then run it.
 
 Every operation is named ``family.verb``, and its family names its module: ``check.host``
-and ``run.launch`` live in ``ops_check`` and ``ops_run``. Importing only that module keeps a
-call's start-up small; an unknown family falls back to loading every module. For the
-same reason nothing here imports ``re`` or ``pkgutil`` up front: together they cost a
-host 15 ms of every call (the quick paths of sync are a few tens of milliseconds).
+and ``run.launch`` live in ``ops_check`` and ``ops_run``. Only that module is imported:
+every command starts a helper on every host, and importing every family's module costs
+each call about 30 ms of the host's CPU. An unknown family falls back to loading every
+module.
 """
 import importlib
+import os
 import sys
 
 from . import proto
@@ -22,12 +23,10 @@ def family_of(name):
 
 
 def load_ops():
-    import pkgutil
-
-    package = sys.modules[__package__]
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name.startswith("ops_"):
-            importlib.import_module("%s.%s" % (__package__, info.name))
+    for directory in sys.modules[__package__].__path__:
+        for name in sorted(os.listdir(directory)):
+            if name.startswith("ops_") and name.endswith(".py"):
+                importlib.import_module("%s.%s" % (__package__, name[:-3]))
 
 
 def main():
