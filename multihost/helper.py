@@ -271,5 +271,11 @@ def parse_reply(transport: Transport, op: str, code: int, stdout: bytes, stderr:
     if code == 127 or "No such file or directory" in err and "python" in err.lower():
         raise python_missing(transport)
     last = err.splitlines()[-1] if err else f"exit status {code}"
+    host = transport.host
+    # The check of this one host, typed as shown (a bare `multihost check` checks this
+    # machine alone).
+    check = f"multihost check --ips={shlex.quote((host.user + '@' if host.user else '') + label)}"
+    if host.python != "python3":
+        check += f" --python {shlex.quote(host.python)}"
     raise RemoteError(f"helper operation {op!r} failed: {last[:300]}", host=label,
-                      fix="run `multihost check` on this host to see what is missing")
+                      fix=f"run `{check}` to see what is missing there")
