@@ -3,7 +3,7 @@
 Every operation is named ``family.verb``, and its family names its module: ``check.host``
 and ``run.launch`` live in ``ops_check`` and ``ops_run``. Only that module is imported:
 every command starts a helper on every host, and importing every family's module costs
-each call about 30 ms of the host's CPU. An unknown family falls back to loading every
+each call about 20 ms more of the host's CPU. An unknown family falls back to loading every
 module.
 """
 import importlib
