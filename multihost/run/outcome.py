@@ -296,11 +296,10 @@ AFTER_LINES = 8   # of the ranks that stopped after the root cause: more are cou
 
 def stopped_after(cause: Failure, nodes: Sequence[Tuple[int, str, NodeView]]) -> Tuple[str, ...]:
     """Every other rank and parameter server that ended badly, named as stopped after
-    the root cause: a rank whose peer died dies too (gloo and NCCL abort, a launcher
-    ends its node's ranks, multihost ends the rest), and says so in its own log, which
-    is what a user reads first. One line per host and way of ending:
-    ``198.18.0.11 (node 0) ranks 0, 1: killed by SIGTERM (stopped by multihost),
-    stopped after rank 3 failed``. ``nodes``: (node rank, host, its last status)."""
+    the root cause (gloo and NCCL abort when a peer dies, a launcher ends its node's
+    ranks, multihost ends the rest), one line per host and way of ending: ``h1 (node 0)
+    ranks 0, 1: killed by SIGTERM, stopped after rank 3 failed``. ``nodes``: (node
+    rank, host, its last status)."""
     if cause.kind in ("wait", "hang"):
         return ()   # every rank was stopped by multihost: nothing failed first
     groups: Dict[Tuple[int, str, str, str], List[int]] = {}
@@ -320,18 +319,17 @@ def stopped_after(cause: Failure, nodes: Sequence[Tuple[int, str, NodeView]]) ->
         lines.append(f"{host} (node {node_rank}) {who} {', '.join(map(str, sorted(numbers)))}: "
                      f"{how}, stopped after {cause.name} failed")
     if len(lines) > AFTER_LINES:
-        rest = len(lines) - AFTER_LINES + 1
-        lines = lines[:AFTER_LINES - 1] + [f"and {rest} more hosts' ranks, stopped after "
-                                           f"{cause.name} failed (multihost status)"]
+        rest = list(groups.items())[AFTER_LINES - 1:]
+        hosts = len({node_rank for (node_rank, *_), _ in rest})
+        count = sum(len(numbers) for _, numbers in rest)
+        lines = lines[:AFTER_LINES - 1] + [f"and {count} more on {hosts} more hosts, stopped "
+                                           f"after {cause.name} failed"]
     return tuple(lines)
 
 
 def _is_cause(cause: Failure, node_rank: int, kind: str, end: RankView) -> bool:
-    if cause.node_rank != node_rank:
-        return False
-    if kind == "server":
-        return cause.kind == "server" and cause.server == end.rank
-    return cause.kind == "rank" and cause.local_rank == end.local_rank
+    same = cause.server == end.rank if kind == "server" else cause.local_rank == end.local_rank
+    return cause.node_rank == node_rank and cause.kind == kind and same
 
 
 def describe(failure: Failure) -> str:

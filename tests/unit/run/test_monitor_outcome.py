@@ -278,7 +278,8 @@ def test_many_hosts_stopped_after_a_failure_are_counted_past_a_few_lines():
                "ranks": [{"local_rank": 0, "rank": 0, "ended": 2.0, "signal": 15}]}
     nodes = [(i, f"h{i}", parse_status(stopped)) for i in range(1, 20)]
     after = conclude(["stopped"] * 19, cause, False, (), nodes).root_cause.after
-    assert len(after) == 8 and after[-1].startswith("and 12 more hosts' ranks, stopped after rank 0")
+    assert len(after) == 8
+    assert after[-1] == "and 12 more on 12 more hosts, stopped after rank 0 failed"
 
 
 def test_a_failed_parameter_server_points_at_its_own_log():
