@@ -9,6 +9,10 @@ status   node.json, whether the supervisor still lives, every rank's exit, log t
 watch    the same as a stream: one JSON line on every change and at least every second,
          until the node has finished (one process per host instead of one per poll:
          a helper start costs ~0.1 s of CPU on the host, a watch loop next to nothing).
+launched tells the node that every node of the run launched: without that word by the
+         launch deadline (prepare + --launch-timeout), a node stops its ranks itself,
+         and a node never launched counts as stopped, so a controller lost half way
+         through a launch leaves no rank waiting in a rendezvous that never fills.
 stop     asks the supervisor to stop the run (grace, then SIGKILL) and waits for its
          final record; without a supervisor, stops the run's processes itself.
 """
@@ -81,7 +85,8 @@ def prepare(request):
                       "names the entries)")
     if not request.get("allow_concurrent"):
         try:
-            run_files.take_lock(run_id, float(request.get("stale_after", 120)))
+            run_files.take_lock(run_id, max(float(request.get("stale_after", 120)),
+                                            float(request.get("launch_timeout") or 0) + 30))
         except run_files.Busy as busy:
             os.unlink(node_path)
             holder = busy.holder.get("run_id")
@@ -100,7 +105,7 @@ def prepare(request):
         out.write(hook)
     run_files.write_json(node_path, {
         "run_id": run_id, "node_rank": request.get("node_rank"), "state": "prepared",
-        "attempt": attempt,
+        "attempt": attempt, "launch_timeout": request.get("launch_timeout"),
         "prepared": time.time(), "allow_concurrent": bool(request.get("allow_concurrent"))})
     return {"home": os.path.expanduser("~"), "run_dir": run_dir, "workdir": os.path.abspath(workdir),
             "hostname": socket.gethostname(), "interfaces": _interfaces(),
@@ -175,6 +180,10 @@ def launch(request):
     run_files.write_json(os.path.join(run_dir, "spec.json"), {
         key: spec.get(key) for key in ("run_id", "node_rank", "cwd", "spawn", "nproc",
                                        "rank_offset", "world_size", "grace", "display")})
+    if run_files.launch_expired(run_dir, node):
+        _expire_unlaunched(run_dir, node)
+        raise OpError(run_files.LAUNCH_LOST, "start the run again: multihost rerun %s"
+                      % spec["run_id"])
     reply = _detach_supervisor(spec, run_dir)
     if not reply:
         raise OpError("the supervisor ended before starting the launcher",
@@ -194,7 +203,32 @@ def launch(request):
     return reply["node"]
 
 
+@op("run.launched")
+def launched(request):
+    """Every node of the run launched: this node's job may go on past its launch
+    deadline. Refused when the node already gave up (its deadline passed first)."""
+    run_dir = _run_dir(request)
+    with open(os.path.join(run_dir, run_files.LAUNCHED), "w") as out:
+        out.write("%f\n" % time.time())
+    node = _node_or_fail(run_dir, request["run_id"])
+    if node.get("stop_reason") == run_files.LAUNCH_LOST or node.get("state") in run_files.FINAL_STATES:
+        raise OpError("the node gave up before it heard that every node launched (%s)"
+                      % (node.get("stop_reason") or node.get("state")),
+                      "start the run again with a longer --launch-timeout")
+    return {}
+
+
+def _expire_unlaunched(run_dir, node):
+    """A node prepared but never launched, past its launch deadline: stopped, for good."""
+    node.update(state="stopped", ended=time.time(), stop_reason=run_files.LAUNCH_LOST)
+    run_files.write_json(os.path.join(run_dir, "node.json"), node)
+    run_files.release_lock(node.get("run_id"))
+
+
 def _status(run_dir, node, tail, count_procs=True, tail_rank=None):
+    if node.get("state") == "prepared" and not node.get("supervisor") \
+            and run_files.launch_expired(run_dir, node):
+        _expire_unlaunched(run_dir, node)
     ranks = run_files.rank_records(run_dir)
     alive = run_files.supervisor_alive(node)
     state = node.get("state")

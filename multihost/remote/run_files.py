@@ -18,7 +18,7 @@ import os
 import signal
 import time
 
-from .run_states import FINAL_STATES
+from .run_states import FINAL_STATES, LAUNCH_LOST
 
 ROOT = os.path.join("~", ".multihost")
 HEX = "0123456789abcdef"
@@ -97,6 +97,26 @@ def open_private(path):
     """Open a log for appending, unbuffered; a new file is the user's only (0600): a
     job's output can hold what it read from its environment."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab", 0)
+
+
+LAUNCHED = "launched.json"   # written by run.launched once every node of the run runs
+
+
+def launch_deadline(node):
+    """When a node prepared for a run of several nodes gives up waiting for the word that
+    every node launched (None: it waits for nothing: one node, or told already)."""
+    timeout = node.get("launch_timeout")
+    if not timeout or node.get("prepared") is None:
+        return None
+    return float(node["prepared"]) + float(timeout)
+
+
+def launch_expired(run_dir, node, now=None):
+    """True once a node's launch deadline passed without the word that all launched."""
+    deadline = launch_deadline(node)
+    if deadline is None or (now or time.time()) < deadline:
+        return False
+    return not os.path.exists(os.path.join(run_dir, LAUNCHED))
 
 
 def read_json(path, default=None):

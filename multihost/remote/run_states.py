@@ -8,5 +8,9 @@ SUCCEEDED = "succeeded"
 FAILED = "failed"
 STOPPED = "stopped"      # ended by multihost (teardown after another failure, Ctrl-C, stop)
 
+# Why a node of a run of several stopped itself: the controller never told it that every
+# node launched (run.launched) before its launch deadline.
+LAUNCH_LOST = "launch never completed: the controller was lost during the launch"
+
 # A node (or a run) in one of these has ended for good: nothing will change it again.
 FINAL_STATES = (SUCCEEDED, FAILED, STOPPED)

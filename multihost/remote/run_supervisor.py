@@ -58,6 +58,9 @@ class Supervisor(object):
         self.teardown_deadline = None
         self.termed = set()
         self.gpus = None        # the GPU sampler (run_gpus.py), made in start()
+        # Until the controller says every node launched (run.launched): a controller lost
+        # between two launches leaves the others' rendezvous waiting for us forever.
+        self.launch_deadline = run_files.launch_deadline(self.node)
 
     # --- records --------------------------------------------------------------------
     def record(self, **changes):
@@ -175,6 +178,22 @@ class Supervisor(object):
             self.stop_asked = time.time()
             self.node["stop_reason"] = "local rank %d failed" % local
 
+    def give_up_launch(self):
+        """The launch deadline passed: go on if every node launched, else stop the job
+        and say why. The reason is recorded before the word is looked for again, so a
+        ``run.launched`` landing at this very moment either sees the reason (and tells
+        the controller the launch failed) or is seen here (and the job goes on)."""
+        launched = os.path.join(self.run_dir, run_files.LAUNCHED)
+        self.launch_deadline = None
+        if os.path.exists(launched) or self.stop_asked is not None:
+            return
+        self.record(stop_reason=run_files.LAUNCH_LOST)
+        if os.path.exists(launched):
+            self.node.pop("stop_reason", None)
+            self.record()
+            return
+        self.stop_asked = self.stopped_from_outside = time.time()
+
     def running(self):
         return [pid for pid in self.children if pid not in self.exits]
 
@@ -190,6 +209,8 @@ class Supervisor(object):
                 self.gpus.tick(time.time())
             if self.spec.get("spawn") == "ps":
                 run_ps.check(self)
+            if self.launch_deadline is not None and time.time() >= self.launch_deadline:
+                self.give_up_launch()
             if self.stop_asked is not None and self.teardown_deadline is None:
                 stop = run_files.read_json(os.path.join(self.run_dir, "stop.json"), {}) or {}
                 if "grace" in stop:

@@ -45,7 +45,7 @@ KEYS: Dict[str, Tuple[str, str]] = {
     "no_check": ("--no-check", "bool"), "no_sync": ("--no-sync", "bool"),
     "allow_concurrent": ("--allow-concurrent", "bool"), "log_dir": ("--log_dir", "path"),
     "kill_wait": ("--kill-wait", "float"), "wait": ("--wait", "float"),
-    "gpu_interval": ("--gpu-interval", "float"),
+    "gpu_interval": ("--gpu-interval", "float"), "launch_timeout": ("--launch-timeout", "float"),
     "command": ("", "command"),
 }
 # The argparse destination of each key, for writing a resolved job back.

@@ -48,6 +48,9 @@ class RunRequest:
     gpu_interval: float = 5.0                # seconds between GPU samples; 0: none
     ps: Optional[Any] = None                 # fleetrun's parameter-server spec
     spares: Tuple[Host, ...] = ()            # hosts that may take a failed host's node rank
+    launch_timeout: float = 120.0            # a node whose job has not started everywhere
+                                             # by then (the controller was lost during the
+                                             # launch) stops its ranks itself
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
         raise ConfigError("--kill-wait and --wait take seconds, 0 or more", fix="e.g. --kill-wait 10")
     if request.hang_timeout is not None and request.hang_timeout <= 0:
         raise ConfigError("--hang-timeout takes seconds, more than 0", fix="e.g. --hang-timeout 600")
+    if request.launch_timeout <= 0:
+        raise ConfigError("--launch-timeout takes seconds, more than 0",
+                          fix="e.g. --launch-timeout 300")
     if request.gpu_interval < 0:
         raise ConfigError("--gpu-interval takes seconds, 0 (no GPU samples) or more",
                           fix="e.g. --gpu-interval 5")
@@ -179,12 +185,13 @@ def plan_for(cluster, request: RunRequest, validated: Validated, report, run_id:
     addresses = [(report.host_report(h).address if report and report.host_report(h) else None)
                  or run_plan.resolve_address(h, cluster.options.config_file) for h in hosts]
     ifaces = [report.iface_for(h) if report else None for h in hosts]
-    return run_plan.build_plan(
+    plan = run_plan.build_plan(
         run_id, hosts, validated.job, validated.template, list(request.command),
         start_port=start_port, addresses=addresses, ifaces=ifaces, no_python=request.no_python,
         environ=os.environ, user_env=dict(request.env), kill_wait=request.kill_wait,
         allow_concurrent=request.allow_concurrent, gpu_interval=request.gpu_interval,
         ps=ps_layout(request, addresses, start_port))
+    return dataclasses.replace(plan, launch_timeout=request.launch_timeout)
 
 
 def failure_of(outcome, plan) -> Optional[RunFailed]:

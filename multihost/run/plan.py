@@ -50,6 +50,7 @@ class RunPlan:
     attempt: int = 0              # 0, then 1, 2, ... when --max-restarts launches it again
     ps: Optional[Any] = None
     gpu_interval: float = 5.0     # seconds between a host's GPU samples; 0: none      # a fleetrun.PsLayout for a parameter-server job
+    launch_timeout: float = 120.0  # a node not told that all launched by then stops itself
 
     @property
     def world_size(self) -> int:

@@ -6,6 +6,10 @@
 2. ``run.launch`` on node 0 (the rendezvous host) first, then on the others at once.
    Each call returns when that node's launcher runs. A host that fails to start stops
    the run everywhere (``rollback``) and names the host, the cause and the fix.
+3. ``run.launched`` on every host once all run: the word each node waits for. A node
+   without it by its launch deadline (prepare + ``--launch-timeout``) stops its ranks
+   itself, and a node never launched counts as stopped: a controller lost half way
+   through leaves no rank waiting for peers that will never come.
 
 The run's record (runs.py) is written before the first launch, so ``status`` and
 ``stop`` can find the run even if this controller dies a moment later. It becomes the
@@ -30,6 +34,8 @@ from .records import RunRecord, save_run
 
 PREPARE_TIMEOUT = 30.0
 LAUNCH_TIMEOUT = 60.0
+CONFIRM_TIMEOUT = 30.0
+DEFAULT_LAUNCH_TIMEOUT = 120.0
 
 
 class RecordKeeper:
@@ -84,6 +90,14 @@ class Starter:
         self.interrupted = interrupted
         self.prepared: Dict[int, Prepared] = {}
 
+    @property
+    def launch_timeout(self) -> Optional[float]:
+        """A node's launch deadline after its prepare; none for one node: its launch is
+        the whole launch."""
+        if len(self.plan.nodes) < 2:
+            return None
+        return float(getattr(self.plan, "launch_timeout", None) or DEFAULT_LAUNCH_TIMEOUT)
+
     def _node_event(self, host: Host, state: NodeState, detail: str = "") -> None:
         self.listener(NodeChanged(host.rank, host.label, state, detail=detail, time=time.time()))
 
@@ -94,7 +108,8 @@ class Starter:
             node = plan.nodes[host.rank]
             reply = helper.call(transport, "run.prepare", {
                 "run_id": plan.run_id, "node_rank": host.rank, "cwd": node.workdir,
-                "allow_concurrent": plan.allow_concurrent, "attempt": plan.attempt}, timeout=PREPARE_TIMEOUT)
+                "allow_concurrent": plan.allow_concurrent, "attempt": plan.attempt,
+                "launch_timeout": self.launch_timeout}, timeout=PREPARE_TIMEOUT)
             return Prepared.from_reply(reply)
 
         results = self.cluster.map(one)
@@ -133,6 +148,9 @@ class Starter:
         if results[0].ok and len(hosts) > 1 and not self.interrupted():
             results += self.cluster.map(self._launch_one, hosts[1:])
         failed = [r for r in results if not r.ok]
+        if not failed and len(results) == len(hosts) and self.launch_timeout is not None \
+                and not self.interrupted():
+            failed = [r for r in self.cluster.map(self._confirm_one, hosts) if not r.ok]
         for result in failed:
             self.keeper.node(result.host.rank, state="failed", detail=str(result.error.cause))
             self._node_event(result.host, NodeState.FAILED, str(result.error))
@@ -141,6 +159,10 @@ class Starter:
             if failed:
                 raise first_error(failed)
             raise KeyboardInterrupt
+
+    def _confirm_one(self, host: Host, transport) -> Any:
+        return helper.call(transport, "run.launched", {"run_id": self.plan.run_id},
+                           timeout=CONFIRM_TIMEOUT)
 
     def rollback(self, reason: str, grace: Optional[float] = None,
                  state: Optional[RunState] = None) -> List[HostResult]:

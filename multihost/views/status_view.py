@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import IO
 
+from ..remote.run_states import LAUNCH_LOST
+
 
 def _ago(when, now) -> str:
     if not when:
@@ -74,6 +76,9 @@ def header_lines(status):
         where = f"rank {cause.rank}" if cause.rank is not None else f"node {cause.node_rank}"
         lines.append(f"  root cause: {cause.host} {where}: {cause.reason}")
         lines += [f"    then {line}" for line in cause.after]
+    if any(node.view is not None and node.view.detail == LAUNCH_LOST for node in status.nodes):
+        lines.append(f"  {LAUNCH_LOST}: nothing of it runs (fix: start it again: multihost "
+                     f"rerun {record.run_id}; give --launch-timeout S if its launch is slow)")
     if record.stragglers:
         from ..run.stragglers import describe, from_json
 
