@@ -22,6 +22,7 @@ import sys
 import time
 
 from .sync_apply import ApplyError, SafeRoot
+from .sync_lock import Busy, Claim, remove_marker
 from .sync_fs import FILE, LINK, HashCache, UnsafePath, check_relpath, resolve_root, stat_key
 from .sync_pipe import grow_pipe
 from .sync_plan import NO_MANIFEST, absent_plan, make_plan, workdir_absent, write_tracked
@@ -48,9 +49,10 @@ def _on_signal(signum, frame):
 class Receiver(object):
     """Applies one sync stream to a tree; counts, and keeps going past bad entries."""
 
-    def __init__(self, root, keys=None):
+    def __init__(self, root, keys=None, claim=None):
         self.root = root
         self.keys = keys  # {path: stat_key} of what is now in sync, when asked for
+        self.claim = claim  # sync_lock.Claim: marks the tree before the first change
         self.tree = SafeRoot(root, create=True)
         self.cache = HashCache(root)  # only added to: save() merges into the file
         self.files = self.bytes = self.deleted = self.links = self.meta = 0
@@ -71,10 +73,14 @@ class Receiver(object):
             if kind == "end":
                 return
             if kind == "begin":
+                if self.claim is not None and header.get("part"):
+                    self.claim.part = header["part"]
                 continue
             if kind == "tracked":
                 self.tracked = reader.tracked(header)
                 continue
+            if self.claim is not None:
+                self.claim.mark()
             try:
                 self._one(reader, kind, rel, header)
             except (ApplyError, UnsafePath) as exc:
@@ -157,11 +163,21 @@ def _catch_signals():
         signal.signal(signum, _on_signal)
 
 
-def _receive(root, rank, stdin, kids=(), magic=None, keys=None):
+def _receive(root, rank, stdin, kids=(), magic=None, keys=None, claim=None):
     """Apply the stream on stdin to root; reply with the results of this node and of
-    every relay node below it. Returns the exit status."""
+    every relay node below it. Returns the exit status. ``claim``: this process's hold
+    on the workdir (sync_lock), given back as it ends; the tree is unmarked when this
+    was the last part of the sync and all of it was applied."""
     try:
-        receiver = Receiver(root, keys)
+        return _apply(root, rank, stdin, kids, magic, keys, claim)
+    finally:
+        if claim is not None:
+            claim.give_back()
+
+
+def _apply(root, rank, stdin, kids, magic, keys, claim):
+    try:
+        receiver = Receiver(root, keys, claim)
     except (OSError, ValueError) as exc:
         for kid in kids:
             kid.finish()
@@ -186,7 +202,11 @@ def _receive(root, rank, stdin, kids=(), magic=None, keys=None):
                "fix": "run the sync again: it completes what is missing"})
         return 1
     receiver.finish()
+    if claim is not None:
+        claim.finish(clean=not receiver.errors)
     nodes = {str(rank): receiver.result()}
+    if claim is not None and claim.waited >= 1:
+        nodes[str(rank)]["waited"] = [round(claim.waited, 1), claim.waited_for]
     for kid in kids:
         nodes.update(kid.finish())
     reply({"ok": True, "result": {"nodes": nodes}})
@@ -206,6 +226,13 @@ def session(request):
     of a chain: no second helper start), or ends (nothing to send, or a dry run)."""
     _catch_signals()
     stdin = _stdin()
+    try:
+        claim = None if request.get("dry_run") else _claim(request)
+    except Busy as busy:
+        reply({"ok": False, "error": busy.text, "fix": busy.fix})
+        return 1
+    except _Stop:
+        return 1
     reply({"absent": workdir_absent(request)})
     try:
         head = stdin.read(4)
@@ -224,6 +251,8 @@ def session(request):
     except _Stop:
         return 1
     keys = plan.pop("keys", None)  # for the end: the controller records them
+    if claim is not None and claim.waited >= 1:
+        plan["waited"] = [round(claim.waited, 1), claim.waited_for]
     reply({"ok": True, "result": plan})
     try:
         kind, what = read_next(stdin)
@@ -234,11 +263,13 @@ def session(request):
         return 1
     rank = request.get("rank", 0)
     if kind is None:  # nothing to send
+        if claim is not None and _complete(plan):
+            remove_marker(plan["root"])  # a sync cut after its last change: now known whole
         if keys is not None:
             reply({"ok": True, "result": {"nodes": {str(rank): {"keys": keys}}}})
         return 0
     if kind == "stream":
-        return _receive(plan["root"], rank, stdin, magic=what, keys=keys)
+        return _receive(plan["root"], rank, stdin, magic=what, keys=keys, claim=claim)
     # This session is the host's relay node: for its own workdir and rank only, whatever
     # the request says (the plan's root is the one this host checked and resolved).
     if what["root"] != plan["root"] or what["rank"] != rank:
@@ -246,7 +277,23 @@ def session(request):
                "%s (rank %s)" % (what["root"], what["rank"], plan["root"], rank),
                "fix": "run the sync again"})
         return 1
-    return _relay_node(plan["root"], rank, what["relay"], stdin, keys)
+    if claim is not None and what.get("part"):
+        claim.part = what["part"]
+    return _relay_node(plan["root"], rank, what["relay"], stdin, keys, claim)
+
+
+def _claim(request):
+    """This process's hold on the workdir (sync_lock), when the controller asks for one;
+    while another sync holds it, say so on stdout (the controller reads on)."""
+    spec = request.get("claim")
+    if not isinstance(spec, dict):
+        return None
+    root = resolve_root(request["root"], request.get("base"))
+    return Claim(root, spec).take(lambda text: reply({"waiting": text}))
+
+
+def _complete(plan):
+    return not any(plan.get(k) for k in ("add", "change", "retype", "meta", "errors"))
 
 
 def receive(request):
@@ -256,14 +303,21 @@ def receive(request):
     except (KeyError, ValueError, IndexError):
         reply({"ok": False, "error": "bad sync.receive request", "fix": "run the sync again"})
         return 1
+    try:
+        claim = _claim(request)
+    except Busy as busy:
+        reply({"ok": False, "error": busy.text, "fix": busy.fix})
+        return 1
+    except _Stop:
+        return 1
     keys = {} if request.get("keys") else None
     spec = request.get("relay")
     if not isinstance(spec, dict):  # a direct stream
-        return _receive(root, rank, _stdin(), keys=keys)
-    return _relay_node(root, rank, spec, _stdin(), keys)
+        return _receive(root, rank, _stdin(), keys=keys, claim=claim)
+    return _relay_node(root, rank, spec, _stdin(), keys, claim)
 
 
-def _relay_node(root, rank, spec, stdin, keys):
+def _relay_node(root, rank, spec, stdin, keys, claim=None):
     """This host's node of a relay chain (``spec``: its token, the hops after it, whether
     it listens for its upstream or reads the stream from ``stdin``): apply the stream to
     root and forward it. ``stdin`` ending before an upstream came means none will."""
@@ -271,10 +325,12 @@ def _relay_node(root, rank, spec, stdin, keys):
         node = relay.Node(spec)
         stream = node.stream(stdin)
     except relay.RelayError as exc:
+        if claim is not None:
+            claim.give_back()
         reply({"ok": False, "error": str(exc), "fix": "the controller sends this host its files itself"})
         return 1
     try:
-        return _receive(root, rank, stream, [node.downstream], keys=keys)
+        return _receive(root, rank, stream, [node.downstream], keys=keys, claim=claim)
     finally:
         node.close()
 

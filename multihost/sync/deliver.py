@@ -26,18 +26,21 @@ from .transfer import (ProgressBoard, RelayGroup, file_header, group_for_relay, 
 def direct_fill(needs: HostNeeds, code_root: str, entries: Sequence[Entry],
                 on_bytes: Callable[[int], None], on_file: Callable[[], None],
                 first: bool = True, tracked: Optional[bool] = None,
-                dirs: Optional[bool] = None) -> Callable[[Writer], None]:
+                dirs: Optional[bool] = None,
+                part: Optional[list] = None) -> Callable[[Writer], None]:
     """What one host's direct stream holds: the first (deletions, directories, files,
     links, mode and time fixes) or a later one (only the given files). ``tracked`` and
     ``dirs``: whether it carries the list of paths the sync owns (default: a first stream
-    that changes it) and the directories (default: a first stream), when a relay does."""
+    that changes it) and the directories (default: a first stream), when a relay does.
+    ``part``: [pass, streams of that pass to the host]: the last one of them to end
+    whole unmarks the host's tree (remote/sync_lock.py)."""
     if tracked is None:
         tracked = first and changes_owned(needs)
     if dirs is None:
         dirs = first
 
     def fill(writer: Writer) -> None:
-        writer.record({"t": "begin"})
+        writer.record({"t": "begin", "part": part} if part else {"t": "begin"})
         if tracked:
             writer.tracked(needs.tracked)
         if first:
@@ -69,11 +72,13 @@ def changes_owned(needs: HostNeeds) -> bool:
 
 
 def deliver(cluster: HostGroup, manifest: Manifest, needs: Dict[int, HostNeeds],
-            sessions: Dict[int, HostSession], emit: Listener
+            sessions: Dict[int, HostSession], emit: Listener,
+            claims: Optional[Dict[int, dict]] = None
             ) -> Tuple[Dict[int, HostSync], Dict[int, Dict[str, list]]]:
     """Results per host, and each host's stat keys of what it now holds in sync (for
-    sync_fastpath's record)."""
-    return _Delivery(cluster, manifest, needs, sessions, emit).run()
+    sync_fastpath's record). ``claims``: what each host's helpers show its workdir's
+    lock (remote/sync_lock.py)."""
+    return _Delivery(cluster, manifest, needs, sessions, emit, claims or {}).run()
 
 
 class _Delivery:
@@ -82,8 +87,9 @@ class _Delivery:
     and every process started (to end them all on Ctrl-C)."""
 
     def __init__(self, cluster: HostGroup, manifest: Manifest, needs: Dict[int, HostNeeds],
-                 sessions: Dict[int, HostSession], emit: Listener):
+                 sessions: Dict[int, HostSession], emit: Listener, claims: Dict[int, dict]):
         self.cluster = cluster
+        self.claims = claims
         self.manifest = manifest
         self.needs = needs
         self.sessions = sessions
@@ -110,6 +116,10 @@ class _Delivery:
         # still open from the plan, becomes its relay node instead of taking an empty
         # stream beside a node started for it (one helper start and one channel less).
         self.in_node = {r for g in self.whole for r in g.ranks[1:] if r in sessions}
+        # The streams each host gets in the first pass: its own (unless its session is a
+        # relay node) and one per relay it is in. The last to end whole unmarks its tree.
+        self.parts = {r: (r not in self.in_node) + sum(r in g.ranks for g in self.relays)
+                      for r in needs}
         self.outcomes: Dict[int, List[dict]] = {rank: [] for rank in needs}
         self.errors: Dict[int, MultihostError] = {}
         self.lock = threading.Lock()
@@ -192,14 +202,17 @@ class _Delivery:
             dirs = rank not in self.dirs_relayed
         else:
             tracked, dirs = rank in self.listed, rank in self.dirs_relayed
+        part = [1, self.parts[rank]] if first else [2, 1]
         fill = direct_fill(host_needs, self.manifest.root, entries,
                            lambda n: self.board.add([rank], count=n),
-                           lambda: self.board.add([rank], files=1), first, tracked, dirs)
+                           lambda: self.board.add([rank], files=1), first, tracked, dirs, part)
         if first and rank in self.sessions:  # into the session that made the plan
             nodes = self.sessions[rank].send(fill)
         else:
-            nodes = stream_to(self.cluster.transport(self.hosts[rank]),
-                              {"root": host_needs.root, "rank": rank, "keys": True}, fill,
+            request = {"root": host_needs.root, "rank": rank, "keys": True}
+            if rank in self.claims:
+                request["claim"] = self.claims[rank]
+            nodes = stream_to(self.cluster.transport(self.hosts[rank]), request, fill,
                               register=self.register)
         with self.lock:
             self.outcomes[rank].append(nodes.get(str(rank), {}))
@@ -225,7 +238,9 @@ class _Delivery:
         chain = Chain(transports, [h.label for h in hosts], group.ranks, hops,
                       {r: self.needs[r].root for r in group.ranks}, self.register,
                       sessions={i: self.sessions[r] for i, r in enumerate(group.ranks)
-                                if r in self.in_node})
+                                if r in self.in_node},
+                      claims={r: dict(self.claims[r], part=[1, self.parts[r]])
+                              for r in group.ranks if r in self.claims})
         nodes = chain.run(functools.partial(self.head_stream, group, head, transports[0]))
         return None if self.cancelled.is_set() else nodes
 

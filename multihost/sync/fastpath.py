@@ -24,6 +24,7 @@ import threading
 from typing import Dict, List, Optional, Sequence
 
 from .manifest import Manifest
+from ..remote.sync_lock import MARKER, SUFFIX as LOCK_SUFFIX
 
 STATE_DIR = "~/.cache/multihost/sync-state"
 VERSION = 4
@@ -222,14 +223,25 @@ def matches_manifest(record: dict, manifest: Manifest) -> bool:
 
 
 def stat_command(remote_root: str) -> str:
-    """`stat` of the NUL-separated names on stdin."""
-    return (f"cd -- {shlex.quote(remote_root)} && "
+    """`stat` of the NUL-separated names on stdin, after the workdir's generation (the
+    first line of its lock, remote/sync_lock.py: read by the shell itself, '-' when
+    there is none); a tree marked incomplete fails at once."""
+    return (f"cd -P -- {shlex.quote(remote_root)} && test ! -e {MARKER} && "
+            f"{{ {{ read -r g < \"$PWD{LOCK_SUFFIX}\"; }} 2>/dev/null || g=-; }} && "
+            f"printf '%s\\n' \"$g\" && "
             f"xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} --")
 
 
+def stat_generation(out: bytes) -> str:
+    """The workdir's generation an answer of ``stat_command`` starts with."""
+    return out.partition(b"\n")[0].decode("ascii", "replace")
+
+
 def parse_stat_output(out: bytes, names: Sequence[str]) -> Optional[Dict[str, list]]:
-    """`stat --printf STAT_FORMAT` output for ``names`` (in that order) into {path: stat
-    key}; None if malformed (an old stat without %.9Y, a cut answer)."""
+    """`stat --printf STAT_FORMAT` output for ``names`` (in that order, after the
+    generation's line) into {path: stat key}; None if malformed (an old stat without
+    %.9Y, a cut answer)."""
+    out = out.partition(b"\n")[2]
     fields = out.split(b"\0")
     if fields and fields[-1] == b"":
         fields.pop()
@@ -281,6 +293,9 @@ def host_unchanged(transport, record: dict, timeout: float = 60) -> bool:
         return False
     if not done.ok:
         return False
+    # Whatever is sent from the record is applied only at this generation: a sync that
+    # wrote the host meanwhile makes that stream refused (remote/sync_lock.py).
+    record["gen"] = stat_generation(done.stdout)
     if record.get("stat") and hashlib.sha256(done.stdout).hexdigest() == record["stat"]:
         return True
     digest = verified_digest(done.stdout, record_names(record), recorded_keys(record))

@@ -155,6 +155,8 @@ def merge_result(label: str, needs: HostNeeds, nodes: List[dict], error: Optiona
             notes.append(f"{node['error'].rstrip('.')}; sent from the controller instead "
                          "(hosts that can ssh each other get heavy files host to host)")
             continue
+        if node.get("waited"):
+            notes.append(waited_note(node["waited"]))
         files += node.get("files", 0) + node.get("links", 0)
         size += node.get("bytes", 0)
         if node.get("relayed") and not node.get("head"):  # the head had it from us
@@ -176,6 +178,12 @@ def merge_result(label: str, needs: HostNeeds, nodes: List[dict], error: Optiona
     return HostSync(label, needs.rank, needs.root, files, size, relayed, deleted, meta,
                     kept=tuple(kept), notes=tuple(notes), error=cause, fix=fix, seconds=seconds,
                     **listing(needs))
+
+
+def waited_note(waited) -> str:
+    """A host's helper waited for another writer of its workdir (remote/sync_lock.py)."""
+    seconds, holder = waited
+    return f"waited {float(seconds):.0f} s for {holder}"
 
 
 def sync_error(report: SyncReport) -> SyncError:

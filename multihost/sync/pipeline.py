@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import functools
 import os
+import secrets
+import socket
 import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..errors import MultihostError
+from ..errors import MultihostError, RemoteError
 from ..events import Listener, SyncHostDone, SyncPlanned, SyncScanned
 from ..fanout import HostGroup, fan_out
 from ..transport.base import pipe_errors_raise
@@ -36,8 +38,9 @@ from .fastpath import (forget_record, host_unchanged, load_record,
                        unchanged_keys)
 from .manifest import Manifest, build_manifest, code_revision, size_warnings
 from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result,
-                    needs_from_plan, sync_error)
+                    needs_from_plan, sync_error, waited_note)
 from .session import HostSession
+from ..remote.sync_lock import STALE
 from .transfer import RELAY_MIN_BYTES, stream_to
 
 __all__ = ["sync_code"]
@@ -45,6 +48,20 @@ __all__ = ["sync_code"]
 # Seconds for a `stat` through a reused connection (100k files: ~1 s): a master that
 # does not answer by then is left for the paramiko path, not waited for.
 THROUGH_MASTER = 5.0
+# Seconds a host's helper waits for another sync of the same workdir to end before
+# this sync is refused there (remote/sync_lock.py); a run's hold is never waited for.
+WAIT_ENV, WAIT_DEFAULT = "MULTIHOST_SYNC_WAIT", 60.0
+
+
+def new_claim() -> dict:
+    """What every helper of this sync shows the hosts' locks: one id for all of them
+    (they join each other), and how a refused writer will name it."""
+    try:
+        wait = max(0.0, float(os.environ.get(WAIT_ENV, WAIT_DEFAULT)))
+    except ValueError:
+        wait = WAIT_DEFAULT
+    return {"id": "sync:" + secrets.token_hex(8), "kind": "sync", "wait": wait,
+            "what": f"multihost sync from {socket.gethostname()} (controller pid {os.getpid()})"}
 
 
 def _same_tree(transport, code_root: str, remote_root: str) -> bool:
@@ -89,6 +106,8 @@ class _CodeSync:
         self.verify = verify
         self.emit: Listener = listener or _ignore
         self.started = time.monotonic()
+        self.claim = new_claim()
+        self.waits: Dict[int, str] = {}               # hosts whose helper waited, and for what
         self.code_root = os.path.abspath(os.path.expanduser(code_dir))
         self.ready = threading.Event()              # set once the manifest is built (or failed)
         self.manifest: Optional[Manifest] = None
@@ -125,7 +144,8 @@ class _CodeSync:
                    if k.needs is not None and k.nodes is None}
         try:
             self.keys.update(_compare_and_send(self.cluster, manifest, self.sessions, pending,
-                                               self.results, self.dry_run, self.emit))
+                                               self.results, self.dry_run, self.emit,
+                                               self.claims(), self.waits))
         finally:
             for session in self.sessions.values():
                 session.abort()
@@ -138,6 +158,14 @@ class _CodeSync:
             step()
         git.join()
         return self.report(manifest, revision[0] if revision else (None, False))
+
+    def claims(self) -> Dict[int, dict]:
+        """Each host's claim for the helpers that write it; a host found as recorded
+        carries the generation its check saw: nobody may have written since."""
+        claims = {h.rank: self.claim for h in self.cluster.hosts}
+        for rank, item in self.known.items():
+            claims[rank] = dict(self.claim, gen=item.record.get("gen", "-"))
+        return claims
 
     def begin(self, host):
         """A host exactly as the last sync left it needs no helper to be compared (see
@@ -165,9 +193,11 @@ class _CodeSync:
             self.cluster.leave_connection(host)
 
     def start_session(self, host, transport) -> HostSession:
-        return HostSession.start(transport, {"root": self.workdirs[host.rank],
-                                             "verify": self.verify, "dry_run": self.dry_run,
-                                             "rank": host.rank, "keys": not self.dry_run})
+        request = {"root": self.workdirs[host.rank], "verify": self.verify,
+                   "dry_run": self.dry_run, "rank": host.rank, "keys": not self.dry_run}
+        if not self.dry_run:
+            request["claim"] = self.claim
+        return HostSession.start(transport, request)
 
     def as_known(self, host, transport, record) -> _Known:
         """A host as the last sync left it: what changed since (from its record), sent
@@ -180,9 +210,16 @@ class _CodeSync:
         if self.dry_run or needs.bytes >= RELAY_MIN_BYTES:
             # Heavy: sent with the others (relays may serve).
             return _Known(record, needs, plan=plan)
-        self.emit(SyncPlanned(host.label, needs))
         began = time.monotonic()
-        nodes = _stream_small_change(transport, host, needs, manifest)
+        claim = dict(self.claim, gen=record.get("gen", "-"))
+        try:
+            nodes = _stream_small_change(transport, host, needs, manifest, claim)
+        except RemoteError as err:
+            if STALE not in err.cause:
+                raise
+            # Another sync wrote it between the check and this stream: compare by content.
+            return self.start_session(host, self.cluster.transport(host))
+        self.emit(SyncPlanned(host.label, needs))
         return _Known(record, needs, nodes, time.monotonic() - began, plan)
 
     def needs_for(self, host, record: dict, manifest: Manifest) -> Tuple[dict, HostNeeds]:
@@ -258,6 +295,10 @@ class _CodeSync:
 
     def report(self, manifest: Manifest, revision: Tuple[Optional[str], bool]) -> SyncReport:
         commit, dirty = revision
+        for rank, note in self.waits.items():
+            if rank in self.results:
+                self.results[rank] = replace(self.results[rank],
+                                             notes=(note,) + self.results[rank].notes)
         report = SyncReport(manifest.root, manifest.files, manifest.bytes,
                             tuple(self.results[h.rank] for h in self.cluster.hosts), commit, dirty,
                             self.dry_run, self.verify, size_warnings(manifest),
@@ -275,9 +316,11 @@ def _in_background(work: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-def _stream_small_change(transport, host, needs: HostNeeds, manifest: Manifest) -> dict:
-    return stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True},
-                     direct_fill(needs, manifest.root, needs.send, _ignore, _ignore))
+def _stream_small_change(transport, host, needs: HostNeeds, manifest: Manifest,
+                         claim: dict) -> dict:
+    return stream_to(transport, {"root": needs.root, "rank": host.rank, "keys": True,
+                                 "claim": claim},
+                     direct_fill(needs, manifest.root, needs.send, _ignore, _ignore, part=[1, 1]))
 
 
 def _ignore(*args) -> None:
@@ -286,9 +329,11 @@ def _ignore(*args) -> None:
 
 def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSession],
                       known: Dict[int, HostNeeds], results: Dict[int, HostSync], dry_run: bool,
-                      emit: Listener) -> Dict[int, Dict[str, list]]:
+                      emit: Listener, claims: Dict[int, dict],
+                      waits: Dict[int, str]) -> Dict[int, Dict[str, list]]:
     """Each session's plan, then what differs (with what ``known`` hosts need); fills
-    ``results``, returns the hosts' stat keys of what is in sync."""
+    ``results`` (and ``waits``: the hosts whose helper waited for another sync), returns
+    the hosts' stat keys of what is in sync."""
     payload = functools.lru_cache(maxsize=1)(manifest.encode)  # only for hosts that compare
     needs: Dict[int, HostNeeds] = dict(known)
     for rank, host_needs in known.items():
@@ -299,6 +344,8 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
         if not planned.ok:
             results[host.rank] = failed_result(host.label, host.rank, planned.error)
             continue
+        if planned.value.get("waited"):
+            waits[host.rank] = waited_note(planned.value["waited"])
         host_needs = needs_from_plan(manifest, host.rank, planned.value)
         if _same_tree(cluster.transport(host), manifest.root, host_needs.root):
             results[host.rank] = HostSync(host.label, host.rank, host_needs.root,
@@ -318,7 +365,7 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
         if closed.ok:
             keys[closed.host.rank] = closed.value.get(str(closed.host.rank), {}).get("keys") or {}
     if busy:
-        delivered, more_keys = deliver(cluster, manifest, busy, sessions, emit)
+        delivered, more_keys = deliver(cluster, manifest, busy, sessions, emit, claims)
         results.update(delivered)
         keys.update(more_keys)
     return keys

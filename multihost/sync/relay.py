@@ -32,16 +32,22 @@ NODE_WAIT = 1800.0  # a node's answer, after it has everything (its own waits ar
 
 
 def chain_requests(ranks: Sequence[int], hops: Sequence[dict], roots: Dict[int, str],
-                   token: str, fed: bool = False, keys: bool = True) -> List[dict]:
+                   token: str, fed: bool = False, keys: bool = True,
+                   claims: Optional[Dict[int, dict]] = None) -> List[dict]:
     """The sync.receive request of each node of the chain, head first. ``fed``: the
     head too listens, for a feeder outside the chain (``feeder_spec``); ``keys``: each
-    node answers the stat keys of what it wrote (a code sync records them)."""
+    node answers the stat keys of what it wrote (a code sync records them); ``claims``:
+    what a node shows its workdir's lock, and its part of the sync (remote/sync_lock)."""
     requests = []
     for index, rank in enumerate(ranks):
         spec = {"token": token, "next": list(hops[index + 1:index + 1 + SKIP_AHEAD])}
         if index or fed:
             spec["listen"] = True
-        requests.append({"root": roots[rank], "rank": rank, "keys": keys, "relay": spec})
+        request = {"root": roots[rank], "rank": rank, "keys": keys, "relay": spec}
+        claim = (claims or {}).get(rank)
+        if claim is not None:
+            request.update(claim=claim, part=claim.get("part"))
+        requests.append(request)
     return requests
 
 
@@ -87,7 +93,8 @@ class Chain:
     def __init__(self, transports: Sequence[object], labels: Sequence[str], ranks: Sequence[int],
                  hops: Sequence[dict], roots: Dict[int, str],
                  register: Callable[[object], None], fed: bool = False, keys: bool = True,
-                 sessions: Optional[Dict[int, object]] = None):
+                 sessions: Optional[Dict[int, object]] = None,
+                 claims: Optional[Dict[int, dict]] = None):
         """``sessions``: by index in the chain (never the head's, which reads the
         controller's stream), the open HostSession that becomes that host's node."""
         self.transports = transports
@@ -95,7 +102,7 @@ class Chain:
         self.labels = labels
         self.ranks = list(ranks)
         token = secrets.token_hex(16)
-        self.requests = chain_requests(ranks, hops, roots, token, fed, keys)
+        self.requests = chain_requests(ranks, hops, roots, token, fed, keys, claims)
         self.feeder = feeder_spec(hops, token) if fed else None
         self.register = register
         self.answers: List[dict] = [{} for _ in ranks]

@@ -30,6 +30,8 @@ class HostSession:
         self.process = process
         self.closed = False
         self.request: dict = {}
+        self.waiting: Optional[str] = None    # what the host said it waits for, if anything
+        self.on_wait: Optional[Callable[[str], None]] = None
 
     @classmethod
     def start(cls, transport, request: dict) -> "HostSession":
@@ -47,6 +49,11 @@ class HostSession:
         for attempt in (1, 2):
             process = self.process
             line = process.stdout.readline()
+            while _waiting(line) is not None:  # another sync holds the workdir there
+                self.waiting = _waiting(line)
+                if self.on_wait is not None:
+                    self.on_wait(self.waiting)
+                line = process.stdout.readline()
             absent = _said_absent(line)
             if absent is not None:
                 head = struct.pack(">II", NO_MANIFEST, count) if absent else None
@@ -147,6 +154,16 @@ class HostSession:
         if not self.closed:
             self.closed = True
             close_process(self.process)
+
+
+def _waiting(line: bytes) -> Optional[str]:
+    """The text of a {"waiting": ...} line: the host's helper waits for the workdir."""
+    if not line.startswith(b'{"waiting"'):
+        return None
+    try:
+        return str(json.loads(line)["waiting"])
+    except (ValueError, KeyError):
+        return None
 
 
 def _said_absent(line: bytes) -> Optional[bool]:

@@ -175,10 +175,14 @@ def stream_to(transport, request: dict, fill: Callable[[Writer], None], timeout:
             code = process.wait(timeout if broken is None else 30)
         except MultihostError:
             code = None
+        # One that ended before reading its stream said why (a busy workdir, say).
+        refused = _refusal(process) if broken is not None and code not in (None, 0) else None
         close_process(process)
         if code == helper.MISSING and attempt == 1:
             helper.install(transport)
             continue
+        if refused is not None:
+            helper.parse_reply(transport, "sync.receive", code, refused, err)
         if broken is not None:
             raise ConnectError(f"the connection broke while sending files ({broken})", host=label,
                                kind=ConnectError.LOST,
@@ -191,6 +195,15 @@ def stream_to(transport, request: dict, fill: Callable[[Writer], None], timeout:
         return nodes
     raise RemoteError("the sync helper would not start", host=label,
                       fix="run `multihost check` on this host")
+
+
+def _refusal(process) -> Optional[bytes]:
+    """The reply of a helper that ended before reading its stream, if it gave one."""
+    try:
+        out = process.stdout.read()
+    except Exception:  # the channel is gone: nothing more to learn from it
+        return None
+    return out if b'"ok":false' in out else None
 
 
 def hop_spec(host: Host, transport, root: str, op: str = "sync.receive") -> dict:

@@ -3,16 +3,19 @@ the record it keeps between syncs."""
 import hashlib
 import marshal
 import stat
+import subprocess
 import types
 
 from multihost.sync.fastpath import (load_record, parse_stat_output, record_entries,
                                      remember_check, save_record, stat_command,
-                                     verified_digest)
+                                     stat_generation, verified_digest)
+from multihost.remote.sync_lock import MARKER, SUFFIX
 from multihost.sync.manifest import build_manifest
 
+# The workdir's generation, then
 # printf 'a.py\0link\0pkg\0' | xargs -0 stat --printf '%f\0%s\0%.9Y\0%.9Z\0%i\0'
 NAMES = ["a.py", "link", "pkg"]
-RECORDED = (b"81a4\x00120\x001795299624.002425747\x001795299624.102425747\x002146375\x00"
+RECORDED = (b"7\n81a4\x00120\x001795299624.002425747\x001795299624.102425747\x002146375\x00"
             b"a1ff\x0010\x001795299624.002425747\x001795299624.002425747\x002146376\x00"
             b"41ed\x004096\x001795299624.006773038\x001795299624.006773038\x002296745\x00")
 
@@ -38,8 +41,28 @@ def test_the_answer_is_hashed_only_when_it_shows_every_recorded_key():
     assert verified_digest(RECORDED, NAMES, moved) is None      # a ctime moved: no hash
 
 
-def test_the_command_quotes_the_root():
-    assert stat_command("/home/me/my work").startswith("cd -- '/home/me/my work' && xargs -0 -r stat")
+def _check(root):
+    return subprocess.run(["sh", "-c", stat_command(str(root))], input=b"a.py\0",
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_the_check_answers_the_workdirs_generation_then_its_keys(tmp_path):
+    root = tmp_path / "my work"
+    root.mkdir()
+    (root / "a.py").write_text("x")
+    done = _check(root)
+    assert done.returncode == 0 and done.stderr == b""
+    assert stat_generation(done.stdout) == "-"            # no sync took its lock yet
+    assert parse_stat_output(done.stdout, ["a.py"])["a.py"][1] == 1
+    (tmp_path / ("my work" + SUFFIX)).write_text('12\n{"id": "sync:x"}\n')
+    assert stat_generation(_check(root).stdout) == "12"
+
+
+def test_a_tree_marked_incomplete_is_never_found_unchanged(tmp_path):
+    (tmp_path / "a.py").write_text("x")
+    (tmp_path / MARKER).write_text("a sync")
+    done = _check(tmp_path)
+    assert done.returncode != 0 and done.stdout == b""
 
 
 def test_a_record_keeps_names_and_keys_and_then_the_hash_a_check_learned(tmp_path, monkeypatch):
