@@ -22,7 +22,7 @@ import traceback
 
 from . import run_files, run_ps
 from .run_gpus import GpuSampler
-from .run_rankwrap import child_env
+from .run_rankwrap import child_env, exit_mark
 
 PR_SET_CHILD_SUBREAPER = 36
 POLL = 0.05
@@ -171,7 +171,8 @@ class Supervisor(object):
         path = os.path.join(self.run_dir, "rank.%d.json" % local)
         rec = run_files.read_json(path, {}) or {}
         code, sig, when = self.exits[pid]
-        rec.update({"ended": when, "exit_code": code, "signal": sig})
+        rec.update({"ended": when, "exit_code": code, "signal": sig,
+                    "exiting": exit_mark(self.run_dir, local)})
         run_files.write_json(path, rec)
         if (code or sig) and self.stop_asked is None:
             # Like torchrun: one failed rank ends its local peers.

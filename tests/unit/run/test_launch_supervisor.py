@@ -167,6 +167,7 @@ def test_a_failed_rank_ends_its_local_peers_and_names_itself(host):
     reply = wait_state(host, run_id, {"failed"})
     by_rank = {r["local_rank"]: r for r in reply["ranks"]}
     assert by_rank[1]["exit_code"] == 3
+    assert by_rank[1]["exiting"] <= by_rank[1]["ended"]   # when sys.exit reached the top
     assert {by_rank[0]["signal"], by_rank[2]["signal"]} == {signal.SIGTERM}
     assert reply["tails"]["1"][0].startswith("rank 1 of 3")
     assert marked(run_id) == []
