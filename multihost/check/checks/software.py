@@ -214,14 +214,19 @@ def judge_gpus(probe: HostProbe, cluster: Cluster) -> CheckResult:
     memory = f" ({chosen[0].memory_mib // 1024} GiB)" if chosen[0].memory_mib else ""
     text = f"GPUs {asked} of {len(gpus)}x {model}{memory}, driver {chosen[0].driver}"
     uuids = {gpu.uuid: gpu.index for gpu in chosen}
-    busy = [app for app in parse_gpu_apps(facts.get("apps", "")) if app.uuid in uuids]
+    apps = parse_gpu_apps(facts.get("apps", ""))
+    busy = [app for app in apps if app.uuid in uuids]
     if busy:
         app = busy[0]
         used = f", {app.used_mib} MiB" if app.used_mib else ""
+        taken = {a.uuid for a in apps}
+        free = [gpu.index for gpu in gpus if gpu.uuid not in taken][:len(want)]
+        kill = fixes.run(fixes.on_host(cluster.given, host, "kill", str(app.pid)))
+        other = f"pick free GPUs: {_gpus_fix(cluster, free)}, or " if len(free) == len(want) \
+            else ""
         return CheckResult("gpus", WARN, f"GPU {uuids[app.uuid]} is in use by pid {app.pid} "
                                          f"({app.name}{used}); {len(busy)} process(es) on the "
-                                         "requested GPUs", "stop them, or pick other GPUs with --gpus",
-                           "busy")
+                                         "requested GPUs", f"{other}stop it: {kill}", "busy")
     if nproc > len(want):
         return CheckResult("gpus", WARN, f"{nproc} processes share {len(want)} GPUs: {text}",
                            f"one process per GPU: {fixes.add('--nproc_per_node', str(len(want)))}",

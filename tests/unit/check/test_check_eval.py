@@ -257,6 +257,11 @@ def test_a_gpu_in_use_by_another_process_warns():
                         (DATA / "nvidia-smi-apps.csv").read_text())]
     result = report_of(probes, JobOptions(gpus=(2, 3))).hosts[0].result("gpus")
     assert result.status == WARN and "GPU 2 is in use by pid 48213" in result.detail
+    # GPUs 0 and 1 are idle: asking for those is the fix that needs nothing stopped.
+    assert actions(result.fix) == [("add", "--gpus 0,1")]
+    assert result.fix.endswith("stop it: run `multihost exec --ips=198.18.0.11 --python "
+                               "/opt/venv/bin/python --workdir /root/work --include "
+                               "198.18.0.11 -- kill 48213`")
     assert report_of(probes, JobOptions(gpus=(0, 1))).hosts[0].result("gpus").status == PASS
 
 
