@@ -21,7 +21,15 @@ from conftest import LabHandle, lab_unavailable, random_name
 
 
 @pytest.fixture(scope="module")
-def slurm_lab() -> Iterator[LabHandle]:
+def shared_dir(tmp_path_factory) -> Path:
+    """A directory every lab host sees at the same path (as a cluster's shared home)."""
+    path = tmp_path_factory.mktemp("slurmshare")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="module")
+def slurm_lab(shared_dir) -> Iterator[LabHandle]:
     reason = lab_unavailable() or next(
         (f"`{tool}` is not installed (slurm-wlm, munge)" for tool in ("slurmctld", "slurmd", "munged")
          if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin")), None)
@@ -29,7 +37,7 @@ def slurm_lab() -> Iterator[LabHandle]:
         pytest.skip(f"no Slurm lab on this machine: {reason}")
     the_lab = Lab(random_name("mhs"))
     atexit.register(the_lab.down)
-    the_lab.up(2, with_slurm=True)
+    the_lab.up(2, with_slurm=True, shares=[str(shared_dir)])
     try:
         yield LabHandle(the_lab, 2)
     finally:
@@ -277,3 +285,17 @@ def test_a_queued_run_slurm_shows_in_status_and_starts_when_the_nodes_free(slurm
             holder.kill()
             holder.wait()
     assert slurm_lab.run(["squeue", "-h"], check=True).stdout.strip() == ""
+
+
+def test_run_in_an_sbatch_script_runs_on_the_allocation(slurm_lab, shared_dir):
+    script = shared_dir / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N 2\n"
+                      f"multihost run --nproc_per_node 2 --code {EXAMPLES} --plain -- ranks.py\n"
+                      "echo rc=$?\n")
+    r = slurm_lab.run(["sbatch", "--wait", "-D", str(shared_dir), "-o", str(shared_dir / "out-%j.txt"),
+                       str(script)], timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = re.search(r"Submitted batch job (\d+)", r.stdout).group(1)
+    out = (shared_dir / f"out-{job}.txt").read_text()
+    assert out.count("all_reduce sum=10 expected=10 ok") == 4 and "rc=0" in out, out[-3000:]
+    assert re.search(r"h1 \[0\]: host=h1 rank=0 ", out) and re.search(r"h2 \[3\]: host=h2 rank=3 ", out)
