@@ -217,3 +217,11 @@ class Run:
         with cluster_of(record) as cluster:
             return stop(cluster, record, record.kill_wait if grace is None else grace, reason)
 
+
+    def fetch(self, *paths: str, to: str = ".", every_host: bool = False):
+        """Outputs back, as ``multihost fetch``: each PATH (relative to the run's workdir)
+        from rank 0's host into ``to`` (``every_host``: from each host into
+        ``to/<host>/``). A list of Fetched, each ``.ok`` or with its ``.error`` and ``.fix``."""
+        from .fetch import fetch
+
+        return fetch(paths, run=self.run_id, to=to, every_host=every_host)

@@ -72,3 +72,12 @@ def test_fetch_of_a_missing_path_names_the_host_and_a_fix(lab, ran, tmp_path):
     assert "(fix: see what is there: `multihost ssh 0" in line
     outside = lab.multihost("fetch", "../../etc/passwd", cwd=ran)
     assert outside.returncode != 0 and "inside the run's workdir" in outside.stderr
+
+
+def test_the_python_api_fetches_as_the_command_does(lab, ran, tmp_path):
+    script = ("import multihost; got = multihost.Run.load(None).fetch('out/sub/note.txt', "
+              f"to={str(tmp_path)!r}); print(got[0].ok, got[0].dest)")
+    done = lab.run([sys.executable, "-c", script], cwd=ran)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == "True"
+    assert (tmp_path / "out" / "sub" / "note.txt").read_text() == "node 0\n"
