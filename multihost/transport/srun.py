@@ -28,6 +28,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import List, Optional
 
+from ..errors import ConnectError
 from ..hosts import Host
 from .base import Command, CommandResult, Process, SshOptions
 from .local import LocalProcess, LocalTransport
@@ -39,11 +40,32 @@ GO_HOME = ('HOME=$(getent passwd "$(id -u)" | cut -d: -f6); export HOME; '
 _TASK_REPORT = re.compile(rb"^srun: error: [^:\s]+: tasks? [0-9,-]+: "
                           rb"(Exited with exit code \d+|Terminated|Killed|[A-Za-z ]+)\n?$")
 TERM_GRACE = 3.0   # seconds srun gets to end its step after SIGTERM before SIGKILL
+# srun's own failures to start a step: the command never ran.
+_NO_STEP = re.compile(r"^srun: error: (Unable to confirm allocation for job \S+|"
+                      r"Unable to create step for job \S+|Slurm job \S+ has expired)(: (.*))?$",
+                      re.M)
+_JOB_GONE = ("Invalid job id", "has expired", "already completing or completed")
 
 
 def clean_stderr(data: bytes) -> bytes:
     return b"".join(line for line in data.splitlines(keepends=True)
                     if not _TASK_REPORT.match(line))
+
+
+def step_error(stderr: bytes, node: str, job_id: str) -> Optional[ConnectError]:
+    """The error when srun could not start the step at all (so nothing ran on the node)."""
+    match = _NO_STEP.search(stderr.decode("utf-8", "replace"))
+    if not match:
+        return None
+    said = match.group(0)[len("srun: error: "):]
+    if any(word in said for word in _JOB_GONE):
+        return ConnectError(f"Slurm job {job_id} has ended ({said})", host=node,
+                            kind=ConnectError.LOST,
+                            fix="the allocation is over (scancel, or its time limit): "
+                                "salloc again, or use multihost run --slurm")
+    return ConnectError(f"srun could not start a step of Slurm job {job_id} here ({said})",
+                        host=node, kind=ConnectError.UNREACHABLE,
+                        fix=f"check that {node} is a node of the job: squeue -j {job_id} -o %N")
 
 
 def srun_argv(node: str, job_id: str, line: str, srun: str = "srun") -> List[str]:
@@ -90,6 +112,10 @@ class SrunTransport(LocalTransport):
     def run(self, command: Command, *, input: Optional[bytes] = None,
             timeout: Optional[float] = None, cwd: Optional[str] = None) -> CommandResult:
         result = super().run(command, input=input, timeout=timeout, cwd=cwd)
+        if result.exit_code != 0 and not result.stdout:
+            error = step_error(result.stderr, self.host.label, self.job_id)
+            if error:
+                raise error
         return CommandResult(result.host, result.command, result.exit_code, result.stdout,
                              clean_stderr(result.stderr), result.duration)
 

@@ -53,3 +53,19 @@ def test_sruns_own_report_of_a_task_exit_is_not_the_commands_stderr():
     err = (b"real error\nsrun: error: gpu3: task 0: Exited with exit code 3\n"
            b"srun: error: gpu3: task 0: Killed\nsrun: error: Unable to create step for job 12\n")
     assert clean_stderr(err) == b"real error\nsrun: error: Unable to create step for job 12\n"
+
+
+def test_a_step_that_srun_could_not_start_is_a_connect_error_with_the_cause():
+    from multihost.errors import ConnectError
+    from multihost.transport.srun import step_error
+
+    gone = step_error(b"srun: error: Unable to confirm allocation for job 3: Invalid job id "
+                      b"specified\nsrun: Check SLURM_JOB_ID environment variable. Expired or "
+                      b"invalid job 3\n", "h1", "3")
+    assert gone.kind == ConnectError.LOST and "Slurm job 3 has ended" in gone.cause
+    assert "salloc" in gone.fix
+    assert step_error(b"srun: error: Slurm job 4 has expired\n", "h1", "4").kind == ConnectError.LOST
+    elsewhere = step_error(b"srun: error: Unable to create step for job 12: Requested node "
+                           b"configuration is not available\n", "h9", "12")
+    assert elsewhere.kind == ConnectError.UNREACHABLE and "squeue -j 12" in elsewhere.fix
+    assert step_error(b"Traceback ...\nValueError: x\n", "h1", "3") is None
