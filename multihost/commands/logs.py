@@ -120,6 +120,7 @@ def main(args: argparse.Namespace) -> int:
     from ..logs.mirror import read_mirror
     from ..run.records import load_run
     from ..transport import SshOptions
+    from ..transport.srun import from_record
     from ..views import make_view
 
     if args.tail is not None and args.tail < 0:
@@ -143,7 +144,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     pairs = list(zip(record.hosts, record.nprocs))
     nodes = nodes_of(pairs)
-    options = SshOptions(connect_timeout=args.connect_timeout, config_file=args.ssh_config)
+    options = from_record(record.ssh, SshOptions(connect_timeout=args.connect_timeout,
+                                                  config_file=args.ssh_config))
     mode = "json" if args.json else "plain" if args.plain or not args.follow else "auto"
     with HostGroup(record.hosts, options) as cluster:
         # First bring the mirror up to date (hosts that are gone keep what we have).

@@ -126,3 +126,18 @@ class SrunTransport(LocalTransport):
 
     def _argv(self, line: str) -> list:
         return srun_argv(self.host.name, self.job_id, line)
+
+
+def record_fields(options: SshOptions) -> dict:
+    """What a run's record keeps (beside the ssh settings) so that `stop`, `status` and
+    `logs` from any shell reach its nodes as the run did."""
+    if isinstance(options, SrunOptions):
+        return {"transport": "srun", "job_id": options.job_id}
+    return {}
+
+
+def from_record(ssh: dict, options: SshOptions) -> SshOptions:
+    """``options`` as the run's record says its nodes are reached (see record_fields)."""
+    if (ssh or {}).get("transport") == "srun" and ssh.get("job_id"):
+        return SrunOptions(**vars(options), job_id=str(ssh["job_id"]))
+    return options

@@ -69,3 +69,16 @@ def test_a_step_that_srun_could_not_start_is_a_connect_error_with_the_cause():
                            b"configuration is not available\n", "h9", "12")
     assert elsewhere.kind == ConnectError.UNREACHABLE and "squeue -j 12" in elsewhere.fix
     assert step_error(b"Traceback ...\nValueError: x\n", "h1", "3") is None
+
+
+def test_a_runs_record_keeps_how_its_nodes_were_reached():
+    from multihost.transport import SrunOptions, SshOptions
+    from multihost.transport.srun import from_record, record_fields
+
+    srun = SrunOptions(connect_timeout=5.0, job_id="41")
+    ssh = {"connect_timeout": 5.0, **record_fields(srun)}
+    again = from_record(ssh, SshOptions(connect_timeout=7.0))
+    assert isinstance(again, SrunOptions) and again.job_id == "41" and again.connect_timeout == 7.0
+    assert record_fields(SshOptions()) == {}
+    plain = SshOptions()
+    assert from_record({"connect_timeout": 5.0}, plain) is plain
