@@ -50,11 +50,14 @@ def list_runs(args) -> int:
 
     from ..views.status_view import list_json, render_list
 
+    from ..run.control import controller_gone
+
     records = recent()
+    gone = {r.run_id for r in records if controller_gone(r)}
     if args.json:
-        print(json.dumps(list_json(records), indent=1))
+        print(json.dumps(list_json(records, gone), indent=1))
         return 0
-    render_list(records, sys.stdout)
+    render_list(records, sys.stdout, gone)
     if not records:
         print("no runs recorded on this controller yet", file=sys.stderr)
     return 0

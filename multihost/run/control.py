@@ -126,6 +126,26 @@ def reconcile(record: RunRecord, nodes: Tuple[NodeStatus, ...]) -> RunRecord:
         ended=max(v.ended or now for v in views), root_cause=end.root_cause)
 
 
+def controller_gone(record: RunRecord) -> bool:
+    """The run's record is not final and the controller that writes it, on this very
+    machine, is gone (killed, or detached): its state is only as new as that controller's
+    last word. Local knowledge only, for `status --list`; `status RUN` asks the hosts."""
+    import os
+    import socket
+
+    ctl = record.controller or {}
+    pid = ctl.get("pid")
+    if record.finished or not isinstance(pid, int) or ctl.get("hostname") != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False    # alive, someone else's
+    return False
+
+
 def query(cluster, record: RunRecord, save: bool = True) -> RunStatus:
     def one(host, transport):
         return parse_status(helper.call(transport, "run.status", {"run_id": record.run_id},

@@ -12,7 +12,9 @@ warning in a loop without stepping is as stuck as a silent one. The monitor asks
 - when no rank has been active for S seconds, the run is hung: every rank's stacks are
   captured (stacks.py) into ``stacks-<attempt>.txt`` / ``.json`` in the run's mirror, and
   a Failure of kind "hang" is returned: the monitor stops the run (and --max-restarts
-  may restart it).
+  may restart it). It names the rank that stands apart, where one does: the one whose
+  stack differs from every other rank's (the stuck one, while its peers wait in the
+  collective), else the one inactive longest; node 0 only when no rank stands apart.
 
 Once some rank prints steps, the lines of a launcher or a parameter server (rank -1)
 no longer count as activity: they do not train.
@@ -85,22 +87,55 @@ class HangWatch:
         what = {frozenset({True}): "made a step",
                 frozenset({True, False}): "made a step (or, printing no steps, wrote a line)"
                 }.get(frozenset(kinds), "wrote a line")
-        return Failure(now, 0, self.plan.nodes[0].host.label, "hang",
-                       detail=f"hung: no rank {what} for {self.timeout:g}s"
-                              + self._capture_stacks())
+        said, groups = self._capture_stacks()
+        rank, why = apart(groups, {r: when for r, (when, _) in active.items()})
+        node_rank, host, local = self._where(rank)
+        return Failure(now, node_rank, host, "hang", rank=rank, local_rank=local,
+                       detail=f"hung: no rank {what} for {self.timeout:g}s" + why + said)
 
-    def _capture_stacks(self) -> str:
+    def _where(self, rank: Optional[int]) -> Tuple[int, str, Optional[int]]:
+        """(node rank, host, local rank) of a global rank: from the plan, else from
+        where its lines came from; node 0 when no rank is named."""
+        for node in self.plan.nodes:
+            offset, nproc = getattr(node, "rank_offset", None), getattr(node, "nproc", None)
+            if rank is not None and offset is not None and offset <= rank < offset + nproc:
+                return node.node_rank, node.host.label, rank - offset
+        if rank in self.where:
+            return (*self.where[rank], None)
+        return 0, self.plan.nodes[0].host.label, None
+
+    def _capture_stacks(self):
+        """(what to add to the hang's line, the stack groups) after every rank's stack
+        was taken and kept in the mirror."""
         from .stacks import collect, group_stacks, render, to_json
 
         try:
             samples = collect(self.cluster, self.record)
         except Exception as err:  # the stop comes first; stacks are a help, not a must
-            return f" (stacks could not be taken: {err})"
+            return f" (stacks could not be taken: {err})", []
         groups = group_stacks(samples)
         if self.mirror is None:
-            return ""
+            return "", groups
         name = f"stacks-{self.plan.attempt}"
         (self.mirror / f"{name}.json").write_text(json.dumps(to_json(groups, samples), indent=1))
         self.stacks_file = self.mirror / f"{name}.txt"
         self.stacks_file.write_text(render(groups))
-        return f"; every rank's stack: {self.stacks_file}"
+        return f"; every rank's stack: {self.stacks_file}", groups
+
+
+def apart(groups, last_active: Dict[int, float]) -> Tuple[Optional[int], str]:
+    """The rank a hang is blamed on, and why: the odd one out of the stacks (one group
+    smaller than all the others, which wait), else the rank inactive longest by a clear
+    margin; (None, "") when no rank stands apart."""
+    taken = [g for g in groups if g.ranks and not g.stack.startswith("(no stack)")]
+    if len(taken) >= 2:
+        smallest = min(len(g.ranks) for g in taken)
+        odd = [g for g in taken if len(g.ranks) == smallest]
+        if len(odd) == 1 and all(len(g.ranks) > smallest for g in taken if g is not odd[0]):
+            rank = min(odd[0].ranks)
+            return rank, f"; rank {rank}'s stack differs from every other rank's"
+    ranks = sorted((when, rank) for rank, when in last_active.items() if rank >= 0)
+    if len(ranks) >= 2 and ranks[1][0] - ranks[0][0] >= 1.0:
+        rank = ranks[0][1]
+        return rank, f"; rank {rank} went quiet first, {ranks[1][0] - ranks[0][0]:.0f}s before the others"
+    return None, ""

@@ -132,27 +132,36 @@ def render_rich(status, console=None) -> None:
 LIST_HEADERS = ("run", "started", "state", "exit", "took", "hosts", "command")
 
 
-def list_rows(records, now):
-    """The cells of `status --list`, one row per run, newest first."""
+def list_rows(records, now, gone=frozenset()):
+    """The cells of `status --list`, one row per run, newest first. A run in ``gone``
+    (its controller is gone and its record not final) is shown with a question mark: its
+    state is that controller's last word, not the hosts'."""
     out = []
     for r in records:
         began = r.started or r.created
         took = _ago(began, r.ended or now) if began else "-"
+        state = f"{r.state}?" if r.run_id in gone else str(r.state)
         out.append((r.run_id, time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
-                    str(r.state), "-" if r.exit_code is None else str(r.exit_code), took,
+                    state, "-" if r.exit_code is None else str(r.exit_code), took,
                     str(len(r.nodes)), " ".join(r.command)))
     return out
 
 
-def render_list(records, out: IO[str]) -> None:
-    table = [LIST_HEADERS] + list_rows(records, time.time())
+def render_list(records, out: IO[str], gone=frozenset()) -> None:
+    table = [LIST_HEADERS] + list_rows(records, time.time(), gone)
     widths = [max(len(row[i]) for row in table) for i in range(len(LIST_HEADERS) - 1)]
     for row in table:
         cells = [cell.ljust(width) for cell, width in zip(row, widths)] + [row[-1]]
         out.write("  ".join(cells).rstrip() + "\n")
+    for r in records:
+        if r.run_id in gone:
+            out.write(f"{r.run_id}: {r.state}? controller gone (killed, or detached): its "
+                      f"record is as old as its last word (fix: multihost status {r.run_id} "
+                      f"asks the hosts)\n")
 
 
-def list_json(records) -> list:
+def list_json(records, gone=frozenset()) -> list:
     return [{"run_id": r.run_id, "state": str(r.state), "exit_code": r.exit_code,
              "hosts": [n.label for n in r.nodes], "command": list(r.command),
-             "created": r.created, "started": r.started, "ended": r.ended} for r in records]
+             "created": r.created, "started": r.started, "ended": r.ended,
+             "controller_gone": r.run_id in gone} for r in records]

@@ -99,3 +99,63 @@ def test_a_controller_killed_mid_launch_leaves_nothing_and_status_says_why(lab, 
         controller.kill()
         for i in range(1, 5):
             lab.host_run(i, ["rm", "-f", f"/root/{name}"])
+
+
+# -- 12: the list is true, and a hang names the rank that stands apart -------------------
+def test_status_list_says_when_a_runs_controller_is_gone(lab, code):
+    controller = Controller(lab, run_argv(lab, code, 2) + ["--", "sleeper.py"])
+    try:
+        run_id = controller.run_id()
+        wait_for(lambda: [n.get("state") for n in record_of(lab, run_id).get("nodes", [])]
+                 == ["running"] * 2, 60, "the run never ran")
+        listed = lab.multihost("status", "--list", timeout=60).stdout
+        row = next(line for line in listed.splitlines() if line.startswith(run_id))
+        assert " running " in row and "running?" not in row, listed     # followed: true
+        controller.kill()
+        listed = lab.multihost("status", "--list", timeout=60).stdout
+        row = next(line for line in listed.splitlines() if line.startswith(run_id))
+        assert " running? " in row, listed
+        assert (f"{run_id}: running? controller gone" in listed
+                and f"(fix: multihost status {run_id} asks the hosts)" in listed), listed
+        data = json.loads(lab.multihost("status", "--list", "--json", timeout=60).stdout)
+        assert [r["controller_gone"] for r in data if r["run_id"] == run_id] == [True]
+    finally:
+        controller.kill()
+        lab.multihost("stop", "--kill-wait", "1", timeout=60)
+
+
+# Every rank writes a few lines and falls silent at the same moment: rank 2 stuck in its
+# own function, the others waiting for it in theirs. Only the stacks tell them apart.
+STUCK = textwrap.dedent("""\
+    import os, time
+    rank = int(os.environ["RANK"])
+
+    def stuck_in_collective():
+        time.sleep(600)
+
+    def wait_for_peers():
+        time.sleep(600)
+
+    for step in range(3):
+        print("rank %d tick %d" % (rank, step), flush=True)
+        time.sleep(0.3)
+    stuck_in_collective() if rank == 2 else wait_for_peers()
+""")
+
+
+def test_a_hang_is_blamed_on_the_rank_whose_stack_stands_apart(lab, code):
+    (code / "stuck.py").write_text(STUCK)
+    controller = Controller(lab, run_argv(lab, code, 4, "--kill-wait", "1", "--hang-timeout", "8")
+                            + ["--", "stuck.py"])
+    try:
+        run_id = controller.run_id()
+        assert controller.wait(120) == 1, controller.text("err")[-3000:]
+    finally:
+        controller.kill()
+    last = controller.text("err").strip().splitlines()[-1]
+    assert "hung: no rank wrote a line for 8s" in last, last
+    assert last.startswith("multihost: 198.18.0.13: ") and "node 2, rank 2" in last, last
+    assert "rank 2's stack differs from every other rank's" in last, last
+    cause = json.loads(lab.multihost("status", run_id, "--json", timeout=60).stdout)["root_cause"]
+    assert (cause["host"], cause["node_rank"], cause["rank"]) == ("198.18.0.13", 2, 2), cause
+    assert not found_on(lab, range(1, 5), run_id)
