@@ -251,8 +251,10 @@ def session(request):
     except _Stop:
         return 1
     keys = plan.pop("keys", None)  # for the end: the controller records them
-    if claim is not None and claim.waited >= 1:
-        plan["waited"] = [round(claim.waited, 1), claim.waited_for]
+    if claim is not None:  # the helpers that write after this session hold to it
+        plan["gen"] = claim.gen
+        if claim.waited >= 1:
+            plan["waited"] = [round(claim.waited, 1), claim.waited_for]
     reply({"ok": True, "result": plan})
     try:
         kind, what = read_next(stdin)

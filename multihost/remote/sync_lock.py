@@ -15,8 +15,9 @@ node, a later stream) holds a claim on it for its life, and so does a run's supe
   the second names the holder (user, what, pid, since) for the message of whoever is
   refused. The no-change check reads the generation with `read` (sync/fastpath.py), so
   a change sent from the controller's record is applied only if nobody wrote since.
-- A process of the holding sync joins it; another sync waits a bounded time for it to
-  end, then is refused naming it; a run's claim is never waited for (the fix stops it).
+- A process of the holding sync joins it; an older sync waits a bounded time for it to
+  end, a younger one is refused at once naming it (two syncs that each hold some hosts
+  never wait for each other); a run's claim is never waited for (the fix stops it).
 - Before the first change a sync writes ``.multihost-incomplete`` into the workdir
   (fsync'd); the last of its parts to end cleanly removes it. A run refuses a marked
   tree (``refuse_unfinished``): a sync killed half way left old and new files.
@@ -84,8 +85,9 @@ def _lock(fd, kind, offset, wait=False):
 class Claim(object):
     """This process's claim on a workdir. ``claim``: the controller's {"id": the sync's
     or run's id, "kind": "sync" or "run", "what": what to call it, "wait": seconds to
-    wait for another sync, "gen": the generation its plan was made at (a stream worked
-    out from the controller's record: refused if anyone wrote since)}."""
+    wait for another sync, "born": when the sync began (the older one waits), "gen": the
+    generation its plan was made at (a later helper of a sync, or a stream worked out from
+    the controller's record: refused if another sync wrote since)}."""
 
     def __init__(self, root, claim):
         self.root = root
@@ -96,6 +98,7 @@ class Claim(object):
         self.waited = 0.0
         self.waited_for = None
         self.part = claim.get("part")
+        self.gen = None         # the generation found when the claim was taken
 
     # -- taking and giving back ---------------------------------------------------------
     def take(self, say=None):
@@ -127,6 +130,7 @@ class Claim(object):
         _lock(self.fd, fcntl.LOCK_EX, GATE, wait=True)
         try:
             gen, holder = self._read()
+            self.gen = gen
             mine = holder.get("id") == self.claim.get("id") or \
                 (holder.get("kind") == "run" and self.claim.get("kind") == "run")
             if mine:
@@ -141,15 +145,22 @@ class Claim(object):
                 _lock(self.fd, fcntl.LOCK_UN, HOLDERS)
                 raise Busy("the workdir %s %s" % (self.root, STALE), "run the sync again", holder)
             self._write(gen, {"id": self.claim.get("id"), "kind": self.claim.get("kind"),
-                              "what": self.claim.get("what"), "user": _user(),
-                              "pid": os.getpid(), "since": time.time()})
+                              "what": self.claim.get("what"), "born": self.claim.get("born"),
+                              "user": _user(), "pid": os.getpid(), "since": time.time()})
             _lock(self.fd, fcntl.LOCK_SH, HOLDERS, wait=True)  # downgrade: others may join
             return None
         finally:
             _lock(self.fd, fcntl.LOCK_UN, GATE)
 
     def _may_wait(self, holder):
-        return holder.get("kind") != "run" and self.claim.get("kind") != "run"
+        """A run is never waited for, nor waits. Of two syncs, only the older waits for
+        the younger: two that each hold some hosts and want the others' would otherwise
+        wait for each other until both gave up (wait-die, as databases order waits)."""
+        if holder.get("kind") == "run" or self.claim.get("kind") == "run":
+            return False
+        mine = (float(self.claim.get("born") or 0), str(self.claim.get("id")))
+        theirs = (float(holder.get("born") or 0), str(holder.get("id")))
+        return mine < theirs
 
     def _busy(self, holder, waited):
         who = describe(holder)
@@ -161,8 +172,8 @@ class Claim(object):
         if self.claim.get("kind") == "run":
             return Busy("a sync is writing the workdir %s: %s" % (self.root, who),
                         "wait for it to finish, then run again", holder)
-        return Busy("the workdir %s is being written by %s (waited %d s)"
-                    % (self.root, who, waited),
+        waits = " (waited %d s)" % waited if waited >= 1 else ""
+        return Busy("the workdir %s is being written by %s%s" % (self.root, who, waits),
                     "wait for it to finish, then sync again", holder)
 
     def give_back(self):
@@ -205,7 +216,7 @@ class Claim(object):
                     gen = str(int(gen) + 1)
                 except ValueError:
                     gen = "1"
-                self._write(gen, dict(holder, wrote=True, parts={}))
+                self._write(gen, dict(holder, wrote=True))
         finally:
             _lock(self.fd, fcntl.LOCK_UN, GATE)
         write_marker(self.root, describe(holder))

@@ -60,7 +60,7 @@ def new_claim() -> dict:
         wait = max(0.0, float(os.environ.get(WAIT_ENV, WAIT_DEFAULT)))
     except ValueError:
         wait = WAIT_DEFAULT
-    return {"id": "sync:" + secrets.token_hex(8), "kind": "sync", "wait": wait,
+    return {"id": "sync:" + secrets.token_hex(8), "kind": "sync", "wait": wait, "born": time.time(),
             "what": f"multihost sync from {socket.gethostname()} (controller pid {os.getpid()})"}
 
 
@@ -346,6 +346,9 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
             continue
         if planned.value.get("waited"):
             waits[host.rank] = waited_note(planned.value["waited"])
+        if planned.value.get("gen") is not None and host.rank in claims:
+            # The streams after this plan are applied only if no other sync wrote since.
+            claims[host.rank] = dict(claims[host.rank], gen=planned.value["gen"])
         host_needs = needs_from_plan(manifest, host.rank, planned.value)
         if _same_tree(cluster.transport(host), manifest.root, host_needs.root):
             results[host.rank] = HostSync(host.label, host.rank, host_needs.root,

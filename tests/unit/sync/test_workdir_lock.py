@@ -15,7 +15,8 @@ from multihost.remote.sync_lock import (MARKER, STALE, Busy, Claim, marked, refu
 HOLD = """
 import sys, time
 from multihost.remote.sync_lock import Claim
-claim = Claim(sys.argv[1], {"id": sys.argv[2], "kind": sys.argv[3], "what": sys.argv[4]}).take()
+claim = Claim(sys.argv[1], {"id": sys.argv[2], "kind": sys.argv[3], "what": sys.argv[4],
+                            "born": time.time()}).take()
 if len(sys.argv) > 5:
     claim.mark()
 print("held", flush=True)
@@ -37,11 +38,14 @@ def root(tmp_path):
     return work
 
 
-def test_a_second_sync_is_refused_naming_the_first(root):
+def test_a_younger_sync_is_refused_at_once_naming_the_first(root):
     first = hold(root)
     try:
+        began = time.monotonic()
         with pytest.raises(Busy) as refused:
-            Claim(str(root), {"id": "sync:b", "kind": "sync", "wait": 0}).take()
+            Claim(str(root), {"id": "sync:b", "kind": "sync", "wait": 30,
+                              "born": time.time()}).take()
+        assert time.monotonic() - began < 5
         text = str(refused.value)
         assert "being written by" in text and "multihost sync from ctl" in text
         assert f"pid {first.pid}" in text and " since " in text
@@ -68,11 +72,12 @@ def test_a_killed_holder_is_taken_over(root):
     claim.give_back()
 
 
-def test_a_waiting_sync_says_so_and_gets_it_once_the_first_ends(root):
+def test_an_older_sync_waits_says_so_and_gets_it_once_the_first_ends(root):
     first = hold(root, "sync:a", "sync", "multihost sync from ctl", "1.5")
     said = []
     began = time.monotonic()
-    claim = Claim(str(root), {"id": "sync:b", "kind": "sync", "wait": 30}).take(said.append)
+    claim = Claim(str(root), {"id": "sync:b", "kind": "sync", "wait": 30, "born": 1.0}
+                  ).take(said.append)
     assert 1.0 < time.monotonic() - began < 10
     assert said and said[0].startswith("waiting for ") and "multihost sync from ctl" in said[0]
     assert claim.waited >= 1.0
@@ -85,7 +90,7 @@ def test_a_run_is_never_waited_for_and_the_fix_stops_it(root):
     try:
         began = time.monotonic()
         with pytest.raises(Busy) as refused:
-            Claim(str(root), {"id": "sync:b", "kind": "sync", "wait": 30}).take()
+            Claim(str(root), {"id": "sync:b", "kind": "sync", "wait": 30, "born": 1.0}).take()
         assert time.monotonic() - began < 5
         assert "in use by run r-123" in str(refused.value)
         assert refused.value.fix.startswith("stop it first (`multihost stop r-123`)")
