@@ -188,7 +188,7 @@ FAIR = ("multihost", "multihost, editable", "rsync, reused ssh")
 def inside_fair(runs: int, addresses, script: str) -> dict:
     """The fair fight alone, as the lab's controller: the installed multihost, the
     editable one and rsync through its ControlMaster, each from a copy of the tree of
-    its own (a multihost's hash cache and snapshot are per tree: one variant must not
+    its own (a multihost's hash cache and records are per tree: one variant must not
     hash for the other) to a workdir of its own that a first (untimed) sync filled. Per
     run, the order turning: each tool finds nothing to do; then one file is changed in
     every copy at once and each tool syncs it. Returns {measurement: {tool: [samples]}}."""

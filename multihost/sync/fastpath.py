@@ -322,18 +322,6 @@ def plan_from_record(record: dict, manifest: Manifest) -> dict:
     the positions in the record of the entries it leaves as they are (see
     ``unchanged_keys``), worked out here once for every host that shares the plan."""
     plan: Dict[str, list] = {"add": [], "change": [], "retype": [], "meta": [], "errors": []}
-    edits = manifest.edits_since(record.get("digest"))
-    if edits is not None:
-        # The record's tree is the snapshot's before these files were edited: the same
-        # entries, in the same order, but for those (no tree record unpacked, no 2,000
-        # entries compared on the way to a one-file sync's writes).
-        before = edits[1]
-        for index in edits[0]:
-            _sort_entry(plan, index, before[index], manifest.entries[index])
-        moved = {i for kind in ("retype", "meta", "change") for i in plan[kind]}
-        plan.update(gone=[], root=record["root"],
-                    kept=[i for i in range(len(before)) if i not in moved])
-        return plan
     old = {wire[0]: (position, wire) for position, wire in enumerate(record_wires(record))}
     kept = []
     for index, entry in enumerate(manifest.entries):

@@ -3,8 +3,7 @@
 A manifest lists every directory, file and symlink that travels (ignore rules applied)
 with its size, mode, mtime and sha256 (a link: its target). Hashes come from a cache
 keyed by (path, size, mtime, ctime, inode) in ``~/.cache/multihost/hashes``, so an
-unchanged tree is only stat()ed, and a tree left as the last walk saw it is not even walked
-(``snapshot.py``). The same code hashes the hosts' trees
+unchanged tree is only stat()ed. The same code hashes the hosts' trees
 (``remote/sync_fs.py``), so both sides agree on what "the same" means.
 """
 from __future__ import annotations
@@ -15,30 +14,23 @@ import json
 import os
 import subprocess
 import threading
-import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, SyncError
-from ..remote.sync_fs import (DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, is_racy,
-                               scan_tree)
+from ..remote.sync_fs import DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, scan_tree
 from .ignore import IgnoreRules
-from .snapshot import load_snapshot, save_snapshot
 
 # Above these, data has probably got into the code directory: say so (never refuse).
 WARN_FILES = 20_000
 WARN_BYTES = 500 * 1024 * 1024
-# Up to this many files edited since the last walk are hashed without the hash cache.
-FEW_MOVED = 64
 _DIGEST_LOCK = threading.Lock()
 
 
 class Entry(NamedTuple):
-    """One path of the tree. A named tuple, not a frozen dataclass: every sync makes one
-    per path from the recorded manifest (2,000 and more), and a dataclass's __init__
-    costs five times a tuple's (6 ms against 1.6 for 2,300 entries), on the path of a
-    sync that finds nothing to do."""
+    """One path of the tree (a named tuple: its ``wire`` form is what hosts and records
+    read)."""
     path: str
     kind: str            # "f" file, "l" symlink, "d" directory
     size: int
@@ -72,8 +64,8 @@ class Manifest:
         return {e.path: e for e in self.entries}
 
     def wires(self) -> List[list]:
-        """Every entry as ``Entry.wire`` gives it, made once (the digest, the snapshot,
-        the host records and the plan's payload all want them). Not to be changed."""
+        """Every entry as ``Entry.wire`` gives it, made once (the digest, the host
+        records and the plan's payload all want them). Not to be changed."""
         cached = self.__dict__.get("_wires")
         if cached is None:
             cached = [e.wire() for e in self.entries]
@@ -94,23 +86,8 @@ class Manifest:
         return cached
 
     def matches(self, digest: Optional[str]) -> bool:
-        """Whether the tree ``digest`` names is exactly this manifest. A manifest made
-        from the snapshot of that very tree with some of its files changed is known not
-        to be it, without its own digest (3-8 ms for 2,300 entries, on the way to a
-        one-file sync's writes): that digest is worked out later, off that way."""
-        if not digest:
-            return False
-        if "_digest" not in self.__dict__ and self.__dict__.get("_changed_from") == digest:
-            return False
-        return digest == self.digest
-
-    def edits_since(self, digest: Optional[str]) -> Optional[Tuple[List[int], List[list]]]:
-        """When this manifest is the snapshot of the tree ``digest`` names with some of
-        its files edited: (their positions, the entries as they were, all of them);
-        else None."""
-        if not digest or self.__dict__.get("_changed_from") != digest:
-            return None
-        return self.__dict__["_edited"]
+        """Whether the tree ``digest`` names is exactly this manifest."""
+        return bool(digest) and digest == self.digest
 
     def encode(self) -> bytes:
         """What a host's sync_plan reads on stdin: zlib-compressed JSON."""
@@ -124,23 +101,15 @@ def wires_digest(wires: Sequence[list]) -> str:
     return hashlib.sha256(body.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def build_manifest(code_dir: str, *, verify: bool = False, cache_dir: Optional[str] = None,
-                   later: Optional[List[Callable[[], object]]] = None) -> Manifest:
+def build_manifest(code_dir: str, *, verify: bool = False,
+                   cache_dir: Optional[str] = None) -> Manifest:
     """Walk and hash the code directory. Anything unreadable is an error, never a skip:
-    a file missing from the manifest would be deleted on the hosts. ``later``: where
-    the snapshot's saving goes when the caller has better things to do first (it runs
-    each one once the manifest is handed out); without, it is saved here."""
+    a file missing from the manifest would be deleted on the hosts."""
     root = os.path.abspath(os.path.expanduser(code_dir))
     if not os.path.isdir(root):
         raise ConfigError(f"code directory {code_dir} does not exist or is not a directory",
                           fix="run from your project directory or give --code DIR")
     rules = IgnoreRules(root)
-    walk_started_ns = time.time_ns()
-    recorded = None if verify else load_snapshot(root, cache_dir)
-    if recorded is not None:   # the same entries as the last walk: no walk
-        known = _from_snapshot(root, rules, recorded, cache_dir, walk_started_ns, later)
-        if known is not None:
-            return known
     found: List[Tuple[str, str, os.stat_result, Optional[str]]] = []
     try:
         for rel, kind, st, target in scan_tree(root, include=rules.included, on_dir=rules.enter):
@@ -166,54 +135,7 @@ def build_manifest(code_dir: str, *, verify: bool = False, cache_dir: Optional[s
             entries.append(Entry(rel, LINK, 0, 0, 0, target or ""))
         else:
             entries.append(Entry(rel, DIR, 0, mode, 0, ""))
-    manifest = Manifest(root, tuple(entries), rules, hashed_files, hashed_bytes)
-    save_snapshot(root, manifest.wires(), manifest.digest, walk_started_ns, cache_dir)
-    return manifest
-
-
-def _from_snapshot(root: str, rules: IgnoreRules, recorded: tuple, cache_dir: Optional[str],
-                   started_ns: int, later: Optional[list]) -> Optional[Manifest]:
-    """The recorded manifest, with the files that moved since hashed again (None if one
-    cannot be read: the walk then reports it)."""
-    wires, digest, moved, seen = recorded
-    if not moved:
-        manifest = Manifest(root, tuple(map(Entry._make, wires)), rules)
-        object.__setattr__(manifest, "_digest", digest)
-        object.__setattr__(manifest, "_wires", wires)
-        return manifest
-    try:
-        files = [(wires[i][0], os.lstat(os.path.join(root, wires[i][0]))) for i in moved]
-    except OSError:
-        return None
-    # A moved file's key (ctime, inode) is new, so the hash cache cannot answer it: it is
-    # not read (every entry of the tree) for a few files, only merged into for many, so
-    # that a later walk finds them.
-    cache = HashCache(root, cache_dir) if len(moved) > FEW_MOVED else None
-    digests, errors, (hashed_files, hashed_bytes) = hash_files(root, files, cache)
-    if errors:
-        return None
-    if cache is not None:
-        cache.save()
-    before, wires = wires, list(wires)
-    for index, (rel, st) in zip(moved, files):
-        wires[index] = [rel, FILE, st.st_size, st.st_mode & MODE_BITS, st.st_mtime_ns, digests[rel]]
-    manifest = Manifest(root, tuple(map(Entry._make, wires)), rules, hashed_files,
-                        hashed_bytes)
-    object.__setattr__(manifest, "_wires", wires)  # not from the entries again
-    if all(wires[i] == before[i] for i in moved):  # touched, not changed: the same tree
-        object.__setattr__(manifest, "_digest", digest)
-    else:
-        object.__setattr__(manifest, "_changed_from", digest)
-        object.__setattr__(manifest, "_edited", (list(moved), before))
-    if not any(is_racy(st, started_ns) for _, st in files):  # else the old snapshot stays
-        def save() -> None:
-            save_snapshot(root, wires, manifest.digest, started_ns, cache_dir, seen)
-
-        if later is None:
-            save()
-        else:
-            later.append(save)
-    return manifest
+    return Manifest(root, tuple(entries), rules, hashed_files, hashed_bytes)
 
 
 def size_warnings(manifest: Manifest) -> Tuple[str, ...]:

@@ -120,10 +120,6 @@ class _CodeSync:
         self.plans: Dict[Optional[str], dict] = {}
         self.needs: Dict[Optional[str], HostNeeds] = {}
         self.plans_lock = threading.Lock()
-        # What is left to do once every host is done (the snapshot's saving: it wants the
-        # manifest's digest, 3-8 ms of a held GIL that the hosts' writes need no part of).
-        # A sync that fails before then only hashes the edited files again next time.
-        self.later: List = []
         # Hosts reached by a new connection, to be left an OpenSSH master for the next
         # command's quick checks: started once the files are delivered, not beside them
         # (at 64 hosts, 64 handshakes would take the CPU a first sync's bytes need).
@@ -153,9 +149,7 @@ class _CodeSync:
         if not self.dry_run:
             _record(self.cluster, manifest, self.workdirs, self.code_root, self.results,
                     self.keys)
-        self.later.append(self.leave_connections)
-        for step in self.later:
-            step()
+        self.leave_connections()
         git.join()
         return self.report(manifest, revision[0] if revision else (None, False))
 
@@ -248,9 +242,8 @@ class _CodeSync:
     def scan(self, connecting: threading.Thread, starting: List) -> Manifest:
         """The manifest of the code directory; if it cannot be built, the sessions
         started meanwhile are ended before the error goes on."""
-        later: list = []  # the snapshot's saving: once the hosts are done
         try:
-            manifest = build_manifest(self.code_dir, verify=self.verify, later=later)
+            manifest = build_manifest(self.code_dir, verify=self.verify)
         except BaseException:
             self.ready.set()
             connecting.join()
@@ -260,7 +253,6 @@ class _CodeSync:
             raise
         self.manifest = manifest
         self.ready.set()
-        self.later.extend(later)
         self.emit(SyncScanned(manifest.files, manifest.bytes, manifest.hashed_files,
                               manifest.hashed_bytes, time.monotonic() - self.started))
         return manifest
