@@ -48,6 +48,8 @@ class RunRequest:
     gpu_interval: float = 5.0                # seconds between GPU samples; 0: none
     ps: Optional[Any] = None                 # fleetrun's parameter-server spec
     spares: Tuple[Host, ...] = ()            # hosts that may take a failed host's node rank
+    name: str = ""                           # --name, shown to every user of the hosts
+    queue: bool = False                      # --queue: wait for the hosts instead of busy
     launch_timeout: float = 120.0            # a node whose job has not started everywhere
                                              # by then (the controller was lost during the
                                              # launch) stops its ranks itself
@@ -171,6 +173,7 @@ def initial_record(plan, request: RunRequest, cluster, git) -> RunRecord:
         launcher=plan.template.name, node0_argv="", start_port=plan.start_port,
         world_size=plan.world_size, git_commit=git[0], git_dirty=git[1],
         log_dir=log_dir, kill_wait=plan.kill_wait, allow_concurrent=plan.allow_concurrent,
+        name=request.name,
         ssh={"connect_timeout": options.connect_timeout,
              "accept_new_host_keys": options.accept_new_host_keys,
              "config_file": options.config_file},
@@ -191,7 +194,7 @@ def plan_for(cluster, request: RunRequest, validated: Validated, report, run_id:
         environ=os.environ, user_env=dict(request.env), kill_wait=request.kill_wait,
         allow_concurrent=request.allow_concurrent, gpu_interval=request.gpu_interval,
         ps=ps_layout(request, addresses, start_port))
-    return dataclasses.replace(plan, launch_timeout=request.launch_timeout)
+    return dataclasses.replace(plan, launch_timeout=request.launch_timeout, name=request.name)
 
 
 def failure_of(outcome, plan) -> Optional[RunFailed]:

@@ -51,6 +51,7 @@ class RunPlan:
     ps: Optional[Any] = None
     gpu_interval: float = 5.0     # seconds between a host's GPU samples; 0: none      # a fleetrun.PsLayout for a parameter-server job
     launch_timeout: float = 120.0  # a node not told that all launched by then stops itself
+    name: str = ""                # --name: what people call the run (status --all, logs)
 
     @property
     def world_size(self) -> int:

@@ -95,6 +95,7 @@ class RunRecord:
     stragglers: Tuple[Dict[str, Any], ...] = ()  # ranks slower than the median (stragglers.to_json)
     replacements: Tuple[Dict[str, Any], ...] = ()   # spares.Replacement, every attempt's
     spares: Tuple[Dict[str, Any], ...] = ()     # the spares not used yet (host_to_dict)
+    name: str = ""                  # --name: accepted wherever a run id is
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunState(self.state))  # typed, whoever made it
@@ -237,8 +238,21 @@ def run_ids() -> List[str]:
                   if RUN_ID_RE.match(p.name) and (p / "run.json").is_file())
 
 
+def run_named(name: str) -> Optional[str]:
+    """The newest run started from this controller with ``--name NAME``, or None."""
+    for run_id in reversed(run_ids()):
+        try:
+            data = json.loads(record_path(run_id).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("name") == name:
+            return run_id
+    return None
+
+
 def resolve_run_id(run_id: Optional[str]) -> str:
-    """None: the last run. Otherwise a full id or a unique prefix of one."""
+    """None: the last run. Otherwise a full id, a unique prefix of one, or a run's
+    ``--name`` (the newest run of that name)."""
     if not run_id:
         try:
             last = (state_dir() / "last").read_text().strip()
@@ -251,6 +265,9 @@ def resolve_run_id(run_id: Optional[str]) -> str:
     known = run_ids()
     if run_id in known:
         return run_id
+    named = None if RUN_ID_RE.match(run_id) else run_named(run_id)
+    if named:
+        return named
     matches = [r for r in known if r.startswith(run_id)]
     if len(matches) == 1:
         return matches[0]

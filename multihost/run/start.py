@@ -30,6 +30,7 @@ from ..events import Listener, NodeChanged, NodeState, RunState
 from ..fanout import HostResult
 from ..hosts import Host
 from .plan import Prepared, RunPlan, launch_request
+from .sharing import hold_request
 from .records import RunRecord, save_run
 
 PREPARE_TIMEOUT = 30.0
@@ -109,7 +110,8 @@ class Starter:
             reply = helper.call(transport, "run.prepare", {
                 "run_id": plan.run_id, "node_rank": host.rank, "cwd": node.workdir,
                 "allow_concurrent": plan.allow_concurrent, "attempt": plan.attempt,
-                "launch_timeout": self.launch_timeout}, timeout=PREPARE_TIMEOUT)
+                "launch_timeout": self.launch_timeout, "hold": hold_request(plan, node)},
+                timeout=PREPARE_TIMEOUT)
             return Prepared.from_reply(reply)
 
         results = self.cluster.map(one)
