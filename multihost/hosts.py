@@ -22,6 +22,11 @@ _SLOTS_LINE = re.compile(r"^(\S+)\s+slots\s*=\s*(\S+)$")
 _OTHER_LAUNCHER_LINE = re.compile(r"^(\S+)\s+(max_slots|max-slots|slots|cpu|gpu)\S*")
 
 
+# A workdir that is the code directory itself, at its own path: the default with no hosts
+# (this machine runs the job in place; job.in_place says where nothing is synced).
+IN_PLACE = "."
+
+
 @dataclass(frozen=True)
 class Host:
     """One machine of the job. ``name`` is what the user wrote: an address or an ssh alias."""
@@ -355,7 +360,9 @@ def load_inventory(ips: Optional[str], hostfile: Optional[str],
             from .remote.ops_check_python import local_default
 
             python = local_default()
-        entries = [{"name": "127.0.0.1", "python": python}]
+        # Like torchrun, the job runs in place: in the code directory, nothing copied
+        # (--workdir still chooses another directory).
+        entries = [{"name": "127.0.0.1", "python": python, "workdir": IN_PLACE}]
     job = [e for e in entries if not e.get("spare")]
     spare = [e for e in entries if e.get("spare")] + list(spares)
     if not job:

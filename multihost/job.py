@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from .errors import ConfigError
-from .hosts import Host, parse_gpu_ids, parse_port
+from .hosts import IN_PLACE, Host, parse_gpu_ids, parse_port
 
 # The reference docs recommend one FLAGS_START_PORT in 10000-20000 on every machine.
 DEFAULT_START_PORT = 17000
@@ -98,8 +98,20 @@ def job_options_from_args(args, hosts: Sequence[Host] = ()) -> JobOptions:
 
 
 def workdir_for(host: Host, code: str = ".") -> str:
-    """Where the code lives on the host: its workdir, else ~/multihost/<code dir name>."""
+    """Where the code lives on the host: its workdir (``.``: the code directory's own
+    path), else ~/multihost/<code dir name>."""
+    if host.workdir == IN_PLACE:
+        return os.path.abspath(code)
     if host.workdir:
         return host.workdir
     name = os.path.basename(os.path.abspath(code)) or "job"
     return f"~/multihost/{name}"
+
+
+def in_place(host: Host, code: str = ".") -> bool:
+    """Whether the job runs on ``host`` in the code directory itself (this machine, its
+    workdir the code's own path): there is nothing to sync to it."""
+    from .transport import is_local_host
+
+    workdir = os.path.realpath(os.path.expanduser(workdir_for(host, code)))
+    return workdir == os.path.realpath(code) and is_local_host(host)

@@ -18,7 +18,7 @@ import re
 import shlex
 from typing import List, Optional, Sequence, Tuple
 
-from ..hosts import Host
+from ..hosts import IN_PLACE, Host
 
 # The flags that say which hosts and how to reach them, as add_host_options names them.
 _HOST_FLAGS = (("ips", "--ips"), ("hostfile", "--hostfile"), ("include", "--include"),
@@ -50,10 +50,11 @@ def hosts_flags(hosts: Sequence[Host]) -> str:
         words = []
     else:
         words = ["--ips=" + ",".join(_item(h) for h in hosts)]
-    for field, flag, default in (("python", "--python", "python3"), ("workdir", "--workdir", None),
-                                 ("identity_file", "-i", None)):
+    here = {None, IN_PLACE} if not words else {None}   # alone, the job runs in place
+    for field, flag, defaults in (("python", "--python", {"python3"}), ("workdir", "--workdir", here),
+                                  ("identity_file", "-i", {None})):
         values = {getattr(h, field) for h in hosts}
-        if len(values) == 1 and values != {default}:
+        if len(values) == 1 and not values <= defaults:
             words.append(f"{flag} {shlex.quote(str(values.pop()))}")
     return " ".join(words)
 

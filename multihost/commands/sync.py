@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from .common import HOST_OPTIONS_HELP, add_code_options, add_host_options
 
@@ -54,7 +56,7 @@ def data_paths(hosts) -> tuple:
 
 def main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError, SyncError
-    from ..job import job_options_from_args, workdir_for
+    from ..job import in_place, job_options_from_args, workdir_for
     from ..sync.pipeline import sync_code
     from ..views.sync_view import SyncView
     from .common import cluster_from_args, hosts_from_args
@@ -69,9 +71,13 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--no-code leaves nothing to do", fix="add --data PATH, or drop --no-code")
     workdirs = {host.rank: workdir_for(host, job.code) for host in hosts}
     view = SyncView(plain=True if args.plain else None)
+    here = not args.no_code and all(in_place(host, job.code) for host in hosts)
+    if here:  # syncing the code onto itself: a job with no hosts runs where it is
+        print(f"multihost: no hosts given: the job runs in {os.path.abspath(job.code)} "
+              "itself, nothing to sync (--ips or --hostfile to sync to hosts)", file=sys.stderr)
     with cluster_from_args(args, hosts) as cluster:
         try:
-            if not args.no_code:
+            if not args.no_code and not here:
                 try:
                     report = sync_code(cluster, job.code, workdirs=workdirs, dry_run=args.dry_run,
                                        verify=args.verify, listener=view)

@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence, Tuple
 
 from ..errors import CheckError
 from ..hosts import Host
-from ..job import JobOptions, workdir_for
+from ..job import JobOptions, in_place, workdir_for
 
 Notify = Callable[[str], None]
 # Checks between hosts: among the spares alone they test peers the spare will never have
@@ -48,10 +48,12 @@ def preflight(cluster, job: JobOptions, *, allow_concurrent: bool = False,
 
 def sync_for_run(cluster, job: JobOptions, *, code: bool, data_checked: bool,
                  notify: Notify = _quiet, view=None) -> None:
-    """The code synced to every host's workdir (unless ``code`` is false), and the
-    datasets verified when the preflight did not already. ``view``, when given, is a
-    sync view: it listens to the sync's progress and is shown its report."""
+    """The code synced to every host's workdir (unless ``code`` is false, or the job runs
+    in the code directory itself: this machine with no hosts given), and the datasets
+    verified when the preflight did not already. ``view``, when given, is a sync view:
+    it listens to the sync's progress and is shown its report."""
     paths = tuple(dict.fromkeys(tuple(job.data) + tuple(p for h in cluster.hosts for p in h.data)))
+    code = code and not all(in_place(host, job.code) for host in cluster.hosts)
     if not code and (data_checked or not paths):
         return  # nothing to do: do not even import the sync engine
     from ..sync.pipeline import sync_code

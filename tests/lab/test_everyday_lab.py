@@ -1,6 +1,7 @@
 """Everyday use across real hosts: the setup step on every host (once, then skipped while
 nothing changed; a failure on one host stops everything before launch), `rerun` on the
-hosts the run recorded, and `multihost ssh` into a rank's host and workdir."""
+hosts the run recorded, and `multihost ssh` into a rank's host and workdir; and on the
+controller alone (no hosts), a job that runs in place, as under torchrun."""
 from __future__ import annotations
 
 import shutil
@@ -70,3 +71,34 @@ def test_ssh_opens_a_shell_on_the_host_of_a_rank_in_the_runs_workdir(lab, tmp_pa
     assert shell.returncode == 0, shell.stderr
     lines = shell.stdout.split()
     assert "h3" in lines and "/root/work" in lines
+
+
+WRITES_OUT = ("import os\n"
+              "open('out%s.txt' % os.environ['RANK'], 'w').write(os.getcwd())\n")
+
+
+def test_with_no_hosts_the_job_runs_in_place_and_its_outputs_land_in_the_cwd(lab, tmp_path):
+    # --allow-concurrent: the controller's machine may hold other runs (other tests')
+    # Two projects of one name: each runs in its own directory, nothing shared or copied.
+    projects = [tmp_path / side / "proj" for side in ("a", "b")]
+    for project in projects:
+        project.mkdir(parents=True)
+        (project / "train.py").write_text(WRITES_OUT)
+        done = lab.multihost("run", "--nproc_per_node", "2", "--launcher", "python", "--plain",
+                             "--allow-concurrent", "--", "train.py", cwd=str(project))
+        assert done.returncode == 0, done.stderr
+        assert "syncing" not in done.stderr
+        for rank in (0, 1):
+            assert (project / f"out{rank}.txt").read_text() == str(project)
+
+
+def test_with_no_hosts_workdir_still_chooses_where_the_job_runs(lab, tmp_path):
+    project, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    project.mkdir()
+    (project / "train.py").write_text(WRITES_OUT)
+    done = lab.multihost("run", "--nproc_per_node", "1", "--launcher", "python", "--plain",
+                         "--allow-concurrent", "--workdir", str(elsewhere), "--", "train.py",
+                         cwd=str(project))
+    assert done.returncode == 0, done.stderr
+    assert (elsewhere / "out0.txt").read_text() == str(elsewhere)
+    assert not (project / "out0.txt").exists()

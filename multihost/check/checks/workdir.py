@@ -20,7 +20,7 @@ from .. import fixes
 from ..judge import Cluster, HostProbe
 from ..registry import check
 from ..report import FAIL, CheckResult
-from ...job import workdir_for
+from ...job import in_place, workdir_for
 
 # Directories of the system itself, and where merged-/usr systems resolve /bin, /sbin
 # and /lib to. Only the directory itself: /usr/local/myjob is somebody's choice.
@@ -48,8 +48,8 @@ def judge_workdir(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
     # (or ssh) already says why, once.
     disk = probe.fact("disk") or {}
     path, real = disk.get("path"), disk.get("real")
-    if not real:
-        return None
+    if not real or in_place(probe.host, cluster.job.code):
+        return None   # the job runs in its own directory, as torchrun would: nothing is synced
     what = what_it_is(real, disk.get("home"))
     if what is None:
         return None
