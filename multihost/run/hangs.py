@@ -8,7 +8,9 @@ warning in a loop without stepping is as stuck as a silent one. The monitor asks
 
 - a rank inactive (silent, or not stepping) for SILENT_AFTER while another rank went on
   in that time is flagged once (a NodeChanged detail the views show), long before the
-  run counts as hung;
+  run counts as hung; steps are judged against steps, and when no rank steps, the one
+  rank still writing is flagged, not the ranks that wait for it; a launcher is never
+  flagged (it is quiet while its ranks work);
 - when no rank has been active for S seconds, the run is hung: every rank's stacks are
   captured (stacks.py) into ``stacks-<attempt>.txt`` / ``.json`` in the run's mirror, and
   a Failure of kind "hang" is returned: the monitor stops the run (and --max-restarts
@@ -71,16 +73,7 @@ class HangWatch:
     def check(self, now: float) -> Optional[Failure]:
         active = self.activity()
         newest = max((when for when, _ in active.values()), default=self.started)
-        for rank, (when, by_step) in active.items():
-            if self.flagged.get(rank) == when or now - when < self.silent_after \
-                    or now - newest >= self.silent_after:
-                continue
-            self.flagged[rank] = when
-            node_rank, host = self.where[rank]
-            what = (f"rank {rank} made no step for {now - when:.0f}s while other ranks go on"
-                    if by_step else
-                    f"rank {rank} silent for {now - when:.0f}s while other ranks write")
-            self.listener(NodeChanged(node_rank, host, NodeState.RUNNING, detail=what, time=now))
+        self._flag_stalled(active, now)
         if now - newest < self.timeout:
             return None
         kinds = {by_step for _, by_step in active.values()}
@@ -92,6 +85,40 @@ class HangWatch:
         node_rank, host, local = self._where(rank)
         return Failure(now, node_rank, host, "hang", rank=rank, local_rank=local,
                        detail=f"hung: no rank {what} for {self.timeout:g}s" + why + said)
+
+    def _flag_stalled(self, active: Dict[int, Tuple[float, bool]], now: float) -> None:
+        """Flag, once per stall, the rank that stopped while others went on. Once ranks
+        print steps, steps are judged against steps: a rank that prints none (rank 0
+        prints for all) is quiet by design, and a line is no progress. When no rank
+        steps any more, the ranks waiting in a collective are victims, not causes: the
+        one rank still writing (looping, retrying) is the one flagged."""
+        steps = [when for when, by_step in active.values() if by_step]
+        newest = max(steps or [when for when, _ in active.values()], default=self.started)
+        for rank, (when, by_step) in active.items():
+            if (steps and not by_step) or rank < 0:   # a launcher is quiet while ranks work
+                continue
+            if self.flagged.get(rank) == when or now - when < self.silent_after \
+                    or now - newest >= self.silent_after:
+                continue
+            self.flagged[rank] = when
+            what = (f"rank {rank} made no step for {now - when:.0f}s while other ranks go on"
+                    if by_step else
+                    f"rank {rank} silent for {now - when:.0f}s while other ranks write")
+            self._flag(rank, what, now)
+        if not steps or now - newest < self.silent_after:
+            return
+        ranks = [r for r in self.last_line if r >= 0]
+        writing = [r for r in ranks if now - self.last_line[r] < self.silent_after]
+        # Two ranks or more silent beside it: of two, the one writing may be the waiter.
+        if len(writing) == 1 and len(ranks) >= 3 and self.flagged.get(writing[0]) != newest:
+            rank = writing[0]
+            self.flagged[rank] = newest
+            self._flag(rank, f"rank {rank} writes on while no rank made a step for "
+                             f"{now - newest:.0f}s: the others likely wait for it", now)
+
+    def _flag(self, rank: int, what: str, now: float) -> None:
+        node_rank, host = self.where[rank]
+        self.listener(NodeChanged(node_rank, host, NodeState.RUNNING, detail=what, time=now))
 
     def _where(self, rank: Optional[int]) -> Tuple[int, str, Optional[int]]:
         """(node rank, host, local rank) of a global rank: from the plan, else from

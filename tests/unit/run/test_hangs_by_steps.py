@@ -9,7 +9,7 @@ from multihost.run.hangs import HangWatch
 from multihost.run.progress import ProgressWatch
 
 T0 = 1_000_000.0
-HOSTS = ("198.18.0.11", "198.18.0.12", "198.18.0.13")
+HOSTS = ("198.18.0.11", "198.18.0.12", "198.18.0.13", "198.18.0.14")
 
 
 def watch(timeout=20.0):
@@ -62,3 +62,29 @@ def test_a_rank_that_steps_again_is_flagged_again_only_after_a_new_stall():
             write(hang, rank, "heartbeat" if stalled else f"step: {t}", t)
         hang.check(T0 + t)
     assert flags(said) == ["rank 2 made no step for 20s while other ranks go on"] * 2
+
+
+def test_ranks_waiting_on_a_stuck_rank_are_not_flagged_the_one_writing_on_is():
+    # Rank 0 prints the steps for all (as PaddleSeg does); rank 2 is stuck in a loop that
+    # warns, while ranks 0, 1 and 3 wait for it in the collective.
+    hang, said = watch(timeout=60)
+    for t in range(0, 60):
+        if t < 10:
+            write(hang, 0, f"step: {t}", t)
+        for rank in (1, 3):
+            if t == 0:
+                write(hang, rank, "starting", t)
+        write(hang, 2, "retrying the data loader" if t >= 10 else "loading", t)
+        assert hang.check(T0 + t) is None
+    assert flags(said) == ["rank 2 writes on while no rank made a step for 30s: "
+                           "the others likely wait for it"]
+
+
+def test_the_launcher_quiet_while_ranks_write_is_never_flagged():
+    hang, said = watch(timeout=120)
+    hang(LogLine(0, HOSTS[0], -1, -1, "launching 3 ranks", T0))
+    for t in range(0, 60):
+        for rank in range(3):
+            write(hang, rank, f"loading shard {t}", t)
+        hang.check(T0 + t)
+    assert flags(said) == []
