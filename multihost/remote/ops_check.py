@@ -17,7 +17,7 @@ import threading
 import time
 
 from . import net_ping, ops_check_net as net
-from .ops_check_proc import leftover_facts, ports_facts
+from .ops_check_proc import foreign_facts, holds_facts, leftover_facts, ports_facts
 from .ops_check_python import framework_pythons
 from .proto import op, reply
 
@@ -246,6 +246,7 @@ PROBES = {
     "hostname": hostname_facts, "python": python_facts, "gpus": gpu_facts,
     "ports": ports_facts, "net": net_facts, "disk": disk_facts, "leftovers": leftover_facts,
     "ping": ping_facts, "connect": connect_facts, "data": data_facts,
+    "holds": holds_facts, "foreign": foreign_facts,
 }
 
 

@@ -166,3 +166,118 @@ def _read_ints(path):
             return [int(x) for x in f.read().split()]
     except (OSError, ValueError):
         return None
+
+
+# -- who else is here: the host registry and trainings multihost did not start -------------
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch",
+             "paddle.distributed.launch", "fleetrun", "deepspeed")
+APPS = ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader,nounits"]
+
+
+def holds_facts(request):
+    """Every entry of the host registry (remote/holds.py) and who asks."""
+    from . import holds
+    return {"me": holds.me(), "entries": holds.read_all()}
+
+
+def _owner(pid):
+    import pwd
+    try:
+        uid = os.stat("/proc/%d" % pid).st_uid
+    except OSError:
+        return None, None
+    try:
+        return uid, pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return uid, str(uid)
+
+
+def _launcher(pid):
+    """The launcher a process runs, by its argv (python -m X, or X's own script)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read(4096).decode("utf-8", "replace").split("\0")
+    except OSError:
+        return None
+    for word in argv[:4]:
+        base = os.path.basename(word)
+        if base in LAUNCHERS or word in LAUNCHERS:
+            return base
+    return None
+
+
+def _gpu_apps():
+    import subprocess
+    try:
+        out = subprocess.run(APPS, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             timeout=5, universal_newlines=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    apps = {}
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            apps.setdefault(int(parts[0]), []).append(parts[1])
+    return apps
+
+
+def foreign_facts(request):
+    """Trainings multihost did not start: launcher processes (torchrun, paddle's launch)
+    and GPU holders that descend from no live run of the registry nor one of this user's
+    multihost runs. Each with its user, pid, command, the pids below it, its GPUs."""
+    from . import holds
+    pids = _pids()
+    parent = {}
+    for pid in pids:
+        stat = run_files._stat(pid)
+        if stat:
+            parent[pid] = stat[1]
+    roots = set(e["pid"] for e in holds.read_all() if e["kind"] == "run" and e["live"] and e["pid"])
+    marked = set()
+    for found in run_files.own_marked_processes(run_files.ancestors()).values():
+        marked.update(found)
+    mine = run_files.ancestors()
+
+    def managed(pid):
+        seen = 0
+        while pid > 1 and seen < 64:
+            if pid in roots or pid in marked or pid in mine:
+                return True
+            pid, seen = parent.get(pid, 0), seen + 1
+        return False
+
+    def top(pid):
+        """The launcher above a process, else the process itself."""
+        best, cur, seen = pid, pid, 0
+        while cur > 1 and seen < 64:
+            if _launcher(cur):
+                best = cur
+            cur, seen = parent.get(cur, 0), seen + 1
+        return best
+
+    found = {}
+    for pid in pids:
+        if _launcher(pid) and not managed(pid):
+            found.setdefault(top(pid), set())
+    apps = _gpu_apps() if _on_path("nvidia-smi") else {}
+    for pid, uuids in apps.items():
+        if not managed(pid):
+            found.setdefault(top(pid), set()).update(uuids)
+    below = {}
+    for pid in pids:
+        cur, seen = parent.get(pid, 0), 0
+        while cur > 1 and seen < 64:
+            if cur in found:
+                below.setdefault(cur, []).append(pid)
+            cur, seen = parent.get(cur, 0), seen + 1
+    out = []
+    for pid in sorted(found)[:32]:
+        uid, user = _owner(pid)
+        out.append({"pid": pid, "uid": uid, "user": user, "command": _command(pid),
+                    "tree": sorted(below.get(pid, []))[:256], "gpu_uuids": sorted(found[pid])})
+    return out
+
+
+def _on_path(name):
+    return any(os.access(os.path.join(d, name), os.X_OK)
+               for d in os.environ.get("PATH", "").split(os.pathsep) if d)

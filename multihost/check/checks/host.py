@@ -113,7 +113,10 @@ def judge_leftovers(probe: HostProbe, cluster: Cluster) -> CheckResult:
     skipped = not_checked(probe, "leftovers")
     if skipped:
         return skipped
-    runs = probe.fact("leftovers") or []
+    # A run that still holds the host is not left over: the busy check names it.
+    live = {e.get("run_id") for e in (probe.fact("holds") or {}).get("entries") or ()
+            if e.get("live")}
+    runs = [r for r in probe.fact("leftovers") or [] if r.get("run_id") not in live]
     if not runs:
         return CheckResult("leftovers", PASS, "no processes of earlier runs", brief="none")
     run = runs[0]

@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 from .. import fixes
 from ..judge import Cluster, HostProbe, groups, not_checked, same_machine
 from ..parsers import Software, fold_ranges, parse_gpu_apps, parse_gpus
+from .sharing import own_process
 from ..registry import check
 from ..report import FAIL, PASS, SKIP, WARN, CheckResult
 from ...hosts import Host
@@ -224,9 +225,12 @@ def judge_gpus(probe: HostProbe, cluster: Cluster) -> CheckResult:
         kill = fixes.run(fixes.on_host(cluster.given, host, "kill", str(app.pid)))
         other = f"pick free GPUs: {_gpus_fix(cluster, free)}, or " if len(free) == len(want) \
             else ""
+        # Another user's process is not ours to stop: wait for the GPUs instead.
+        stop = f"stop it: {kill}" if own_process(probe, app.pid) else "wait for it: " + \
+            fixes.add("--queue")
         return CheckResult("gpus", WARN, f"GPU {uuids[app.uuid]} is in use by pid {app.pid} "
                                          f"({app.name}{used}); {len(busy)} process(es) on the "
-                                         "requested GPUs", f"{other}stop it: {kill}", "busy")
+                                         "requested GPUs", f"{other}{stop}", "busy")
     if nproc > len(want):
         return CheckResult("gpus", WARN, f"{nproc} processes share {len(want)} GPUs: {text}",
                            f"one process per GPU: {fixes.add('--nproc_per_node', str(len(want)))}",

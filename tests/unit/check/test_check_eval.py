@@ -375,7 +375,7 @@ def test_json_has_rank_address_and_every_check():
                                                                 (1, "198.18.0.12")]
     names = [c["name"] for c in doc["hosts"][1]["checks"]]
     assert names == ["reach", "ssh", "software", "gpus", "ports", "rendezvous", "ping", "iface",
-                     "disk", "clock", "leftovers"]
+                     "disk", "clock", "busy", "leftovers"]
     assert {"name", "status", "detail", "fix"} <= set(doc["hosts"][0]["checks"][0])
     assert doc["ping_matrix"]["rtt_ms"][0][0] == 0.0
 
