@@ -34,11 +34,23 @@ def main(args: argparse.Namespace) -> int:
     from .status import cluster_for
 
     record = load_run(args.run)
+    if record.finished:
+        raise ended(record.run_id, str(record.state))
     with cluster_for(record, args) as cluster:
         samples = collect(cluster, record)
+    if samples and all(s.error == "not running" for s in samples):
+        raise ended(record.run_id, "no rank is running any more")   # its controller was gone
     groups = group_stacks(samples)
     if args.json:
         print(json.dumps(to_json(groups, samples), indent=1))
     else:
         print(render(groups), end="")
     return 0 if any(s.stack for s in samples) else 1
+
+
+def ended(run_id: str, how: str):
+    from ..errors import MultihostError
+
+    return MultihostError(f"run {run_id} has ended ({how}); stacks are only for a running run",
+                          fix=f"see how it ended: multihost status {run_id}; its last lines: "
+                              f"multihost logs {run_id}")

@@ -23,3 +23,22 @@ def test_a_stack_reaches_the_terminal_without_escape_codes():
     text = render(group_stacks([RankStack(0, "h1", 0, "py-spy", "File \x1b[2Jx.py\n")]))
     assert "\x1b" not in text and text.startswith("ranks 0 (1 rank(s) on h1):")
     assert rank_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+def test_stacks_of_an_ended_run_says_it_ended_and_exits_1(tmp_path, monkeypatch, capsys):
+    from multihost.cli import dispatch
+    from multihost.hosts import Host
+    from multihost.run import records as runs
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    host = Host("198.18.0.11")
+    node = runs.NodeRecord(0, runs.host_to_dict(host), host.label, host.name, 2, 0,
+                           state="succeeded")
+    runs.save_run(runs.RunRecord("20250101-120000-ab12", 1.0, (node,), ("train.py",),
+                                 "torchrun", "", start_port=17000, world_size=2,
+                                 state="succeeded", exit_code=0), make_last=True)
+    assert dispatch(["stacks"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("multihost: run 20250101-120000-ab12 has ended (succeeded); stacks "
+                          "are only for a running run (fix: see how it ended: multihost status")
+    assert "(no stack)" not in err
