@@ -14,6 +14,7 @@ from .fixes import hosts_flags
 from .parsers import Software, parse_software
 from .registry import checks, find
 from .report import FAIL, SKIP, WARN, CheckResult, HostReport, PingMatrix
+from .. import machines
 from ..errors import MultihostError
 from ..hosts import Host
 from ..job import JobOptions
@@ -101,17 +102,10 @@ def groups(values: Dict[int, Optional[str]], cluster: Cluster) -> str:
 def same_machine(cluster: Cluster) -> Dict[int, HostProbe]:
     """{rank: the first entry on the same machine} for every later entry that reaches a
     machine already listed (its boot id and network namespace, see remote/ops_check)."""
-    first: Dict[str, HostProbe] = {}
-    repeats: Dict[int, HostProbe] = {}
-    for probe in cluster.probes:
-        identity = (probe.fact("hostname") or {}).get("machine") if probe.facts else None
-        if not identity:
-            continue
-        if identity in first:
-            repeats[probe.host.rank] = first[identity]
-        else:
-            first[identity] = probe
-    return repeats
+    probes = {probe.host.rank: probe for probe in cluster.probes}
+    identities = {rank: (probe.fact("hostname") or {}).get("machine") if probe.facts else None
+                  for rank, probe in probes.items()}
+    return {rank: probes[first] for rank, first in machines.repeats(identities).items()}
 
 
 def route_iface(probe: HostProbe) -> Optional[str]:

@@ -61,7 +61,10 @@ def main(args: argparse.Namespace) -> int:
 
     command = _command(args)
     cwd = _workdir(args)
+    from ..machines import refuse_same_machine
+
     with cluster_from_args(args) as cluster:
+        refuse_same_machine(cluster)  # else the command would run twice on it
         if args.plain:
             return _run_plain(cluster, command, args.timeout, cwd)
         results = cluster.map(lambda host, t: t.run(command, timeout=args.timeout, cwd=cwd))

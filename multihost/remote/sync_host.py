@@ -21,6 +21,7 @@ import struct
 import sys
 import time
 
+from .machine import machine_identity
 from .sync_apply import ApplyError, SafeRoot
 from .sync_lock import Busy, Claim, remove_marker
 from .sync_fs import FILE, LINK, HashCache, UnsafePath, check_relpath, resolve_root, stat_key
@@ -233,7 +234,7 @@ def session(request):
         return 1
     except _Stop:
         return 1
-    reply({"absent": workdir_absent(request)})
+    reply({"absent": workdir_absent(request), "machine": machine_identity()})
     try:
         head = stdin.read(4)
         length = struct.unpack(">I", head)[0] if len(head) == 4 else 0

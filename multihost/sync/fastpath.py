@@ -24,6 +24,7 @@ import threading
 from typing import Dict, List, Optional, Sequence
 
 from .manifest import Manifest
+from ..machines import IDENTITY_SHELL
 from ..remote.sync_lock import MARKER, SUFFIX as LOCK_SUFFIX
 
 STATE_DIR = "~/.cache/multihost/sync-state"
@@ -223,18 +224,24 @@ def matches_manifest(record: dict, manifest: Manifest) -> bool:
 
 
 def stat_command(remote_root: str) -> str:
-    """`stat` of the NUL-separated names on stdin, after the workdir's generation (the
-    first line of its lock, remote/sync_lock.py: read by the shell itself, '-' when
-    there is none); a tree marked incomplete fails at once."""
+    """`stat` of the NUL-separated names on stdin, after a line of the workdir's
+    generation (the first line of its lock, remote/sync_lock.py: read by the shell
+    itself, '-' when there is none) and the machine's identity (machines.py: one machine
+    listed twice is refused); a tree marked incomplete fails at once."""
     return (f"cd -P -- {shlex.quote(remote_root)} && test ! -e {MARKER} && "
             f"{{ {{ read -r g < \"$PWD{LOCK_SUFFIX}\"; }} 2>/dev/null || g=-; }} && "
-            f"printf '%s\\n' \"$g\" && "
+            f"{IDENTITY_SHELL} && printf '%s %s\\n' \"$g\" \"$m\" && "
             f"xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} --")
 
 
 def stat_generation(out: bytes) -> str:
     """The workdir's generation an answer of ``stat_command`` starts with."""
-    return out.partition(b"\n")[0].decode("ascii", "replace")
+    return out.partition(b"\n")[0].decode("ascii", "replace").partition(" ")[0]
+
+
+def stat_machine(out: bytes) -> str:
+    """The machine's identity (multihost/machines.py) in an answer of ``stat_command``."""
+    return out.partition(b"\n")[0].decode("ascii", "replace").partition(" ")[2]
 
 
 def parse_stat_output(out: bytes, names: Sequence[str]) -> Optional[Dict[str, list]]:
@@ -295,7 +302,7 @@ def host_unchanged(transport, record: dict, timeout: float = 60) -> bool:
         return False
     # Whatever is sent from the record is applied only at this generation: a sync that
     # wrote the host meanwhile makes that stream refused (remote/sync_lock.py).
-    record["gen"] = stat_generation(done.stdout)
+    record["gen"], record["machine"] = stat_generation(done.stdout), stat_machine(done.stdout)
     if record.get("stat") and hashlib.sha256(done.stdout).hexdigest() == record["stat"]:
         return True
     digest = verified_digest(done.stdout, record_names(record), recorded_keys(record))

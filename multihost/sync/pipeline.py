@@ -31,6 +31,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ..errors import MultihostError, RemoteError
 from ..events import Listener, SyncHostDone, SyncPlanned, SyncScanned
 from ..fanout import HostGroup, fan_out
+from ..machines import by_address, refuse_repeats
 from ..transport.base import pipe_errors_raise
 from .deliver import deliver, direct_fill
 from .fastpath import (forget_record, host_unchanged, load_record,
@@ -83,6 +84,10 @@ class _Known:
 def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dry_run: bool = False,
               verify: bool = False, listener: Optional[Listener] = None) -> SyncReport:
     """Make ``code_dir`` identical in every host's workdir; see the module's doc."""
+    # One workdir of one machine under two names, before any host is reached (two
+    # workdirs of one machine are two trees: a local test syncs both).
+    refuse_repeats(cluster.hosts, {rank: f"{where}|{workdirs[rank]}" if where else None
+                                   for rank, where in by_address(cluster.hosts).items()})
     with pipe_errors_raise():
         return _sync_code(cluster, code_dir, workdirs, dry_run, verify, listener)
 
@@ -141,7 +146,10 @@ class _CodeSync:
         try:
             self.keys.update(_compare_and_send(self.cluster, manifest, self.sessions, pending,
                                                self.results, self.dry_run, self.emit,
-                                               self.claims(), self.waits))
+                                               self.claims(), self.waits,
+                                               {rank: (item.record.get("machine"),
+                                                       item.record.get("root"))
+                                                for rank, item in self.known.items()}))
         finally:
             for session in self.sessions.values():
                 session.abort()
@@ -321,16 +329,20 @@ def _ignore(*args) -> None:
 
 def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSession],
                       known: Dict[int, HostNeeds], results: Dict[int, HostSync], dry_run: bool,
-                      emit: Listener, claims: Dict[int, dict],
-                      waits: Dict[int, str]) -> Dict[int, Dict[str, list]]:
+                      emit: Listener, claims: Dict[int, dict], waits: Dict[int, str],
+                      machines: Dict[int, Tuple[Optional[str], str]]
+                      ) -> Dict[int, Dict[str, list]]:
     """Each session's plan, then what differs (with what ``known`` hosts need); fills
     ``results`` (and ``waits``: the hosts whose helper waited for another sync), returns
-    the hosts' stat keys of what is in sync."""
+    the hosts' stat keys of what is in sync. One workdir of one machine listed twice
+    (``machines``: the known hosts' identities and roots; the sessions say theirs) is
+    refused before a byte is sent."""
     payload = functools.lru_cache(maxsize=1)(manifest.encode)  # only for hosts that compare
     needs: Dict[int, HostNeeds] = dict(known)
     for rank, host_needs in known.items():
         emit(SyncPlanned(cluster.hosts[rank].label, host_needs))
     planned_hosts = [h for h in cluster.hosts if h.rank in sessions]
+    plans: Dict[int, dict] = {}
     for planned in cluster.map(lambda host, t: sessions[host.rank].plan(len(manifest.entries), payload), planned_hosts):
         host = planned.host
         if not planned.ok:
@@ -341,6 +353,7 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
         if planned.value.get("gen") is not None and host.rank in claims:
             # The streams after this plan are applied only if no other sync wrote since.
             claims[host.rank] = dict(claims[host.rank], gen=planned.value["gen"])
+        plans[host.rank] = planned.value
         host_needs = needs_from_plan(manifest, host.rank, planned.value)
         if _same_tree(cluster.transport(host), manifest.root, host_needs.root):
             results[host.rank] = HostSync(host.label, host.rank, host_needs.root,
@@ -348,6 +361,11 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
             continue
         needs[host.rank] = host_needs
         emit(SyncPlanned(host.label, host_needs))
+    places = dict(machines)
+    for rank, session in sessions.items():
+        places[rank] = (session.machine, plans.get(rank, {}).get("root"))
+    refuse_repeats(cluster.hosts, {rank: f"{machine}|{root}" if machine and machine != "-"
+                                   and root else None for rank, (machine, root) in places.items()})
     busy = {} if dry_run else {rank: n for rank, n in needs.items() if not n.empty}
     for rank in needs.keys() - busy.keys():
         label = cluster.hosts[rank].label

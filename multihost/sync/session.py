@@ -31,6 +31,7 @@ class HostSession:
         self.closed = False
         self.request: dict = {}
         self.waiting: Optional[str] = None    # what the host said it waits for, if anything
+        self.machine: Optional[str] = None    # its boot id and network namespace (machines.py)
         self.on_wait: Optional[Callable[[str], None]] = None
 
     @classmethod
@@ -56,6 +57,7 @@ class HostSession:
                 line = process.stdout.readline()
             absent = _said_absent(line)
             if absent is not None:
+                self.machine = _hello(line).get("machine")
                 head = struct.pack(">II", NO_MANIFEST, count) if absent else None
                 try:
                     if head is None:
@@ -166,13 +168,18 @@ def _waiting(line: bytes) -> Optional[str]:
         return None
 
 
-def _said_absent(line: bytes) -> Optional[bool]:
-    """The session's first line: whether the host's workdir is missing; None when the
-    line is something else (an error reply, or nothing: the helper is not there)."""
+def _hello(line: bytes) -> dict:
     try:
         hello = json.loads(line)
     except ValueError:
-        return None
-    if not isinstance(hello, dict) or "absent" not in hello:
+        return {}
+    return hello if isinstance(hello, dict) else {}
+
+
+def _said_absent(line: bytes) -> Optional[bool]:
+    """The session's first line: whether the host's workdir is missing; None when the
+    line is something else (an error reply, or nothing: the helper is not there)."""
+    hello = _hello(line)
+    if "absent" not in hello:
         return None
     return hello["absent"] is True

@@ -2,20 +2,21 @@
 the record it keeps between syncs."""
 import hashlib
 import marshal
+import os
 import stat
 import subprocess
 import types
 
 from multihost.sync.fastpath import (load_record, parse_stat_output, record_entries,
                                      remember_check, save_record, stat_command,
-                                     stat_generation, verified_digest)
+                                     stat_generation, stat_machine, verified_digest)
 from multihost.remote.sync_lock import MARKER, SUFFIX
 from multihost.sync.manifest import build_manifest
 
 # The workdir's generation, then
 # printf 'a.py\0link\0pkg\0' | xargs -0 stat --printf '%f\0%s\0%.9Y\0%.9Z\0%i\0'
 NAMES = ["a.py", "link", "pkg"]
-RECORDED = (b"7\n81a4\x00120\x001795299624.002425747\x001795299624.102425747\x002146375\x00"
+RECORDED = (b"7 4f1c/net:[4026531840]\n81a4\x00120\x001795299624.002425747\x001795299624.102425747\x002146375\x00"
             b"a1ff\x0010\x001795299624.002425747\x001795299624.002425747\x002146376\x00"
             b"41ed\x004096\x001795299624.006773038\x001795299624.006773038\x002296745\x00")
 
@@ -53,6 +54,8 @@ def test_the_check_answers_the_workdirs_generation_then_its_keys(tmp_path):
     done = _check(root)
     assert done.returncode == 0 and done.stderr == b""
     assert stat_generation(done.stdout) == "-"            # no sync took its lock yet
+    boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+    assert stat_machine(done.stdout) == f"{boot}/{os.readlink('/proc/self/ns/net')}"
     assert parse_stat_output(done.stdout, ["a.py"])["a.py"][1] == 1
     (tmp_path / ("my work" + SUFFIX)).write_text('12\n{"id": "sync:x"}\n')
     assert stat_generation(_check(root).stdout) == "12"
