@@ -292,9 +292,36 @@ def marked(root):
         return None
 
 
-def refuse_unfinished(root, fix):
+UNFINISHED_FIX = ("sync it first: run again without --no-sync (or `multihost sync` to the "
+                  "same hosts and --workdir)")
+
+
+def run_claim(run_id):
+    return {"id": "run:%s" % run_id, "kind": "run", "what": "run %s" % run_id}
+
+
+def refuse_unfinished(root, fix=UNFINISHED_FIX):
     """For a run about to start in ``root``: a Busy naming why its code cannot be trusted."""
     said = marked(root)
     if said is not None:
         raise Busy("the code in %s is incomplete: a sync into it did not finish (%s)"
                    % (root, said), fix)
+
+
+def check_for_run(root, run_id):
+    """Before a run prepares: no sync is writing ``root`` now, and none left it half
+    written. (Its supervisor then holds it for the run's life: ``hold_for_run``.)"""
+    Claim(root, run_claim(run_id)).take().give_back()
+    refuse_unfinished(root)
+
+
+def hold_for_run(root, run_id):
+    """The supervisor's claim on its workdir, held until it exits; a Busy if a sync got
+    there since the prepare or left the tree half written."""
+    claim = Claim(root, run_claim(run_id)).take()
+    try:
+        refuse_unfinished(root)
+    except Busy:
+        claim.give_back()
+        raise
+    return claim
