@@ -107,6 +107,9 @@ def _print_status(lab) -> None:
     print(f"lab {lab.name} at {lab.dir}  (hostfile {lab.hostfile})")
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    nodes = lab.slurm_nodes()
+    if nodes:
+        print("slurm: " + ", ".join(f"{node} {state}" for node, state in nodes.items()))
 
 
 def main(args) -> int:

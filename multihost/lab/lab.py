@@ -307,6 +307,13 @@ class Lab:
     def sshd_start(self, i: int) -> None:
         hosts.sshd_start(self.name, self.paths, self._init(i), i)
 
+    def slurm_nodes(self) -> dict:
+        """{node: state} as the lab's slurmctld sees them (sinfo), {} without Slurm."""
+        ctl = self.state().inits.get("0")
+        if not ctl or not procs.alive(procs.Proc(*ctl)):
+            return {}
+        return slurm.node_states(procs.Proc(*ctl))
+
     def status(self) -> List[HostStatus]:
         state = self.state()
         links = netns.link_states(self.name, state.n)
