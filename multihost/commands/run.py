@@ -85,6 +85,12 @@ def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True,
                             "stays off the command line")
     group.add_argument("--env-file", action="append", default=[], metavar="FILE",
                        help="NAME=value lines for every process (repeatable)")
+    group.add_argument("--name", default="", metavar="NAME",
+                       help="a name for the run, shown to every user of the hosts and "
+                            "accepted wherever a run id is (logs, stop, status)")
+    group.add_argument("--queue", action="store_true",
+                       help="when another run holds the hosts (or the GPUs asked for), wait "
+                            "for them in line instead of refusing (docs/sharing.md)")
     group.add_argument("--no-check", action="store_true", help="skip the preflight checks")
     group.add_argument("--no-sync", action="store_true", help="skip the code sync")
     group.add_argument("--allow-concurrent", action="store_true",
@@ -174,6 +180,7 @@ def save_job(args, record, command) -> None:
 
 def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
     from ..run.pipeline import RunRequest
+    from ..run.sharing import check_name
 
     return RunRequest(
         command=tuple(command), job=job, launcher=args.launcher, no_python=args.no_python,
@@ -182,7 +189,8 @@ def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
         wait=args.wait, detach=args.detach, setup=args.setup, setup_always=args.setup_always,
         max_restarts=args.max_restarts, hang_timeout=args.hang_timeout,
         gpu_interval=getattr(args, "gpu_interval", 5.0), ps=getattr(args, "ps", None),
-        spares=spares, launch_timeout=getattr(args, "launch_timeout", 120.0))
+        spares=spares, launch_timeout=getattr(args, "launch_timeout", 120.0),
+        name=check_name(getattr(args, "name", "") or ""), queue=getattr(args, "queue", False))
 
 
 def main(args: argparse.Namespace) -> int:

@@ -68,7 +68,8 @@ def gpu_lines(status, now):
 def header_lines(status):
     record = status.record
     cause = record.root_cause
-    lines = [f"run {record.run_id}: {record.state}"
+    named = f'"{record.name}" ' if record.name else ""
+    lines = [f"run {named}{record.run_id}: {record.state}"
              + (f" (exit {record.exit_code})" if record.exit_code not in (None, 0) else ""),
              f"  {' '.join(record.command)}   [{record.launcher}, FLAGS_START_PORT="
              f"{record.start_port}, {record.world_size} ranks]"]
@@ -129,7 +130,7 @@ def render_rich(status, console=None) -> None:
         console.print(line, highlight=False, markup=False)
 
 
-LIST_HEADERS = ("run", "started", "state", "exit", "took", "hosts", "command")
+LIST_HEADERS = ("run", "name", "started", "state", "exit", "took", "hosts", "command")
 
 
 def list_rows(records, now, gone=frozenset()):
@@ -141,7 +142,7 @@ def list_rows(records, now, gone=frozenset()):
         began = r.started or r.created
         took = _ago(began, r.ended or now) if began else "-"
         state = f"{r.state}?" if r.run_id in gone else str(r.state)
-        out.append((r.run_id, time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
+        out.append((r.run_id, r.name or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
                     state, "-" if r.exit_code is None else str(r.exit_code), took,
                     str(len(r.nodes)), " ".join(r.command)))
     return out
@@ -161,7 +162,7 @@ def render_list(records, out: IO[str], gone=frozenset()) -> None:
 
 
 def list_json(records, gone=frozenset()) -> list:
-    return [{"run_id": r.run_id, "state": str(r.state), "exit_code": r.exit_code,
+    return [{"run_id": r.run_id, "name": r.name, "state": str(r.state), "exit_code": r.exit_code,
              "hosts": [n.label for n in r.nodes], "command": list(r.command),
              "created": r.created, "started": r.started, "ended": r.ended,
              "controller_gone": r.run_id in gone} for r in records]

@@ -24,9 +24,17 @@ def test_the_list_has_a_header_the_exit_code_and_how_long_each_run_took():
                  record("20250101-110000-cd34", "succeeded", 0, 1_700_000_000.0,
                         1_700_003_900.0)], out)
     lines = out.getvalue().splitlines()
-    assert lines[0].split() == ["run", "started", "state", "exit", "took", "hosts", "command"]
-    assert lines[1].split()[3:7] == ["failed", "3", "90s", "2"]
-    assert lines[2].split()[3:7] == ["succeeded", "0", "65m", "2"]
+    assert lines[0].split() == ["run", "name", "started", "state", "exit", "took", "hosts",
+                                "command"]
+    assert lines[1].split()[4:8] == ["failed", "3", "90s", "2"]
+    assert lines[2].split()[4:8] == ["succeeded", "0", "65m", "2"]
+
+
+def test_a_named_run_shows_its_name_in_the_list():
+    out = io.StringIO()
+    named = dataclasses.replace(record("20250101-120000-ab12", "running"), name="bert-large")
+    render_list([named], out)
+    assert out.getvalue().splitlines()[1].split()[:2] == ["20250101-120000-ab12", "bert-large"]
 
 
 def test_a_node_of_one_rank_shows_that_rank_not_a_range():
