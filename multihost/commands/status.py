@@ -11,6 +11,7 @@ examples:
   multihost status 20261121-101500-3f2a   a run by id (a unique prefix is enough)
   multihost status --json | jq '.nodes[] | select(.state != "running")'
   multihost status --list                 the runs this controller knows, newest first
+  multihost status --all --ips=a,b,c      every run on these hosts, anyone's, queued too
 
 Works on any run, including one whose controller died or was detached: the hosts are
 found again from the run's record in ~/.multihost/runs/RUN/run.json.
@@ -28,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     view.add_argument("--plain", action="store_true", help="plain text, no table")
     view.add_argument("--json", action="store_true", help="one JSON document")
     add_connection_options(parser)
+    from .status_all import add_all_options
+    add_all_options(parser)
     return parser
 
 
@@ -84,6 +87,9 @@ def main(args: argparse.Namespace) -> int:
     from ..views import wants_plain
     from ..views.status_view import render_plain, render_rich
 
+    if getattr(args, "all", False):
+        from .status_all import main_all
+        return main_all(args)
     if args.list:
         return list_runs(args)
     if args.run is None and show_queued(args):

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from . import run_attempt, run_files
+from . import holds, ops_hold, run_attempt, run_files, sync_lock
 from .proto import OpError, op
 
 SIOCGIFADDR = 0x8915
@@ -70,6 +70,10 @@ def prepare(request):
     if not os.path.isdir(workdir):
         raise OpError("workdir %s does not exist" % workdir,
                       "sync the code there (run without --no-sync) or give the right --workdir")
+    try:  # a tree a sync is writing, or left half written, is never run
+        sync_lock.check_for_run(workdir, run_id)
+    except sync_lock.Busy as busy:
+        raise OpError(busy.text, busy.fix)
     node_path = os.path.join(run_dir, "node.json")
     attempt = int(request.get("attempt") or 0)
     if attempt:
@@ -83,12 +87,18 @@ def prepare(request):
                       "(under another name or address)" % run_id,
                       "list each machine once in --ips or the hostfile (`multihost check` "
                       "names the entries)")
+    try:
+        ops_hold.claim(request)
+    except OpError:
+        os.unlink(node_path)
+        raise
     if not request.get("allow_concurrent"):
         try:
             run_files.take_lock(run_id, max(float(request.get("stale_after", 120)),
                                             float(request.get("launch_timeout") or 0) + 30))
         except run_files.Busy as busy:
             os.unlink(node_path)
+            holds.remove("run", run_id)
             holder = busy.holder.get("run_id")
             since = time.strftime("%H:%M:%S", time.localtime(float(busy.holder.get("time") or 0)))
             raise OpError("busy: run %s holds this host (since %s)" % (holder, since),

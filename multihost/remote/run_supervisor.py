@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 
-from . import run_files, run_ps
+from . import run_files, run_ps, sync_lock
 from .run_gpus import GpuSampler
 from .run_rankwrap import child_env, exit_mark
 
@@ -271,8 +271,7 @@ class Supervisor(object):
         state, code, sig = ("failed", None, None) if error else self.outcome()
         self.record(state=state, exit_code=code, signal=sig, ended=time.time(),
                     error=error, ranks_left=len(run_files.run_processes(self.run_id, os.getpid())))
-        if not self.spec.get("allow_concurrent"):
-            run_files.release_lock(self.run_id)
+        run_files.release_lock(self.run_id)  # only its own: a concurrent run holds none
 
 
 def supervise(spec, run_dir, ready_fd):
@@ -286,8 +285,16 @@ def supervise(spec, run_dir, ready_fd):
     me = {"pid": os.getpid(), "ticks": run_files.start_ticks(os.getpid())}
     try:
         sup.record(supervisor=me)
-        if not spec.get("allow_concurrent"):
-            run_files.set_lock_supervisor(sup.run_id, me)
+        run_files.set_lock_supervisor(sup.run_id, me)  # and its entry in the host registry
+        try:
+            # Held for the run's life: a sync into this workdir is refused naming the run.
+            sup.workdir_claim = sync_lock.hold_for_run(
+                os.path.join(os.path.expanduser("~"), os.path.expanduser(spec.get("cwd") or "~")),
+                sup.run_id)
+        except sync_lock.Busy as busy:
+            sup.finish(error=busy.text)
+            sup.tell_launch_op({"ok": False, "error": busy.text, "fix": busy.fix})
+            return 1
         try:
             sup.start()
         except OSError as err:

@@ -1,0 +1,68 @@
+"""``multihost status --all --ips=...``: every run on the given hosts, from every
+controller and user (the hosts' registries), with a header; ``--state`` filters."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .common import _count, _port
+
+ALL_EPILOG = """\
+  multihost status --all --ips=a,b,c      every run on these hosts, anyone's, queued too
+  multihost status --all --hostfile hosts.ini --state running --json
+"""
+
+
+def add_all_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("every run on some hosts (--all)")
+    group.add_argument("--all", action="store_true",
+                       help="every run on the hosts given (--ips/--hostfile), of every user "
+                            "and controller, queued ones too")
+    group.add_argument("--state", choices=("queued", "starting", "running", "succeeded",
+                                           "failed", "stopped", "lost"),
+                       help="with --all: only runs in this state")
+    group.add_argument("--ips", metavar="A,B,...", help="with --all: the hosts")
+    group.add_argument("--hostfile", metavar="FILE", help="with --all: the hosts (INI)")
+    group.add_argument("--include", metavar="HOSTS", help="with --all: only these hosts")
+    group.add_argument("--exclude", metavar="HOSTS", help="with --all: leave these hosts out")
+    group.add_argument("--user", help="with --all: ssh user for every host")
+    group.add_argument("--port", type=_port, help="with --all: ssh port for every host")
+    group.add_argument("-i", "--identity", metavar="FILE", help="with --all: ssh private key")
+    group.add_argument("--accept-new-host-keys", action="store_true",
+                       help="with --all: record unknown host keys")
+    group.add_argument("--fanout", type=_count, default=64, metavar="N",
+                       help="with --all: hosts asked at once (default 64)")
+
+
+def main_all(args: argparse.Namespace) -> int:
+    from ..errors import EXIT_CONNECT, ConfigError
+    from ..run.holders import gather, render
+    from .common import cluster_from_args, hosts_from_args
+
+    if not (args.ips or args.hostfile):
+        raise ConfigError("status --all asks the hosts: name them",
+                          fix="add `--ips=a,b` or `--hostfile FILE`")
+    for name, default in (("workdir", None), ("python", None), ("transport", None)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    args.ssh_config = args.ssh_config or "~/.ssh/config"
+    args.connect_timeout = args.connect_timeout or 10.0
+    hosts = hosts_from_args(args)
+    with cluster_from_args(args, hosts) as cluster:
+        runs, errors = gather(cluster)
+    if args.state:
+        runs = [r for r in runs if r.state == args.state]
+    now = time.time()
+    if args.json:
+        print(json.dumps({"runs": [r.to_json(now) for r in runs],
+                          "errors": [str(e) for e in errors]}, indent=1))
+    else:
+        render(runs, sys.stdout, now)
+        if not runs:
+            print("no runs on these hosts" + (f" in state {args.state}" if args.state else ""),
+                  file=sys.stderr)
+    for error in errors:
+        print(f"multihost: {error}", file=sys.stderr)
+    return EXIT_CONNECT if errors else 0

@@ -1,0 +1,127 @@
+"""Every run on a set of hosts, from every controller and user: read from each host's
+registry (remote/holds.py) and merged by run, as ``status --all`` shows it (squeue's
+view of a cluster without a scheduler).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .. import helper
+from ..nodeset import fold
+from ..remote.holds import fold_ints
+
+STATES = ("queued", "starting", "running", "succeeded", "failed", "stopped", "lost")
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    """One run as the hosts' registries tell it."""
+
+    run_id: str
+    name: str
+    user: str
+    state: str                    # one of STATES
+    hosts: Tuple[str, ...]        # the hosts (labels as given here) where it is recorded
+    gpus: str                     # '0-7', '' for none
+    since: float                  # when it was asked (queued) or prepared
+    started: Optional[float]
+    ended: Optional[float]
+    exit_code: Optional[int]
+    controller: str
+    place: int = 0                # its place in the queue (1: next), for a queued run
+
+    def duration(self, now: float) -> Optional[float]:
+        began = self.started or (None if self.state == "queued" else self.since)
+        if began is None:
+            return None
+        return (self.ended or now) - began
+
+    def to_json(self, now: float) -> dict:
+        data = asdict(self)
+        data["hosts"] = list(self.hosts)
+        data["duration"] = self.duration(now)
+        return data
+
+
+def state_of(entry: dict) -> Optional[str]:
+    if entry.get("kind") == "queue":
+        return "queued" if entry.get("live") else None
+    if entry.get("state") in ("succeeded", "failed", "stopped"):
+        return entry["state"]
+    if not entry.get("live"):
+        return "lost"
+    return "running" if entry.get("pid") else "starting"
+
+
+def queue_order(entries: Sequence[dict]) -> List[dict]:
+    """Live queue entries in the one order every controller agrees on: by when each run
+    asked, then by run id."""
+    return sorted((e for e in entries if e.get("kind") == "queue" and e.get("live")),
+                  key=lambda e: (e.get("time") or 0.0, e.get("run_id")))
+
+
+def merge(per_host: Dict[str, List[dict]]) -> List[SharedRun]:
+    """Entries of every host, one SharedRun per (run, kind): a run is on several hosts."""
+    runs: Dict[Tuple[str, str], dict] = {}
+    where: Dict[Tuple[str, str], List[str]] = {}
+    for label, entries in per_host.items():
+        for entry in entries:
+            state = state_of(entry)
+            if state is None:
+                continue
+            key = (entry["run_id"], "queue" if state == "queued" else "run")
+            where.setdefault(key, []).append(label)
+            best = runs.get(key)
+            # The worst news of any host: a run failed on one host failed.
+            if best is None or STATES.index(state) > STATES.index(best["_state"]):
+                runs[key] = dict(entry, _state=state)
+    queued = queue_order([r for r in runs.values() if r["_state"] == "queued"])
+    places = {e["run_id"]: i + 1 for i, e in enumerate(queued)}
+    out = [SharedRun(e["run_id"], e.get("name") or "", e.get("user") or "?", e["_state"],
+                     tuple(where[key]), fold_ints(e.get("gpus") or ()),
+                     e.get("time") or 0.0, e.get("started"), e.get("ended"), e.get("exit_code"),
+                     e.get("controller") or "", places.get(e["run_id"], 0)
+                     if e["_state"] == "queued" else 0)
+           for key, e in runs.items()]
+    return sorted(out, key=lambda r: (STATES.index(r.state) > 2, r.place or 0, -r.since))
+
+
+def gather(cluster) -> Tuple[List[SharedRun], list]:
+    """Ask every host for its registry: (runs, the errors of hosts that did not answer)."""
+    results = cluster.map(lambda host, transport: helper.call(transport, "hold.list", {},
+                                                              timeout=30))
+    per_host = {r.host.label: (r.value or {}).get("entries") or [] for r in results if r.ok}
+    return merge(per_host), [r.error for r in results if not r.ok]
+
+
+def age(seconds: Optional[float]) -> str:
+    from ..remote.holds import age as words
+    return "-" if seconds is None else words(seconds)
+
+
+HEADERS = ("RUN", "NAME", "USER", "STATE", "HOSTS", "GPUS", "SINCE", "EXIT", "TOOK")
+
+
+def rows(runs: Sequence[SharedRun], now: Optional[float] = None) -> List[Tuple[str, ...]]:
+    now = time.time() if now is None else now
+    out = []
+    for r in runs:
+        state = f"queued ({_nth(r.place)})" if r.state == "queued" else r.state
+        out.append((r.run_id, r.name or "-", r.user, state, fold(list(r.hosts)),
+                    r.gpus or "-", age(now - r.since) + " ago",
+                    "-" if r.exit_code is None else str(r.exit_code), age(r.duration(now))))
+    return out
+
+
+def _nth(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def render(runs: Sequence[SharedRun], out, now: Optional[float] = None) -> None:
+    table = [HEADERS] + rows(runs, now)
+    widths = [max(len(row[i]) for row in table) for i in range(len(HEADERS))]
+    for row in table:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
