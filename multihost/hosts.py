@@ -190,17 +190,52 @@ def parse_ips(text: str) -> List[Dict[str, object]]:
     return entries
 
 
-def read_config_text(path: Path, what: str, flag: str) -> str:
-    """A small config file as text; unreadable or non-UTF-8 is one line naming the place."""
+# Bounds of every file a user names (hostfile, job file, env file): real ones are a few
+# KB. A wrong path (/dev/zero, a dataset, a log) is refused at the bound, not read into
+# memory until the OOM killer comes.
+MAX_FILE_BYTES = 1 << 20
+MAX_LINE_CHARS = 65536
+MAX_HOSTS = 4096
+
+
+def read_config_bytes(path: Path, what: str, flag: str) -> bytes:
+    """A file a user named, read up to MAX_FILE_BYTES; larger (or endless) is one line."""
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror}",
                           fix=f"check the path given to {flag}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB, the most a {what} "
+                          f"may be", fix=f"check the path given to {flag}: a {what} is a "
+                          "few lines of text")
+    return data
+
+
+def read_config_text(path: Path, what: str, flag: str) -> str:
+    """A small config file as text, within the bounds above; unreadable, non-UTF-8, too
+    large or with too long a line is one line naming the place and the bound."""
+    data = read_config_bytes(path, what, flag)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        lineno = path.read_bytes()[:exc.start].count(b"\n") + 1
+        lineno = data[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{lineno}: not UTF-8 text (byte {exc.object[exc.start]:#04x})",
                           fix=f"save the {what} as UTF-8 text") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if len(line) > MAX_LINE_CHARS:
+            raise ConfigError(f"{path}:{lineno}: a line longer than {MAX_LINE_CHARS} characters, "
+                              f"the most a {what} line may be",
+                              fix=f"check the path given to {flag}, and that line")
+    return text
+
+
+def check_host_count(count: int, where: str) -> None:
+    if count > MAX_HOSTS:
+        raise ConfigError(f"{where}: {count} hosts, more than {MAX_HOSTS} hosts multihost "
+                          "takes in one command", fix="check that this is the right hostfile, "
+                          "or split the hosts over several commands")
 
 
 def parse_hostfile(path: Path) -> List[Dict[str, object]]:
@@ -350,8 +385,10 @@ def load_inventory(ips: Optional[str], hostfile: Optional[str],
         from pathlib import Path  # only for a hostfile: pathlib costs every start-up
 
         entries = parse_hostfile(Path(hostfile).expanduser())
+        check_host_count(len(entries), hostfile)
     elif ips is not None:
         entries = parse_ips(ips)
+        check_host_count(len(entries), "--ips")
     else:
         # The single-machine case of the reference docs; its python is the one multihost
         # runs in when only that one has the framework (a venv not on PATH).

@@ -46,6 +46,7 @@ KEYS: Dict[str, Tuple[str, str]] = {
     "allow_concurrent": ("--allow-concurrent", "bool"), "log_dir": ("--log_dir", "path"),
     "kill_wait": ("--kill-wait", "float"), "wait": ("--wait", "float"),
     "gpu_interval": ("--gpu-interval", "float"), "launch_timeout": ("--launch-timeout", "float"),
+    "name": ("--name", "str"), "queue": ("--queue", "bool"),
     "command": ("", "command"),
 }
 # The argparse destination of each key, for writing a resolved job back.
@@ -63,17 +64,12 @@ def _toml():
 
 def load(path: str) -> Dict[str, Any]:
     """The file's table; unreadable, not TOML or an unknown key: one line naming the file."""
-    file = Path(path).expanduser()
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read job file {path}: {exc.strerror}",
-                          fix="check the path given to -f") from None
+    from ..hosts import read_config_text
+
+    text = read_config_text(Path(path).expanduser(), "job file", "-f").lstrip("\ufeff")
     toml = _toml()
     try:
-        table = toml.loads(data.decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text", fix="save the job file as UTF-8") from None
+        table = toml.loads(text)
     except toml.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}",
                           fix="see docs/jobfile.md for the format, e.g. code = \".\"") from None

@@ -77,7 +77,7 @@ def header_lines(status):
         where = f"rank {cause.rank}" if cause.rank is not None else f"node {cause.node_rank}"
         lines.append(f"  root cause: {cause.host} {where}: {cause.reason}")
         lines += [f"    then {line}" for line in cause.after]
-    if any(node.view is not None and node.view.detail == LAUNCH_LOST for node in status.nodes):
+    if any(getattr(node.view, "detail", "") == LAUNCH_LOST for node in getattr(status, "nodes", ())):
         lines.append(f"  {LAUNCH_LOST}: nothing of it runs (fix: start it again: multihost "
                      f"rerun {record.run_id}; give --launch-timeout S if its launch is slow)")
     if record.stragglers:

@@ -159,3 +159,37 @@ def test_a_hang_is_blamed_on_the_rank_whose_stack_stands_apart(lab, code):
     cause = json.loads(lab.multihost("status", run_id, "--json", timeout=60).stdout)["root_cause"]
     assert (cause["host"], cause["node_rank"], cause["rank"]) == ("198.18.0.13", 2, 2), cause
     assert not found_on(lab, range(1, 5), run_id)
+
+
+# -- 10: every file a user names is read within bounds ------------------------------------
+def bounded_multihost(lab, *args: str):
+    """`multihost ARGS` with its address space capped at 1 GiB (an unbounded read of
+    /dev/zero took 22 GB and woke the OOM killer)."""
+    return lab.run(["prlimit", "--as=1073741824", sys.executable, "-m", "multihost", *args],
+                   timeout=60)
+
+
+def test_files_a_user_names_are_read_within_bounds_named_in_the_error(lab, tmp_path, code):
+    many = tmp_path / "many.ini"
+    many.write_text("".join(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}\n" for i in range(5000)))
+    long_line = tmp_path / "long.env"
+    long_line.write_text("A=" + "x" * 200_000 + "\n")
+    big_job = tmp_path / "job.toml"
+    big_job.write_text("# filler\n" * 200_000 + 'command = ["sleeper.py"]\n')
+    cases = [
+        (["exec", "--hostfile", "/dev/zero", "--", "true"], "/dev/zero", "larger than 1 MiB"),
+        (["exec", "--hostfile", str(many), "--", "true"], str(many), "more than 4096 hosts"),
+        (["run", "--ips", ips(lab, 1), "--code", str(code), "--env-file", str(long_line),
+          "--", "sleeper.py"], f"{long_line}:1", "longer than 65536 characters"),
+        (["run", "-f", str(big_job), "--ips", ips(lab, 1)], str(big_job), "larger than 1 MiB"),
+        (["run", "-f", "/dev/zero", "--ips", ips(lab, 1)], "/dev/zero", "larger than 1 MiB"),
+    ]
+    for argv, where, bound in cases:
+        started = time.monotonic()
+        result = bounded_multihost(lab, *argv)
+        assert result.returncode == 2, (argv, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr, argv
+        line = result.stderr.strip().splitlines()[-1]
+        assert line.startswith("multihost: ") and where in line and bound in line, (argv, line)
+        assert "(fix: " in line, line
+        assert time.monotonic() - started < 20, argv
