@@ -18,6 +18,8 @@ import pytest
 from multihost.lab import Lab
 
 from conftest import LabHandle, lab_unavailable, random_name
+from test_run import SLEEPER, leftovers, run_id_in
+from test_run import paddle_python  # noqa: F401 (the cached paddle venv: MULTIHOST_TEST_PADDLE=1)
 
 
 @pytest.fixture(scope="module")
@@ -191,8 +193,6 @@ def test_run_inside_salloc_puts_ranks_in_slurms_node_order(slurm_lab, tmp_path):
 
 
 def test_a_failing_rank_inside_salloc_is_the_root_cause_and_nothing_is_left(slurm_lab, tmp_path):
-    from test_run import SLEEPER, leftovers, run_id_in
-
     code = tmp_path / "code"
     code.mkdir()
     (code / "sleeper.py").write_text(SLEEPER)
@@ -209,8 +209,6 @@ def test_a_failing_rank_inside_salloc_is_the_root_cause_and_nothing_is_left(slur
 
 
 def test_ctrl_c_inside_salloc_leaves_nothing_on_any_node_and_ends_the_job(slurm_lab, tmp_path):
-    from test_run import SLEEPER, leftovers, run_id_in
-
     code = tmp_path / "code"
     code.mkdir()
     (code / "sleeper.py").write_text(SLEEPER)
@@ -299,3 +297,23 @@ def test_run_in_an_sbatch_script_runs_on_the_allocation(slurm_lab, shared_dir):
     out = (shared_dir / f"out-{job}.txt").read_text()
     assert out.count("all_reduce sum=10 expected=10 ok") == 4 and "rc=0" in out, out[-3000:]
     assert re.search(r"h1 \[0\]: host=h1 rank=0 ", out) and re.search(r"h2 \[3\]: host=h2 rank=3 ", out)
+
+
+
+def test_paddle_inside_salloc_gives_trainer_ids_and_endpoints_in_slurms_order(slurm_lab, tmp_path,
+                                                                           paddle_python):
+    r = in_allocation(slurm_lab, f"multihost run --python {paddle_python} --launcher paddle "
+                                 f"--nproc_per_node 2 --start-port 17100 --code {EXAMPLES} --plain "
+                                 f"--log_dir {tmp_path / 'log'} -- ranks.py", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = {}
+    for line in r.stdout.splitlines():
+        m = re.search(r"^(\S+) \[\d+\]: paddle trainer_id=(\d) endpoint=(\S+) endpoints=(\S+)", line)
+        if m:
+            seen[int(m.group(2))] = (m.group(1), m.group(3), m.group(4))
+    expected = "198.18.0.11:17100,198.18.0.11:17101,198.18.0.12:17100,198.18.0.12:17101"
+    assert {t: v[:2] for t, v in seen.items()} == {
+        0: ("h1", "198.18.0.11:17100"), 1: ("h1", "198.18.0.11:17101"),
+        2: ("h2", "198.18.0.12:17100"), 3: ("h2", "198.18.0.12:17101")}
+    assert {v[2] for v in seen.values()} == {expected}
+    assert len(re.findall(r"(?m)^\S+ \[\d\]: all_reduce sum=10 expected=10 ok$", r.stdout)) == 4
