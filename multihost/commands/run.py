@@ -227,8 +227,18 @@ def _main(args: argparse.Namespace) -> int:
         _say(args, validated.choice.line())
     with cluster_from_args(args, hosts) as cluster, \
             Lifecycle(cluster, request, validated, notify=lambda text: _say(args, text)) as life:
-        _, record = life.prepare(
-            sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
+        ticket = None
+        if request.queue:  # in line until its hosts are free (docs/sharing.md)
+            from ..run.queue import ticket_for
+
+            ticket = ticket_for(cluster, job, job.start_port, request.name)
+            ticket.wait_turn(lambda text: _say(args, text))
+        try:
+            _, record = life.prepare(
+                sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
+        finally:
+            if ticket is not None:
+                ticket.leave()
         save_job(args, record, command)
         holder: dict = {}
         outcome = life.follow(lambda: run_view(args, holder), holder)

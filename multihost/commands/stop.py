@@ -44,6 +44,13 @@ def main(args: argparse.Namespace) -> int:
     from ..views.status_view import render_plain
     from .status import cluster_for
 
+    from ..run.queue import stop_queued
+
+    if args.run:
+        ticket = stop_queued(args.run)
+        if ticket:
+            print(f"queued run {args.run} ({ticket}) left the queue")
+            return 0
     record = load_run(args.run)
     grace = record.kill_wait if args.kill_wait is None else args.kill_wait
     if grace < 0:

@@ -289,7 +289,7 @@ def test_one_run_per_host_unless_allow_concurrent(lab, tmp_path, code):
                              "--log_dir", str(tmp_path / "log"), "--",
                              "sleeper.py", timeout=120)
         assert busy.returncode == 5, busy.stderr
-        assert f"busy: run {first_id} holds this host" in busy.stderr
+        assert f"busy: root's run {first_id} (since" in busy.stderr
         assert f"multihost stop {first_id}" in busy.stderr     # the fix names the run
         second = lab.multihost("run", "--hostfile", str(hosts), "--launcher", "python",
                                "--code", str(code), "--no-check", "--no-sync", "--detach",

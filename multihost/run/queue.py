@@ -1,0 +1,162 @@
+"""``run --queue``: wait in line for hosts another run holds, then start as usual.
+
+The waiting run writes a queue entry (a ticket: an id, when it asked, its GPUs) into the
+registry of every host it needs (remote/holds.py) and refreshes it every POLL seconds.
+Its turn comes when, on every one of its hosts, no live run holds what it needs and no
+queue entry that asked earlier wants the same GPUs. Every controller orders tickets the
+same way (by when they asked, then by id), so runs with overlapping host sets never wait
+for each other in a circle, and a wide run is never passed by later narrow ones.
+
+A ticket is also kept in ~/.multihost/queue/<id>.json with the waiting controller's pid,
+so `multihost stop NAME` from another shell takes it out of the line (SIGINT: the waiting
+process leaves every host's queue, as on Ctrl-C).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+from .. import helper
+from ..errors import ConnectError, MultihostError
+from ..nodeset import fold
+from ..remote.holds import holder_line, overlaps
+from .holders import _nth
+from .records import new_run_id, state_dir
+from .sharing import controller
+
+POLL = 2.0
+
+
+def tickets_dir():
+    return state_dir() / "queue"
+
+
+class Ticket:
+    """One run's place in the line on its hosts, kept fresh until it leaves."""
+
+    def __init__(self, cluster, name: str, gpus: Dict[str, Optional[List[int]]],
+                 ports: Dict[str, List[int]]):
+        self.cluster, self.name, self.gpus, self.ports = cluster, name, gpus, ports
+        self.run_id = new_run_id()
+        self.asked = time.time()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _request(self, host, leave=False) -> dict:
+        return {"run_id": self.run_id, "leave": leave, "queue": {
+            "name": self.name, "controller": controller(), "asked": self.asked,
+            "gpus": self.gpus.get(host.label), "ports": self.ports.get(host.label) or [],
+            "hosts": [h.label for h in self.cluster.hosts]}}
+
+    def refresh(self) -> Dict[str, List[dict]]:
+        """Write (or refresh) the entry on every host; every host's entries."""
+        results = self.cluster.map(lambda host, t: helper.call(
+            t, "hold.queue", self._request(host), timeout=30))
+        failed = [r for r in results if not r.ok]
+        if failed:
+            raise failed[0].error
+        return {r.host.label: r.value.get("entries") or [] for r in results}
+
+    def blockers(self, entries: Dict[str, List[dict]]) -> List[Tuple[str, dict]]:
+        """(host, entry) of what stands before this run, the holders first."""
+        mine = (self.asked, self.run_id)
+        held, ahead = [], []
+        for label, found in entries.items():
+            gpus, ports = self.gpus.get(label), self.ports.get(label) or []
+            for e in found:
+                if not e.get("live") or e.get("run_id") == self.run_id:
+                    continue
+                if e["kind"] == "run" and overlaps(e.get("gpus"), gpus, e.get("ports"), ports):
+                    held.append((label, e))
+                elif e["kind"] == "queue" and (e.get("time") or 0, e["run_id"]) < mine \
+                        and overlaps(e.get("gpus"), gpus):
+                    ahead.append((label, e))
+        return held + ahead
+
+    def place_line(self, blockers: List[Tuple[str, dict]]) -> str:
+        ahead = {e["run_id"] for _, e in blockers if e["kind"] == "queue"}
+        first = blockers[0][1]
+        where = fold([label for label, e in blockers if e["run_id"] == first["run_id"]])
+        who = holder_line(first) if first["kind"] == "run" else \
+            holder_line(first).replace(", no GPUs)", ")").replace(" (run ", " (queued, run ")
+        return f"queued: {_nth(len(ahead) + 1)}, behind {who} on {where}"
+
+    def wait_turn(self, say: Callable[[str], None]) -> None:
+        """Return when it is this run's turn; Ctrl-C (or `multihost stop`) leaves the line."""
+        self._save()
+        said = ""
+        try:
+            while True:
+                blockers = self.blockers(self.refresh())
+                if not blockers:
+                    say(f"queued run {self.name or self.run_id}: its turn, starting")
+                    break
+                line = self.place_line(blockers)
+                if line != said:
+                    say(line)
+                    said = line
+                time.sleep(POLL)
+        except BaseException:
+            self.leave()
+            raise
+        self._thread = threading.Thread(target=self._keep, daemon=True)
+        self._thread.start()
+
+    def _keep(self) -> None:
+        while not self._stop.wait(POLL):
+            try:
+                self.refresh()
+            except (MultihostError, ConnectError):
+                pass
+
+    def leave(self) -> None:
+        """Out of the line on every host (and of this controller's tickets)."""
+        self._stop.set()
+        self.cluster.map(lambda host, t: helper.call(t, "hold.queue",
+                                                     self._request(host, leave=True), timeout=30))
+        try:
+            (tickets_dir() / f"{self.run_id}.json").unlink()
+        except OSError:
+            pass
+
+    def _save(self) -> None:
+        tickets_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+        (tickets_dir() / f"{self.run_id}.json").write_text(json.dumps(
+            {"run_id": self.run_id, "name": self.name, "pid": os.getpid(),
+             "hosts": [h.label for h in self.cluster.hosts]}))
+
+
+def ticket_for(cluster, job, start_port: Optional[int], name: str) -> Ticket:
+    gpus = {h.label: (list(job.gpus_for(h)) or None) for h in cluster.hosts}
+    ports = {h.label: list(job.ports(start_port, h)) if start_port else [] for h in cluster.hosts}
+    return Ticket(cluster, name, gpus, ports)
+
+
+def stop_queued(handle: str, timeout: float = 30.0) -> Optional[str]:
+    """Take a run of this controller out of the line by its name or ticket id: the
+    ticket's id, or None when no queued run has that name."""
+    try:
+        files = list(tickets_dir().glob("*.json"))
+    except OSError:
+        return None
+    for path in files:
+        try:
+            ticket = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if handle not in (ticket.get("name"), ticket.get("run_id")):
+            continue
+        try:
+            os.kill(int(ticket["pid"]), signal.SIGINT)
+        except (OSError, ValueError, KeyError):
+            path.unlink(missing_ok=True)  # its controller is gone: the entry goes stale
+            return ticket.get("run_id")
+        deadline = time.time() + timeout
+        while path.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        return ticket.get("run_id")
+    return None

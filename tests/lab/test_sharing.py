@@ -1,0 +1,112 @@
+"""Two controllers on one lab: the busy line names the holder, `status --all` sees every
+run, a queued run starts by itself when the hosts free up, Ctrl-C and `stop` leave the
+queue clean, and a torchrun started by hand is named."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from test_run import hostfile, run_id_in
+
+SHORT = "import os, time; time.sleep(float(os.environ.get('NAP', '8'))); print('done', flush=True)\n"
+
+
+def code_dir(tmp_path):
+    directory = tmp_path / "code"
+    directory.mkdir(exist_ok=True)
+    (directory / "nap.py").write_text(SHORT)
+    return directory
+
+
+def start(lab, hosts, code, tmp_path, *extra, name="bert-large", nap="8"):
+    return lab.multihost("run", "--hostfile", str(hosts), "--launcher", "python", "--code",
+                         str(code), "--name", name, "--detach", "--env", f"NAP={nap}",
+                         "--log_dir", str(tmp_path / "log"), *extra, "--", "nap.py", timeout=120)
+
+
+def queued(lab, hosts, code, tmp_path, name):
+    argv = [sys.executable, "-m", "multihost", "run", "--hostfile", str(hosts), "--launcher",
+            "python", "--code", str(code), "--name", name, "--queue", "--plain", "--env",
+            "NAP=1", "--log_dir", str(tmp_path / "log"), "--", "nap.py"]
+    return lab.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                     stdin=subprocess.DEVNULL)
+
+
+def all_runs(lab, hosts, *extra):
+    result = lab.multihost("status", "--all", "--hostfile", str(hosts), "--json", *extra,
+                           timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["runs"]
+
+
+def test_busy_names_the_holder_and_a_queued_run_starts_when_it_ends(lab, tmp_path):
+    code = code_dir(tmp_path)
+    hosts = hostfile(lab, tmp_path, 2)
+    first = start(lab, hosts, code, tmp_path, nap="12")
+    assert first.returncode == 0, first.stderr
+    first_id = run_id_in(first.stdout)
+    check = lab.multihost("check", "--hostfile", str(hosts), "--plain", timeout=120)
+    said = check.stdout + check.stderr
+    assert f'busy: root\'s run "bert-large" (run {first_id}, since' in said, said
+    assert "add `--queue`" in said and "kill" not in said.split("busy:")[1].splitlines()[0]
+    waiting = queued(lab, hosts, code, tmp_path, "second")
+    try:
+        deadline = time.monotonic() + 60
+        while not any(r["state"] == "queued" for r in all_runs(lab, hosts)):
+            assert time.monotonic() < deadline and waiting.poll() is None
+            time.sleep(0.5)
+        runs = {r["name"]: r for r in all_runs(lab, hosts)}
+        assert runs["bert-large"]["state"] in ("running", "starting")
+        assert runs["second"]["state"] == "queued" and runs["second"]["place"] == 1
+        out, err = waiting.communicate(timeout=120)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 0, err
+    assert 'queued: 1st, behind root\'s run "bert-large"' in err
+    ended = {r["name"]: r for r in all_runs(lab, hosts)}
+    assert ended["bert-large"]["state"] == "succeeded" and ended["bert-large"]["exit_code"] == 0
+    assert ended["second"]["state"] == "succeeded"
+    # It started within seconds of the first one's end.
+    assert ended["second"]["started"] - ended["bert-large"]["ended"] < 15
+    assert not [r for r in all_runs(lab, hosts, "--state", "queued")]
+
+
+def test_ctrl_c_and_stop_leave_the_queue_clean(lab, tmp_path):
+    code = code_dir(tmp_path)
+    hosts = hostfile(lab, tmp_path, 2)
+    first = start(lab, hosts, code, tmp_path, nap="60")
+    first_id = run_id_in(first.stdout)
+    try:
+        a = queued(lab, hosts, code, tmp_path, "wait-a")
+        b = queued(lab, hosts, code, tmp_path, "wait-b")
+        deadline = time.monotonic() + 60
+        while len(all_runs(lab, hosts, "--state", "queued")) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        a.send_signal(signal.SIGINT)
+        a.communicate(timeout=60)
+        assert lab.multihost("stop", "wait-b", timeout=60).returncode == 0
+        b.communicate(timeout=60)
+        assert all_runs(lab, hosts, "--state", "queued") == []
+    finally:
+        lab.multihost("stop", first_id, "--kill-wait", "1", timeout=60)
+
+
+def test_a_hand_started_torchrun_is_named(lab, tmp_path):
+    hosts = hostfile(lab, tmp_path, 2)
+    started = lab.ssh(2, "mkdir -p /tmp/hand && echo 'import time; time.sleep(120)' > "
+                         "/tmp/hand/torchrun && (nohup python3 /tmp/hand/torchrun "
+                         ">/dev/null 2>&1 & echo $!)")
+    assert started.returncode == 0, started.stderr
+    pid = int(started.stdout.split()[-1])
+    try:
+        check = lab.multihost("check", "--hostfile", str(hosts), "--plain", timeout=120)
+        said = check.stdout + check.stderr
+        assert f"a training multihost did not start: root's pid {pid} (python3 /tmp/hand/torchrun)" \
+            in said, said
+    finally:
+        lab.ssh(2, f"kill {pid}")
