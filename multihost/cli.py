@@ -115,7 +115,9 @@ def dispatch(argv: Optional[List[str]] = None) -> int:
         print(f"multihost: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        print("multihost: interrupted", file=sys.stderr)
+        # The terminal echoed ^C where the cursor was (after a progress line, the
+        # dashboard's footer): the word starts a line of its own.
+        print(("\n" if sys.stderr.isatty() else "") + "multihost: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

@@ -196,10 +196,15 @@ class RunStopping:
 
 @dataclass(frozen=True)
 class RunFinished:
+    """An attempt's end: the run's, unless ``restarting`` names the attempt that follows."""
+
     run_id: str
     exit_code: int
     root_cause: Optional[RootCause] = None
     time: float = 0.0
+    logs: str = ""                  # the controller's mirror of this attempt ('': none)
+    attempt: str = ""               # "attempt 1 of 3" under --max-restarts, else ''
+    restarting: str = ""            # "attempt 2 of 3" when one follows this failure, else ''
 
 
 @dataclass(frozen=True)

@@ -72,9 +72,19 @@ def link_latest(mirror_dir: Path, nodes: Sequence[Node]) -> Path:
         for local in range(node.nproc):
             _relink(mirror_dir / f"workerlog.{node.first_rank + local}",
                     f"{label}/log/workerlog.{local}")
-    latest = mirror_dir.parent / "latest"
-    _relink(latest, mirror_dir.name)
+    latest = latest_link(mirror_dir)
+    _relink(latest, os.path.relpath(mirror_dir, latest.parent))
     return latest
+
+
+def latest_link(mirror_dir) -> Path:
+    """``<log_dir>/latest``, for a run's mirror ``<log_dir>/<run_id>`` or for an attempt's
+    ``<log_dir>/<run_id>/attempt_<k>`` (--max-restarts): the newest attempt is the latest."""
+    mirror_dir = Path(mirror_dir)
+    root = mirror_dir.parent
+    if mirror_dir.name.startswith("attempt_"):
+        root = root.parent
+    return root / "latest"
 
 
 def _relink(link: Path, target: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..errors import ConfigError
 from ..events import Listener, Notice, RunStarted, RunState
@@ -28,6 +28,8 @@ class RunOptions:
     poll_interval: float = POLL_INTERVAL
     lost_after: float = LOST_AFTER
     hang_timeout: Optional[float] = None
+    # (attempt's result, its record) -> the label of the attempt that follows, or ''
+    restarting: Callable[[Any, Any], str] = lambda result, record: ""
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         monitor = Monitor(cluster, plan, listener, keeper, interrupts,
                           poll_interval=options.poll_interval, lost_after=options.lost_after,
                           wait_after_exit=options.wait_after_exit, settle=settle,
-                          tick=progress.tick,
+                          tick=progress.tick, restarting=options.restarting,
                           **({"hung": hang.check} if hang is not None else {}))
         monitor.watch_all()
         follower = _log_follower(cluster, plan, mirror, listener)

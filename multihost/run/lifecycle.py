@@ -115,8 +115,14 @@ class Lifecycle:
         run_log_dir = self.record.log_dir
         self.record = dataclasses.replace(self.record, max_restarts=limit,
                                           log_dir=attempt_log_dir(run_log_dir, 0, limit))
+
+        def restarting(result, ended) -> str:   # said by the views as the attempt ends
+            if not self.restarts(result, ended, limit):
+                return ""
+            return attempt_label(self.plan.attempt + 1, limit)
+
         while True:
-            outcome = self.execute(listener_for(), holder)
+            outcome = self.execute(listener_for(), holder, restarting)
             ended = load_run(self.plan.run_id)   # the attempt's record, as it ended
             if not self.decide(outcome, ended, limit):
                 return outcome
@@ -157,13 +163,15 @@ class Lifecycle:
         same_shape(job, before, self.cluster.hosts)
         return report
 
-    def execute(self, listener, holder: Optional[Dict[str, object]] = None) -> Outcome:
+    def execute(self, listener, holder: Optional[Dict[str, object]] = None,
+                restarting: Callable[[Any, Any], str] = lambda result, record: "") -> Outcome:
         """Launch in ip order and follow to the end (with ``--detach``: until every node
         runs). A listener with ``close`` (the dashboard) is closed at the attempt's end,
-        giving the terminal back before anything else is printed."""
+        giving the terminal back before anything else is printed. ``restarting`` names
+        the attempt that will follow this one's end ('' for none), for the views."""
         holder = {} if holder is None else holder
         options = RunOptions(detach=self.request.detach, wait_after_exit=self.request.wait,
-                             hang_timeout=self.request.hang_timeout)
+                             hang_timeout=self.request.hang_timeout, restarting=restarting)
         try:
             outcome = start_and_follow(self.cluster, self.plan, self.record, listener, options,
                                        holder)
@@ -174,7 +182,11 @@ class Lifecycle:
 
     def decide(self, outcome: Outcome, ended, limit: int) -> bool:
         """Whether another attempt follows the one that just ended."""
-        result = outcome.result
+        return self.restarts(outcome.result, ended, limit)
+
+    def restarts(self, result, ended, limit: int) -> bool:
+        """Whether an attempt that ended with ``result`` (its record: ``ended``) is
+        followed by another: asked as it ends, so the views can say so."""
         lost = bool(result.lost) if result is not None else False
         return (self.plan.attempt < limit and restartable(result)
                 and may_restart(self.request.max_restarts, self.plan.attempt, lost,
@@ -190,9 +202,8 @@ class Lifecycle:
         attempt = plan.attempt + 1
         label = attempt_label(plan.attempt, limit)
         lost = "".join(f"; {plan.nodes[r].host.label} was lost" for r in result.lost)
-        self.notify(f"run {plan.run_id} {label} failed: {result.root_cause.host} "
-                    f"{describe(result.root_cause)}{lost}; restarting as "
-                    f"{attempt_label(attempt, limit)}")
+        if lost:   # the attempt's failure and the restart were said as it ended (views)
+            self.notify(lost[2:])
         self.spares = SpareState(tuple(host_from_dict(h) for h in ended.spares),
                                  tuple(Replacement.from_json(r) for r in ended.replacements))
         try:

@@ -29,6 +29,7 @@ from ..errors import CommandTimeout, ConnectError, MultihostError
 from ..events import Listener, NodeChanged, NodeState, RunFinished, RunState, RunStopping
 from .outcome import Failure, NodeView, conclude, failures_of, parse_status, refine, root_cause
 from .plan import RunPlan
+from .restarts import attempt_label
 from .start import RecordKeeper
 from .status_streams import StatusStreams
 
@@ -87,7 +88,8 @@ class Monitor:
                  lost_after: float = LOST_AFTER, wait_after_exit: Optional[float] = None,
                  settle: Callable[[bool], None] = lambda lost: None,
                  hung: Callable[[float], Optional[Failure]] = lambda now: None,
-                 tick: Callable[[float], None] = lambda now: None):
+                 tick: Callable[[float], None] = lambda now: None,
+                 restarting: Callable[["AttemptResult", object], str] = lambda result, record: ""):
         self.cluster = cluster
         self.plan = plan
         self.listener = listener
@@ -99,6 +101,9 @@ class Monitor:
         self.settle = settle
         self.hung = hung      # --hang-timeout (hangs.py): a Failure when the run is hung
         self.tick = tick      # every turn of the loop: stragglers are judged (progress.py)
+        # The label of the attempt that will follow this one's end ('' for none): the
+        # views then say the attempt failed, not the run (lifecycle.py decides).
+        self.restarting = restarting
         self.hosts = [node.host for node in plan.nodes]
         self.queue: "queue.Queue[tuple]" = queue.Queue()
         self.stop_polling = threading.Event()
@@ -126,7 +131,8 @@ class Monitor:
         for host in asked:
             self.status_streams.stop(host, grace, reason)
         now = time.time()
-        self.listener(RunStopping(reason, len(asked), grace, interrupted, now))
+        if asked or interrupted:   # every host ended already: no stop to tell of
+            self.listener(RunStopping(reason, len(asked), grace, interrupted, now))
         for host in asked:
             self.listener(NodeChanged(host.rank, host.label, NodeState.STOPPING, time=now))
 
@@ -338,7 +344,11 @@ class Monitor:
         nodes = [(r, self.hosts[r].label, view) for r, view in sorted(self.views.items())]
         end = conclude(states, cause, interrupted, tail, nodes)
         self.settle(bool(self.lost))
-        self.keeper.update(state=end.state, exit_code=end.exit_code, ended=time.time(),
-                           root_cause=end.root_cause)
-        self.listener(RunFinished(self.plan.run_id, end.exit_code, end.root_cause, time.time()))
-        return AttemptResult(end.exit_code, cause, states, interrupted, tuple(sorted(self.lost)))
+        record = self.keeper.update(state=end.state, exit_code=end.exit_code,
+                                    ended=time.time(), root_cause=end.root_cause)
+        result = AttemptResult(end.exit_code, cause, states, interrupted, tuple(sorted(self.lost)))
+        self.listener(RunFinished(self.plan.run_id, end.exit_code, end.root_cause, time.time(),
+                                  logs=record.log_dir,
+                                  attempt=attempt_label(self.plan.attempt, record.max_restarts),
+                                  restarting=self.restarting(result, record)))
+        return result

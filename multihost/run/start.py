@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import helper
-from ..errors import ConnectError, LaunchError, MultihostError
+from ..errors import EXIT_INTERRUPTED, ConnectError, LaunchError, MultihostError
 from ..events import Listener, NodeChanged, NodeState, RunState
 from ..fanout import HostResult
 from ..hosts import Host
@@ -182,5 +182,7 @@ class Starter:
 
         results = self.cluster.map(one, hosts) if hosts else []
         final = state or (RunState.STOPPED if self.interrupted() else RunState.FAILED)
-        self.keeper.update(state=final, ended=time.time())
+        # A Ctrl-C here ends `multihost run` with 130: the record says what the user saw.
+        code = EXIT_INTERRUPTED if final == RunState.STOPPED and self.interrupted() else None
+        self.keeper.update(state=final, ended=time.time(), exit_code=code)
         return results

@@ -22,7 +22,7 @@ from ..events import NodeState, Notice, RunFinished
 from .terminal import no_color
 from .board import BoardModel, BoardSnapshot, FoldedRow, fold_rows, summary
 from .gpus import describe as describe_gpus
-from .plain import PlainView, describe_root_cause, describe_stopping
+from .plain import PlainView, describe_root_cause, describe_stopping, logs_line, restart_line
 
 STATE_STYLE = {
     NodeState.PENDING: "dim", NodeState.SYNCING: "cyan", NodeState.LAUNCHING: "cyan",
@@ -147,6 +147,14 @@ def render(snapshot: BoardSnapshot, now: Optional[float] = None, keys: bool = Tr
     return Group(*parts)
 
 
+def after_lines(event: RunFinished):
+    """What is said under the last frame: a failed attempt that restarts (its root cause
+    is in the frame), else where the logs are."""
+    if event.restarting and event.root_cause is not None:
+        return [restart_line(event)]
+    return [logs_line(event)] if event.logs else []
+
+
 class Dashboard:
     """A run listener that shows a rich Live view on a terminal."""
 
@@ -185,6 +193,8 @@ class Dashboard:
                     threading.Thread(target=self._read_keys, daemon=True).start()
         if isinstance(event, RunFinished):
             self.close()
+            for line in after_lines(event):   # below the last frame, kept in the scrollback
+                self.console.print(f"multihost: {line}", highlight=False, soft_wrap=True)
         elif isinstance(event, Notice):  # said once, and it outlives the live view
             self.console.print(f"multihost: {event.host}: {event.text}", highlight=False)
 

@@ -6,6 +6,7 @@ a pipe into grep sees only the job's lines. Called from several threads: one loc
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import IO, Dict, List, Tuple
 
@@ -30,6 +31,38 @@ def describe_stopping(event: RunStopping) -> str:
         return f"killing: SIGKILL sent to {hosts}"
     why = "" if event.reason.startswith("interrupted (Ctrl-C") else f" ({event.reason})"
     return f"stopping{why}: SIGTERM sent to {hosts}, up to {event.grace:g} s (Ctrl-C again to kill now)"
+
+
+def ended_how(exit_code: int) -> str:
+    """A run that ended without a root cause: stopped (Ctrl-C: 130, `stop`: 143), or failed."""
+    return "stopped" if exit_code in (130, 143) else "failed"
+
+
+def restart_line(event: RunFinished) -> str:
+    """``run R attempt 1 of 3 failed: h2 (node 1) rank 3: exit 1; restarting as attempt 2 of 3``."""
+    return (f"run {event.run_id} {event.attempt} failed: "
+            f"{describe_root_cause(event.root_cause)}; restarting as {event.restarting}")
+
+
+def logs_line(event: RunFinished) -> str:
+    """Where each rank's log is, as the reference docs' users look for it:
+    ``logs: log/latest/workerlog.N (this run: log/<run id>)``; N is the root cause's
+    rank when one is known."""
+    from ..logs.follow import latest_link
+
+    mirror = shown_path(event.logs)
+    cause = event.root_cause
+    rank = cause.rank if cause is not None and cause.rank is not None and cause.rank >= 0 \
+        else "N"
+    return f"logs: {latest_link(mirror)}/workerlog.{rank} (this run: {mirror})"
+
+
+def shown_path(path: str) -> str:
+    """A path as a user types it from here: relative when it is under the cwd."""
+    if not os.path.isabs(path):
+        return os.path.normpath(path)
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 class PlainView:
@@ -121,13 +154,19 @@ class PlainView:
         self.say(f"{event.host} (node {event.node_rank}): {text}")
 
     def _finished(self, event: RunFinished) -> None:
+        cause = event.root_cause
+        if event.restarting and cause is not None:   # the attempt failed, not the run
+            lines = [restart_line(event)] + [f"  | {line}" for line in cause.tail]
+            self.say("\n".join(lines))
+            return
         if event.exit_code == 0:
             self.say(f"run {event.run_id} succeeded")
-            return
-        if event.root_cause is None:
-            self.say(f"run {event.run_id} failed (exit {event.exit_code})")
-            return
-        lines = [f"run {event.run_id} failed; root cause: {describe_root_cause(event.root_cause)}"]
-        lines += [f"  | {line}" for line in event.root_cause.tail]
-        lines += [f"  then {line}" for line in event.root_cause.after]
-        self.say("\n".join(lines))
+        elif cause is None:
+            self.say(f"run {event.run_id} {ended_how(event.exit_code)} (exit {event.exit_code})")
+        else:
+            lines = [f"run {event.run_id} failed; root cause: {describe_root_cause(cause)}"]
+            lines += [f"  | {line}" for line in cause.tail]
+            lines += [f"  then {line}" for line in cause.after]
+            self.say("\n".join(lines))
+        if event.logs:
+            self.say(logs_line(event))

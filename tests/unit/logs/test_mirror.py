@@ -84,3 +84,16 @@ def test_latest_names_the_newest_run_and_each_rank_by_its_global_rank(tmp_path):
         grow.write("step 2\n")
     assert (latest / "workerlog.3").read_text().endswith("step 2\n")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_latest_names_the_newest_attempt_of_a_restarted_run(tmp_path):
+    from multihost.logs.follow import link_latest
+
+    for attempt in (0, 1):
+        mirror = tmp_path / "run-a" / f"attempt_{attempt}"
+        log = mirror / HOSTS[0].label / "log"
+        log.mkdir(parents=True)
+        (log / "workerlog.0").write_text(f"attempt {attempt}\n")
+        latest = link_latest(mirror, nodes_of([(HOSTS[0], 1)]))
+    assert latest == tmp_path / "latest"       # where `tail -f log/latest/workerlog.0` looks
+    assert (latest / "workerlog.0").read_text() == "attempt 1\n"

@@ -123,6 +123,20 @@ def test_ctrl_c_stops_the_run_and_exits_130(host):
     assert events.index(stopping[0]) < len(events) - 2
 
 
+def test_ctrl_c_during_the_launch_is_recorded_with_the_130_run_exits_with(host):
+    holder, plan_record = {}, plan_and_record(host, "sleep")
+
+    def interrupt_on_launch(event):
+        if isinstance(event, NodeChanged) and event.state == NodeState.LAUNCHING:
+            holder["controls"].interrupts.count += 1
+
+    with HostGroup([host]) as cluster, pytest.raises(KeyboardInterrupt):
+        start_and_follow(cluster, *plan_record, interrupt_on_launch,
+                         RunOptions(poll_interval=0.2), holder)
+    record = load_run(plan_record[0].run_id)
+    assert record.state == "stopped" and record.exit_code == 130
+
+
 def test_the_dashboards_stop_is_recorded_as_such_not_as_ctrl_c(host):
     holder = {}
     plan, record = plan_and_record(host, "sleep")

@@ -109,6 +109,19 @@ def test_ctrl_c_is_acknowledged_at_once_and_the_rows_say_stopping(term):
     # The footer and the last frame end cleanly: our final words start their own line.
     assert any(line.startswith("multihost: run ") and "stopped on every host (interrupted)" in line
                for line in lines)
+    run_id = re.search(r"multihost run (\d{8}-\d{6}-[0-9a-f]{4})", text).group(1)
+    assert f"multihost: logs: log/latest/workerlog.N (this run: log/{run_id})" in lines
+    status = subprocess.run([sys.executable, "-m", "multihost", "status"], capture_output=True,
+                            text=True, env=t.env, cwd=str(t.tmp / "work"))
+    assert status.stdout.startswith(f"run {run_id}: stopped (exit 130)"), status.stdout
+
+
+def test_ctrl_c_before_the_launch_says_interrupted_on_a_line_of_its_own(term):
+    t = term(multihost(*RUN, "--setup", "'sleep 60'", "--", "job.py"))
+    t.wait_for(r"setup on 1 host")
+    t.keys("C-c")
+    text = t.wait_for(r"EXIT=130")
+    assert "multihost: interrupted" in text.splitlines(), text
 
 
 def test_s_asks_first_then_stops_the_run_as_a_stop_from_the_dashboard(term):
