@@ -112,7 +112,7 @@ def inventory_from_args(args: argparse.Namespace) -> Tuple[Tuple[Host, ...], Tup
     if slurm.allocation is not None:
         from ..slurm import with_allocation_gpus
 
-        hosts = with_allocation_gpus(hosts, slurm.allocation)
+        hosts = with_allocation_gpus(hosts, slurm.allocation, slurm.transport)
     hosts = select_hosts(hosts, getattr(args, "include", None), getattr(args, "exclude", None))
     for host in hosts + spares:
         # ssh would skip a missing key with a warning and then fail to log in: say why now.

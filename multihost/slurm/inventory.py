@@ -9,11 +9,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
-from ..hosts import Host
+from ..hosts import Host, parse_gpu_ids
 from .allocation import Allocation, current
 
 TRANSPORTS = ("ssh", "srun")
@@ -49,8 +51,37 @@ def plan(transport: Optional[str], ips: Optional[str], hostfile: Optional[str],
     return Plan(chosen, alloc, None if given else alloc.nodes)
 
 
-def with_allocation_gpus(hosts: Sequence[Host], alloc: Optional[Allocation]) -> Tuple[Host, ...]:
-    """Hosts that do not say their GPUs take the allocation's (the same on every node)."""
+def with_allocation_gpus(hosts: Sequence[Host], alloc: Optional[Allocation],
+                         transport: str = "ssh", srun: str = "srun") -> Tuple[Host, ...]:
+    """Hosts that do not say their GPUs take the allocation's. Reached by srun, each
+    node's are the ones a step of the job sees there (``step_gpus``): the launcher is a
+    step too. Over ssh they are the allocation's own device indexes."""
     if alloc is None or alloc.gpus is None:
         return tuple(hosts)
-    return tuple(h if h.gpus is not None else replace(h, gpus=alloc.gpus) for h in hosts)
+    wanted = [h for h in hosts if h.gpus is None]
+    seen = step_gpus(alloc.job_id, [h.name for h in wanted], srun) if transport == "srun" else {}
+    return tuple(h if h.gpus is not None else replace(h, gpus=seen.get(h.name) or alloc.gpus)
+                 for h in hosts)
+
+
+def step_gpus(job_id: str, nodes: Sequence[str], srun: str = "srun") -> Dict[str, Tuple[int, ...]]:
+    """{node: the CUDA_VISIBLE_DEVICES a step of the job gets there}, asked of each node
+    at once. Slurm sets it per step: by default a step gets all the job's GPUs on the
+    node (and --overlap shares them), as their device indexes, or renumbered from 0 where
+    cgroups constrain the devices. A node that does not answer is left out."""
+    def ask(node: str) -> Optional[Tuple[int, ...]]:
+        argv = [srun, "--overlap", "--nodes=1", "--ntasks=1", "-w", node, "--jobid", job_id,
+                "--quiet", "printenv", "CUDA_VISIBLE_DEVICES"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                                  stdin=subprocess.DEVNULL)
+            return parse_gpu_ids(done.stdout.strip(), f"{node}: CUDA_VISIBLE_DEVICES") \
+                if done.returncode == 0 and done.stdout.strip() else None
+        except (OSError, subprocess.SubprocessError, ConfigError):
+            return None
+
+    if not nodes:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(32, len(nodes))) as pool:
+        found = dict(zip(nodes, pool.map(ask, nodes)))
+    return {node: gpus for node, gpus in found.items() if gpus is not None}

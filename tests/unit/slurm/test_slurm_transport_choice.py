@@ -82,3 +82,18 @@ def test_a_runs_record_keeps_how_its_nodes_were_reached():
     assert record_fields(SshOptions()) == {}
     plain = SshOptions()
     assert from_record({"connect_timeout": 5.0}, plain) is plain
+
+
+def test_through_srun_each_node_takes_the_gpus_a_step_sees_there(tmp_path):
+    # A stand-in srun: gpu2's steps see the devices renumbered (cgroups), gpu3's do not
+    # answer; every host that does not say its GPUs is asked.
+    fake = tmp_path / "srun"
+    fake.write_text("#!/bin/sh\nfor a; do case $a in gpu2) echo 0,1;; gpu3) exit 1;; esac; done\n")
+    fake.chmod(0o755)
+    alloc = plan(None, None, None, dict(ALLOC, SLURM_JOB_GPUS="4,5"), scontrol="").allocation
+    hosts = [Host("gpu2"), Host("gpu3", rank=1), Host("gpu4", rank=2, gpus=(7,))]
+    got = with_allocation_gpus(hosts, alloc, "srun", srun=str(fake))
+    assert [h.gpus for h in got] == [(0, 1), (4, 5), (7,)]
+    # over ssh the launcher is no step: the allocation's own indexes
+    assert [h.gpus for h in with_allocation_gpus(hosts, alloc, "ssh", srun=str(fake))] == \
+        [(4, 5), (4, 5), (7,)]
