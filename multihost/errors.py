@@ -7,7 +7,7 @@ so a traceback always means a bug in multihost, never a user mistake.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 from .untrusted import clean_text
 
@@ -108,3 +108,15 @@ class RunFailed(MultihostError):
 
 class LabError(MultihostError):
     """The local namespace lab could not be built, reached or torn down."""
+
+
+def and_more(names: Sequence[str], shown: int = 3, unit: str = "",
+             count: Optional[int] = None) -> str:
+    """`` (and 2 more: a, b)``: what else an error line leaves out, named (the first
+    ``shown``), never a bare count; '' when there is nothing more. ``count``: how many
+    things the names stand for, when one name groups several (``ping on h[2-3]``)."""
+    if not names:
+        return ""
+    listed = ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+    count = len(names) if count is None else count
+    return f" (and {count} more{' ' + unit if unit else ''}: {listed})"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 from typing import Dict, Iterable, Mapping, Optional, Sequence
 
-from .errors import ConfigError
+from .errors import ConfigError, and_more
 
 # The same pair remote/machine.machine_identity gives, from a shell: `read` is the
 # shell's own, so one process (readlink) besides the shell.
@@ -44,7 +44,8 @@ def refuse_repeats(hosts: Sequence, identities: Mapping[int, Optional[str]]) -> 
     by_rank = {host.rank: host for host in hosts}
     rank = min(found)
     later, first = by_rank[rank], by_rank[found[rank]]
-    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    more = and_more([f"{by_rank[r].label} is {by_rank[found[r]].label}"
+                     for r in sorted(found) if r != rank])
     raise ConfigError(f"{later.label} is the same machine as {first.label} (rank {first.rank}): "
                       f"one kernel, one network stack{more}",
                       host=later.label,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
 from .registry import order_of
-from ..errors import CheckError
+from ..errors import CheckError, and_more
 from ..hosts import Host
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
@@ -103,7 +103,7 @@ class CheckReport:
                                   fix="free some ports, or give --start-port")
             return None
         host, result = failures[0]
-        more = f" (and {len(failures) - 1} more; see multihost check)" if len(failures) > 1 else ""
+        more = and_more(named_failures(failures[1:]), count=len(failures) - 1)
         return CheckError(f"{result.name}: {result.detail}{more}", host=host.host.label,
                           fix=result.fix)
 
@@ -130,3 +130,14 @@ class CheckReport:
                            for row in self.ping_matrix.rows],
             },
         }
+
+
+def named_failures(failures) -> List[str]:
+    """(host report, result) pairs as ``ping on h[2-3]``: one per check, its hosts folded,
+    in the order they came."""
+    from ..nodeset import fold
+
+    hosts: Dict[str, List[str]] = {}
+    for host, result in failures:
+        hosts.setdefault(result.name, []).append(host.host.label)
+    return [f"{name} on {fold(labels)}" for name, labels in hosts.items()]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import MultihostError
+from ..errors import MultihostError, and_more
 from ..fanout import HostGroup
 from ..sync import call_streaming
 from ..events import DataProgress, Listener
@@ -129,8 +129,8 @@ def verify_data(cluster: HostGroup, paths: Sequence[str], *, workdirs: Optional[
         error = fix = None
         if unreadable:
             path, rel, text = unreadable[0]
-            error = f"cannot read {path}/{rel}: {text}" + (
-                f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else "")
+            error = f"cannot read {path}/{rel}: {text}" + and_more(
+                [f"{p}/{r}" for p, r, _ in unreadable[1:]])
             fix = "fix the files' permissions on that host"
         host_diffs = tuple(diffs[rank].get(p) or PathDiff(p, labels[cluster.hosts[0].rank])
                            for p in paths)

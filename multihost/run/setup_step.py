@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable, Dict, Tuple
 
-from ..errors import LaunchError
+from ..errors import LaunchError, and_more
 from ..fanout import HostGroup
 from ..hosts import Host
 
@@ -96,7 +96,7 @@ def run_setup(cluster: HostGroup, command: str, code_digest: str, workdirs: Dict
     if failed:
         first = failed[0]
         last = " | ".join(line.strip() for line in first.output.splitlines()[-3:] if line.strip())
-        more = f" (and {len(failed) - 1} more host(s))" if len(failed) > 1 else ""
+        more = and_more([s.host.label for s in failed[1:]], unit="host(s)")
         raise LaunchError(f"setup {command!r} exited {first.exit_code}{more}: "
                           f"{last or 'no output'}", host=first.host.label,
                           fix=f"fix the setup command or the host; its whole output is in "

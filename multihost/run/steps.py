@@ -37,10 +37,13 @@ def preflight(cluster, job: JobOptions, *, allow_concurrent: bool = False,
         fix = f" (fix: {result.fix})" if result.fix else ""
         notify(f"{host.host.label}: {result.name}: {result.detail}{fix}")
     if failures:
+        from ..check.report import named_failures
+        from ..errors import and_more
+
         host, result = failures[0]
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise CheckError(f"{result.name}: {result.detail}{more}", host=host.host.label,
-                         fix=result.fix)
+        raise CheckError(f"{result.name}: {result.detail}"
+                         f"{and_more(named_failures(failures[1:]), count=len(failures) - 1)}",
+                         host=host.host.label, fix=result.fix)
     if report.start_port is None:
         raise report.error()
     return report

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-from ..errors import MultihostError, SyncError
+from ..errors import MultihostError, SyncError, and_more
 from ..remote.sync_fs import DIR, FILE
 from .manifest import Entry, Manifest
 
@@ -169,7 +169,7 @@ def merge_result(label: str, needs: HostNeeds, nodes: List[dict], error: Optiona
                 problems.append((path, text))
     if error is None and problems:
         path, text = problems[0]
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        more = and_more([p for p, _ in problems[1:]])
         cause, fix = f"{path}: {text}{more}", "fix the cause on the host, then sync again"
     elif error is not None:
         cause, fix = error.cause, error.fix

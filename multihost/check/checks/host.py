@@ -9,7 +9,7 @@ from ..judge import Cluster, HostProbe, not_checked
 from ..parsers import gib
 from ..registry import check
 from ..report import FAIL, PASS, SKIP, WARN, CheckResult
-from ...errors import ConnectError
+from ...errors import ConnectError, and_more
 
 MIN_FREE_DISK = 1 * 2 ** 30       # below this the sync itself may fail: fail
 LOW_FREE_DISK = 10 * 2 ** 30      # checkpoints and logs grow: warn
@@ -122,7 +122,8 @@ def judge_leftovers(probe: HostProbe, cluster: Cluster) -> CheckResult:
     run = runs[0]
     run_id, pids = run["run_id"], run.get("pids", [])
     count = f"{len(pids)} process{'es' if len(pids) != 1 else ''}"
-    more = f" (and {len(runs) - 1} more run{'s' if len(runs) > 2 else ''})" if len(runs) > 1 else ""
+    more = and_more([str(r.get("run_id")) for r in runs[1:]], 2,
+                    unit="runs" if len(runs) > 2 else "run")
     pgid = run.get("pgid")
     kill = ["kill", "-TERM", "--", f"-{pgid}"] if pgid else ["kill", *map(str, pids[:5])]
     on_host = fixes.run(fixes.on_host(cluster.given, probe.host, *kill))

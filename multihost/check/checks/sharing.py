@@ -14,6 +14,7 @@ from ..judge import Cluster, HostProbe, not_checked
 from ..parsers import parse_gpus
 from ..registry import check
 from ..report import FAIL, PASS, WARN, CheckResult
+from ...errors import and_more
 from ...remote.holds import fold_ints, holder_line, overlaps
 
 
@@ -82,7 +83,7 @@ def judge_busy(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
             return CheckResult("busy", PASS, "free for this job; beside " + holder_line(beside[0]),
                                brief="shared")
         return CheckResult("busy", PASS, "no run holds this host", brief="free")
-    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    more = and_more([holder_line(e) for e in found[1:]], 2)
     first = found[0]
     return CheckResult("busy", FAIL, "busy: " + holder_line(first) + more,
                        busy_fix(first, probe, cluster), f"{first['user']}'s")
@@ -115,7 +116,7 @@ def judge_foreign(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
         return None
     held = [(e, _held(e, probe, cluster)) for e in found]
     entry, what = next(((e, w) for e, w in held if w), held[0])
-    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    more = and_more([f"{e.get('user') or '?'}'s pid {e['pid']}" for e in found if e is not entry])
     who = f"{entry.get('user') or '?'}'s pid {entry['pid']} ({entry.get('command') or '?'})"
     detail = f"a training multihost did not start: {who}{more}"
     if entry.get("uid") is not None and entry.get("uid") == _me(probe):
