@@ -317,3 +317,12 @@ def test_paddle_inside_salloc_gives_trainer_ids_and_endpoints_in_slurms_order(sl
         2: ("h2", "198.18.0.12:17100"), 3: ("h2", "198.18.0.12:17101")}
     assert {v[2] for v in seen.values()} == {expected}
     assert len(re.findall(r"(?m)^\S+ \[\d\]: all_reduce sum=10 expected=10 ok$", r.stdout)) == 4
+
+
+def test_a_crashed_rank_inside_salloc_restarts_from_its_checkpoint(slurm_lab, tmp_path):
+    r = in_allocation(slurm_lab, f"multihost run --max-restarts 1 --nproc_per_node 2 --code {EXAMPLES} "
+                                 f"--plain --log_dir {tmp_path / 'log'} -- train_ddp.py --epochs 2 "
+                                 "--steps 40 --crash-at 30 --checkpoint-dir ckpt", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"attempt 1 of 2 failed: h2 \(node 1\) rank 3: exit 1; restarting", r.stderr)
+    assert re.search(r"run \S+ succeeded", r.stderr)
