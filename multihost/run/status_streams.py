@@ -79,7 +79,7 @@ class StatusStreams:
                 if self.stop_polling.is_set():
                     return
                 if not isinstance(err, MultihostError):
-                    err = ConnectError(f"the status stream broke ({err or type(err).__name__})",
+                    err = ConnectError(f"the status stream broke ({what_broke(err)})",
                                        host=host.label, kind=ConnectError.LOST)
                 self.cluster.forget(host)
                 self.answers.put(("error", host.rank, err, time.time()))
@@ -141,3 +141,16 @@ class StatusStreams:
             self.answers.put(("status", host.rank, parse_status(reply), time.time()))
         except MultihostError as err:
             self.answers.put(("error", host.rank, err, time.time()))
+
+
+def what_broke(err: BaseException) -> str:
+    """Why a stream ended, for a person: the error's own words, or, for the errors that
+    have none (an EOFError, a bare OSError), what happened."""
+    text = str(err).strip()
+    if text:
+        return text
+    if isinstance(err, EOFError):
+        return "the connection closed"
+    if isinstance(err, TimeoutError):
+        return "no answer in time"
+    return f"the connection failed ({type(err).__name__})"
