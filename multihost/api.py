@@ -127,8 +127,10 @@ class Cluster:
     def sync(self, code: str = ".", *, dry_run: bool = False, verify: bool = False):
         """The code directory made identical in every host's workdir: a SyncReport.
         Raises SyncError when a host could not be made identical."""
+        from .check.checks.workdir import refuse_unsafe_workdirs
         from .sync.pipeline import sync_code
 
+        refuse_unsafe_workdirs(self.hosts, code)
         workdirs = {host.rank: workdir_for(host, code) for host in self.hosts}
         with self._connect() as cluster:
             return sync_code(cluster, code, workdirs=workdirs, dry_run=dry_run, verify=verify)

@@ -69,6 +69,10 @@ def main(args: argparse.Namespace) -> int:
                                                             "(or data = PATH in the hostfile)")
     if args.no_code and not paths:
         raise ConfigError("--no-code leaves nothing to do", fix="add --data PATH, or drop --no-code")
+    if not args.no_code:
+        from ..check.checks.workdir import refuse_unsafe_workdirs
+
+        refuse_unsafe_workdirs(hosts, job.code)
     workdirs = {host.rank: workdir_for(host, job.code) for host in hosts}
     view = SyncView(plain=True if args.plain else None)
     here = not args.no_code and all(in_place(host, job.code) for host in hosts)

@@ -85,6 +85,9 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
                           "--detach leaves it", fix="drop --detach (or --max-restarts)")
     if request.log_dir:
         check_log_dir(request.log_dir)
+    from ..check.checks.workdir import refuse_unsafe_workdirs
+
+    refuse_unsafe_workdirs(hosts, request.job.code)
     command = list(request.command)
     choice = choose_launcher(command, request.job.code, no_python=request.no_python,
                              given=request.launcher,
@@ -117,6 +120,9 @@ def check_log_dir(text: str) -> None:
     before anything starts: found after the launch, it left the job running unwatched."""
     import errno
 
+    if text.startswith("-"):
+        raise ConfigError(f"--log_dir {text} is not a directory name (it reads as an option "
+                          "or standard output)", fix="give a directory, e.g. --log_dir ./log")
     path = os.path.abspath(os.path.expanduser(text))
     existing = path
     while not os.path.lexists(existing):
@@ -165,7 +171,7 @@ def initial_record(plan, request: RunRequest, cluster, git) -> RunRecord:
 
     nodes = node_records(plan)
     options = cluster.options
-    log_dir = (os.path.join(os.path.abspath(request.log_dir), plan.run_id)
+    log_dir = (os.path.join(os.path.abspath(os.path.expanduser(request.log_dir)), plan.run_id)
                if request.log_dir else "")
     return RunRecord(
         run_id=plan.run_id, created=time.time(), nodes=nodes,

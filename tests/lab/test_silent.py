@@ -193,3 +193,49 @@ def test_files_a_user_names_are_read_within_bounds_named_in_the_error(lab, tmp_p
         assert line.startswith("multihost: ") and where in line and bound in line, (argv, line)
         assert "(fix: " in line, line
         assert time.monotonic() - started < 20, argv
+
+
+# -- 11: `~` is the home directory everywhere; no job in a system directory ---------------
+def test_log_dir_tilde_is_home_and_a_dash_is_refused(lab, tmp_path, code):
+    (code / "hello.py").write_text("print('hello', flush=True)\n")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    name = f"logs-{secrets.token_hex(3)}"
+    argv = ["run", "--ips", ips(lab, 1), "--python", sys.executable, "--launcher", "python",
+            "--code", str(code), "--no-check", "--plain"]
+    result = lab.run([sys.executable, "-m", "multihost", *argv, "--log_dir", f"~/{name}", "--",
+                      "hello.py"], timeout=120, cwd=cwd)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not (cwd / "~").exists()                     # it made ./~/logs-...
+    run_id = re.search(r"\d{8}-\d{6}-[0-9a-f]{4}", result.stderr).group(0)
+    assert (lab.home / name / run_id).is_dir()
+    refused = lab.run([sys.executable, "-m", "multihost", *argv, "--log_dir", "-", "--",
+                       "hello.py"], timeout=120, cwd=cwd)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    line = refused.stderr.strip().splitlines()[-1]
+    assert line.startswith("multihost: --log_dir -") and "(fix: " in line, line
+    assert list(cwd.iterdir()) == []                    # it made ./-
+
+
+# The lab's hosts share this machine's file system but /root: a workdir outside /root is
+# only ever tried with what cannot write (sync --dry-run, run --no-sync), so a multihost
+# that accepts it (as it did) writes nothing into this machine's / or /etc.
+@pytest.mark.parametrize("workdir", ["/", "/etc", "/usr/../etc/", "..", "~", "~/", "~/.ssh"])
+def test_sync_and_run_refuse_a_system_or_home_workdir_before_writing(lab, code, workdir):
+    (code / "authorized_keys").write_text("ssh-ed25519 AAAA not-yours\n")
+    before = on_host(lab, 1, "/root/.ssh/authorized_keys").read_bytes()
+    private = workdir.startswith("~")
+    commands = [["sync", *([] if private else ["--dry-run"])],
+                ["run", "--no-check", "--launcher", "python", *([] if private else ["--no-sync"])]]
+    for command in commands:
+        tail = [] if command[0] == "sync" else ["--", "sleeper.py"]
+        result = lab.multihost(*command, "--ips", ips(lab, 1), "--code", str(code), "--workdir",
+                               workdir, "--plain", *tail, timeout=120)
+        assert result.returncode == 2, (command, result.stderr[-2000:])
+        line = result.stderr.strip().splitlines()[-1]
+        assert line.startswith("multihost: ") and "workdir" in line, line
+        assert "(fix: " in line and "--workdir" in line.split("(fix: ")[1], line
+        assert "Traceback" not in result.stderr
+    assert on_host(lab, 1, "/root/.ssh/authorized_keys").read_bytes() == before
+    assert not on_host(lab, 1, "/root/authorized_keys").exists()
+    assert not found_on(lab, [1], str(code))

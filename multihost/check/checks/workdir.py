@@ -42,6 +42,47 @@ def what_it_is(real: str, home: Optional[str]) -> Optional[str]:
     return None
 
 
+def what_it_is_as_typed(path: str) -> Optional[str]:
+    """The same rule, judged from the workdir as written, before any host is asked (sync
+    and run refuse it before they write anything): ``~`` and a relative path are in the
+    host's home, ``..`` climbs out of it. A path only the host can resolve (a link, an
+    absolute path into the home) is left to the check's own judgement."""
+    if path.startswith("/"):
+        return what_it_is("/" + posixpath.normpath(path).lstrip("/"), None)
+    if path.startswith("~"):
+        user, _, rest = path[1:].partition("/")
+        if user:
+            return None     # another user's home: only that host knows where it is
+        path = rest
+    rel = posixpath.normpath(path or ".")
+    if rel == ".":
+        return "the home directory itself"
+    if rel == ".ssh":
+        return what_it_is("~/.ssh", "~")
+    if all(part == ".." for part in rel.split("/")):
+        return "a directory that holds the home directory"
+    return None
+
+
+def refuse_unsafe_workdirs(hosts, code: str) -> None:
+    """A ConfigError for the first host whose workdir, as written, is a system directory,
+    the home directory or above it, or ~/.ssh: what `check` refuses, refused by sync and
+    run before anything is written."""
+    from ...errors import ConfigError
+
+    for host in hosts:
+        if in_place(host, code):
+            continue
+        path = workdir_for(host, code)
+        what = what_it_is_as_typed(path)
+        if what is not None:
+            default = workdir_for(dataclasses.replace(host, workdir=None), code)
+            raise ConfigError(f"the workdir {path} is {what}: the sync would write the code's "
+                              "files into it", host=host.label,
+                              fix=f"give the job a directory of its own: --workdir "
+                                  f"{shlex.quote(default)}")
+
+
 @check("workdir", order=95, probes=("disk",), source=None, short="wdir")
 def judge_workdir(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
     # Reads the disk probe's facts; when that probe could not answer, the disk check
