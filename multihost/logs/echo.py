@@ -1,5 +1,6 @@
 """Each line once: paddle's launcher copies local rank 0's log into its own output, and
-prints the same block of its configuration on every host.
+prints the same block of its configuration on every host; torchrun answers the SIGTERM
+of every stop with a 20-line traceback, shown as one line.
 
 ``python -m paddle.distributed.launch`` writes every rank's output to
 ``workerlog.N`` and also echoes ``workerlog.0``, line by line and in order, to its own
@@ -67,3 +68,19 @@ class ConfigBlock:
             else:
                 kept.append(line)
         return "\n".join(kept) if kept else None
+
+
+# torchrun's agent raises SignalException on the SIGTERM a stop sends it, and dies with
+# the whole traceback: about 20 lines per host that say only "stopped".
+SIGNAL_TRACE = re.compile(r"^Traceback \(most recent call last\):\n(?:[ \t].*\n)+"
+                          r"\S*SignalException: Process (\d+) got signal: 15[ \t]*$", re.M)
+
+
+def fold_signal_trace(text: str) -> str:
+    """A launcher's text with torchrun's traceback for SIGTERM as one line (the mirror
+    keeps it whole). A traceback split across two blocks is left as it is."""
+    def one_line(match: "re.Match[str]") -> str:
+        lines = match.group(0).count("\n") + 1
+        return (f"torchrun (pid {match.group(1)}) stopped by SIGTERM; its {lines}-line "
+                "traceback is in the log mirror")
+    return SIGNAL_TRACE.sub(one_line, text) if "SignalException" in text else text

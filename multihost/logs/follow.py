@@ -23,7 +23,7 @@ from ..errors import BadReply, ConnectError, MultihostError
 from ..events import Listener, LogBlock, NodeChanged, NodeState, Notice
 from ..hosts import Host
 from ..remote.run_states import FINAL_STATES
-from .echo import ConfigBlock, LauncherEcho
+from .echo import ConfigBlock, LauncherEcho, fold_signal_trace
 from .frames import LineJoiner, read_frame
 from .gpus import GpuFeed
 from ..sync.ignore import MIRROR_MARKER
@@ -289,7 +289,7 @@ class LogFollower:
         if local == 0:
             echo.rank0(text)
         elif local < 0:
-            text = echo.launcher(text)   # paddle's copy of rank 0's lines: shown once
+            text = echo.launcher(fold_signal_trace(text))   # paddle's copy of rank 0's lines: once
             config = self._configs.get(node.host.rank)
             if text is not None and config is not None:
                 text = config.strip(text)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ..events import LogBlock, LogLine
-from .echo import LauncherEcho
+from .echo import LauncherEcho, fold_signal_trace
 
 from .frames import LineJoiner
 from .follow import Node, local_rank_of, mirror_path, role_of, times_path
@@ -124,7 +124,7 @@ def read_node(mirror_dir: Path, node: Node) -> Iterator[LogBlock]:
         for data, when in _segments(path):
             text = clean_block(data)
             if local < 0:
-                text = echo.launcher(text)
+                text = echo.launcher(fold_signal_trace(text))
                 if text is None:
                     continue
             yield LogBlock(node.host.rank, node.host.label, local, rank, text, when, role)

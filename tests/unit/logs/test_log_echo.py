@@ -77,3 +77,41 @@ def test_paddles_configuration_block_is_left_out_for_every_host_but_the_first():
     assert config.strip("\n".join(block[2:] + ["LAUNCH INFO Waiting peer start..."])) == \
         "LAUNCH INFO Waiting peer start..."
     assert config.strip("step 1 loss: 0.5") == "step 1 loss: 0.5"
+
+
+TORCHRUN_STOPPED = """\
+W1127 15:43:58.968000 21222 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, shutting down workers
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/v/lib/python3.11/site-packages/torch/distributed/run.py", line 1032, in <module>
+    main()
+  File "/v/lib/python3.11/site-packages/torch/distributed/elastic/agent/server/api.py", line 923, in _invoke_run
+    time.sleep(monitor_interval)
+             ^^^^^^^^^^^^^^^^^^
+  File "/v/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 86, in _terminate_process_handler
+    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
+torch.distributed.elastic.multiprocessing.api.SignalException: Process 21222 got signal: 15"""
+
+
+def test_torchruns_traceback_for_the_stops_sigterm_is_one_line_and_the_mirror_keeps_it(home, tmp_path):
+    (home / "launcher.log").write_text(TORCHRUN_STOPPED + "\n")
+    (home / "node.json").write_text(json.dumps({"state": "stopped", "exit_code": 1}))
+    launcher = [text for rank, text in lines(follow(tmp_path, nproc=1)) if rank == -1]
+    assert launcher == [TORCHRUN_STOPPED.splitlines()[0],
+                        "torchrun (pid 21222) stopped by SIGTERM; its 10-line traceback is in "
+                        "the log mirror"]
+    mirrored = (tmp_path / "mirror" / "127.0.0.1" / "launcher.log").read_text()
+    assert mirrored == TORCHRUN_STOPPED + "\n"
+    node = Node(Host(name="127.0.0.1"), 1, 0)        # `multihost logs`, from the mirror
+    shown = [line for b in read_node(tmp_path / "mirror", node) if b.rank == -1
+             for line in b.text.split("\n")]
+    assert shown == launcher
+
+
+def test_a_traceback_of_another_kind_is_shown_whole():
+    from multihost.logs.echo import fold_signal_trace
+
+    crash = TORCHRUN_STOPPED.replace("got signal: 15", "got signal: 6")
+    assert fold_signal_trace(crash) == crash
+    error = "Traceback (most recent call last):\n  File \"t.py\", line 1\nValueError: bad"
+    assert fold_signal_trace(error) == error
