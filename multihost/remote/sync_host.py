@@ -62,6 +62,8 @@ class Receiver(object):
         self.dirs = []
         self.cleaned = set()
         self.tracked = None
+        self.on_progress = None  # told (files, bytes) as they are written: a relay node's
+        self.partial = 0         # bytes of the file being written
 
     def error(self, rel, text):
         if len(self.errors) < MAX_ERRORS:
@@ -97,6 +99,8 @@ class Receiver(object):
                 self.cleaned.add(parent)
                 tree.clean_stale_tmp(parent)
             chunks = reader.content(header["s"])
+            if self.on_progress is not None:
+                chunks = self._counted(chunks)
             try:
                 st = tree.write_file(rel, chunks, header["m"], header["mt"], header["h"])
             except (ApplyError, UnsafePath, OSError):
@@ -107,6 +111,7 @@ class Receiver(object):
             self._key(rel, st)
             self.files += 1
             self.bytes += header["s"]
+            self.partial = 0
         elif kind == "d":
             tree.make_dir(rel, header["m"])
             self.dirs.append((rel, header["m"]))
@@ -128,6 +133,13 @@ class Receiver(object):
             self.meta += 1
         else:
             raise ApplyError("unknown record type %r" % kind)
+
+    def _counted(self, chunks):
+        for chunk in chunks:
+            self.partial += len(chunk)
+            self.on_progress(self.files, self.bytes + self.partial)
+            yield chunk
+        self.partial = 0
 
     def _key(self, rel, st):
         if self.keys is not None:
@@ -164,21 +176,39 @@ def _catch_signals():
         signal.signal(signum, _on_signal)
 
 
-def _receive(root, rank, stdin, kids=(), magic=None, keys=None, claim=None):
+def _receive(root, rank, stdin, kids=(), magic=None, keys=None, claim=None, progress=False):
     """Apply the stream on stdin to root; reply with the results of this node and of
     every relay node below it. Returns the exit status. ``claim``: this process's hold
     on the workdir (sync_lock), given back as it ends; the tree is unmarked when this
     was the last part of the sync and all of it was applied."""
     try:
-        return _apply(root, rank, stdin, kids, magic, keys, claim)
+        return _apply(root, rank, stdin, kids, magic, keys, claim, progress)
     finally:
         if claim is not None:
             claim.give_back()
 
 
-def _apply(root, rank, stdin, kids, magic, keys, claim):
+class _Progress(object):
+    """A relay node's progress on its stdout (what it has written, not what the head
+    was sent), a few times a second: the controller shows each host what it holds."""
+
+    EVERY = 0.5
+
+    def __init__(self):
+        self.last = 0.0
+
+    def __call__(self, files, count, force=False):
+        now = time.time()
+        if force or now - self.last >= self.EVERY:
+            self.last = now
+            reply({"progress": [files, count]})
+
+
+def _apply(root, rank, stdin, kids, magic, keys, claim, progress=False):
     try:
         receiver = Receiver(root, keys, claim)
+        if progress:
+            receiver.on_progress = _Progress()
     except (OSError, ValueError) as exc:
         for kid in kids:
             kid.finish()
@@ -333,7 +363,8 @@ def _relay_node(root, rank, spec, stdin, keys, claim=None):
         reply({"ok": False, "error": str(exc), "fix": "the controller sends this host its files itself"})
         return 1
     try:
-        return _receive(root, rank, stream, [node.downstream], keys=keys, claim=claim)
+        return _receive(root, rank, stream, [node.downstream], keys=keys, claim=claim,
+                        progress=bool(spec.get("progress")))
     finally:
         node.close()
 

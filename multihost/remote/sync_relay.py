@@ -35,7 +35,12 @@ FLUSH_AT = 256 * 1024
 DIRECT = 32 * 1024       # a piece this big is written to the next host as it is
 HOP_READY = 40.0         # ssh's connect timeout (10 s) + JOIN_WAIT, with room to spare
 UPSTREAM_WAIT = 900.0    # a node for its upstream, when the controller never says
-IDLE = 300.0             # no byte from the upstream for this long: it is gone
+# No byte from the upstream for this long: it is gone. A live upstream sends without
+# pause (it forwards as it reads); one whose link was cut goes silent, and nothing else
+# tells this host: its sshd keeps the session of a peer that vanished for hours. As
+# long as the controller takes to call a host of a run lost, so the hosts behind a cut
+# are fed from the controller in seconds, not minutes.
+IDLE = 20.0
 MAX_NOISE = 1 << 20      # what a host's shell may print before the join's answer
 
 

@@ -120,6 +120,10 @@ class _Delivery:
         # relay node) and one per relay it is in. The last to end whole unmarks its tree.
         self.parts = {r: (r not in self.in_node) + sum(r in g.ranks for g in self.relays)
                       for r in needs}
+        # What the progress shows a host of a relay: its head, what was sent to it; any
+        # other, what its node says it has written. Taken back if the relay fails there
+        # (all it carried is sent again directly): a host cut off shows what it holds.
+        self.relay_shown: Dict[Tuple[int, int], List[int]] = {}
         self.outcomes: Dict[int, List[dict]] = {rank: [] for rank in needs}
         self.errors: Dict[int, MultihostError] = {}
         self.lock = threading.Lock()
@@ -163,8 +167,11 @@ class _Delivery:
     def second_pass(self, pool: ThreadPoolExecutor) -> Dict[int, List[Entry]]:
         """What a relay did not deliver goes directly; returns what was sent again."""
         retry = undelivered(self.outcomes, self.errors)
-        for rank, entries in retry.items():
-            self.board.extend(rank, len(entries), sum(e.size for e in entries))
+        for rank in retry:
+            for node in self.outcomes[rank]:
+                if node.get("relayed") and node.get("error"):
+                    files, count = self.relay_shown.get((id(node["group"]), rank), (0, 0))
+                    self.board.add([rank], files=-files, count=-count)
         jobs = [pool.submit(self.guarded, rank, self.direct_stream, rank, entries, False)
                 for rank, entries in retry.items()]
         for job in jobs:
@@ -240,7 +247,8 @@ class _Delivery:
                       sessions={i: self.sessions[r] for i, r in enumerate(group.ranks)
                                 if r in self.in_node},
                       claims={r: dict(self.claims[r], part=[1, self.parts[r]])
-                              for r in group.ranks if r in self.claims})
+                              for r in group.ranks if r in self.claims},
+                      on_progress=functools.partial(self.relay_progress, group))
         nodes = chain.run(functools.partial(self.head_stream, group, head, transports[0]))
         return None if self.cancelled.is_set() else nodes
 
@@ -261,6 +269,22 @@ class _Delivery:
         except MultihostError as err:
             return head_failure(group.ranks, head.label, err.cause)
 
+    def relay_progress(self, group: RelayGroup, rank: int, files: int, count: int) -> None:
+        """A node of ``group`` has written ``files`` and ``count`` bytes of it."""
+        with self.lock:
+            shown = self.relay_shown.setdefault((id(group), rank), [0, 0])
+            more = (files - shown[0], count - shown[1])
+            shown[0], shown[1] = files, count
+        self.board.add([rank], files=more[0], count=more[1])
+
+    def head_sent(self, group: RelayGroup, files: int = 0, count: int = 0) -> None:
+        head = group.ranks[0]
+        with self.lock:
+            shown = self.relay_shown.setdefault((id(group), head), [0, 0])
+            shown[0] += files
+            shown[1] += count
+        self.board.add([head], files=files, count=count)
+
     def write_group(self, group: RelayGroup, writer: Writer) -> None:
         if group in self.listing:
             writer.record({"t": "begin"})
@@ -268,8 +292,8 @@ class _Delivery:
         if group in self.whole:
             write_dirs(writer, self.needs[group.ranks[0]].dirs)
         write_entries(writer, self.manifest.root, group.entries,
-                      lambda n: self.board.add(group.ranks, count=n),
-                      lambda: self.board.add(group.ranks, files=1))
+                      lambda n: self.head_sent(group, count=n),
+                      lambda: self.head_sent(group, files=1))
 
     def results(self, retry: Dict[int, List[Entry]], seconds: float) -> Dict[int, HostSync]:
         results = {}

@@ -17,6 +17,7 @@ cannot reach, as any node does).
 """
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 from typing import Callable, Dict, List, Optional, Sequence
@@ -47,6 +48,8 @@ def chain_requests(ranks: Sequence[int], hops: Sequence[dict], roots: Dict[int, 
         claim = (claims or {}).get(rank)
         if claim is not None:
             request.update(claim=claim, part=claim.get("part"))
+            if index:  # the head's progress is what the controller sends it
+                spec["progress"] = True
         requests.append(request)
     return requests
 
@@ -94,7 +97,8 @@ class Chain:
                  hops: Sequence[dict], roots: Dict[int, str],
                  register: Callable[[object], None], fed: bool = False, keys: bool = True,
                  sessions: Optional[Dict[int, object]] = None,
-                 claims: Optional[Dict[int, dict]] = None):
+                 claims: Optional[Dict[int, dict]] = None,
+                 on_progress: Optional[Callable[[int, int, int], None]] = None):
         """``sessions``: by index in the chain (never the head's, which reads the
         controller's stream), the open HostSession that becomes that host's node."""
         self.transports = transports
@@ -105,6 +109,7 @@ class Chain:
         self.requests = chain_requests(ranks, hops, roots, token, fed, keys, claims)
         self.feeder = feeder_spec(hops, token) if fed else None
         self.register = register
+        self.on_progress = on_progress   # (rank, files, bytes) a node says it has written
         self.answers: List[dict] = [{} for _ in ranks]
         self.answered = [threading.Event() for _ in ranks]
         self.fed_done = threading.Event()  # the feeder has answered (at once when none)
@@ -136,6 +141,22 @@ class Chain:
                 thread.join()
         return merge_answers(self.ranks, self.answers, fed)
 
+    def _read(self, process, rank: int, lines: List[bytes]) -> None:
+        """A node's output as it comes: its progress lines go to ``on_progress`` (what
+        it has written, so a host cut off is never shown more than it holds)."""
+        try:
+            for line in iter(process.stdout.readline, b""):
+                if line.startswith(b'{"progress"') and self.on_progress is not None:
+                    try:
+                        files, count = json.loads(line)["progress"]
+                        self.on_progress(rank, int(files), int(count))
+                    except (ValueError, KeyError, TypeError):
+                        lines.append(line)
+                    continue
+                lines.append(line)
+        except Exception:  # a channel torn down under us: its status says why
+            pass
+
     def _stop_nodes(self) -> None:
         with self.lock:
             for process in self.started:
@@ -155,6 +176,10 @@ class Chain:
             with self.lock:
                 self.started.append(process)
             self.register(process)
+            lines: List[bytes] = []
+            reader = threading.Thread(target=self._read, args=(process, self.ranks[index], lines),
+                                      daemon=True)
+            reader.start()
             # A node nobody connected to gives up when its stdin ends: once the feeder
             # and every node before it have answered, whatever it will ever get has
             # been sent to it.
@@ -162,7 +187,8 @@ class Chain:
             for before in self.answered[:index]:
                 before.wait()
             process.stdin.close()
-            out = process.stdout.read()
+            reader.join()
+            out = b"".join(lines)
             err = process.read_stderr()
             code = process.wait(NODE_WAIT)
             result = helper.parse_reply(transport, op, code, out, err)

@@ -49,12 +49,6 @@ class ProgressBoard:
         self._emit = emit
         self._lock = threading.Lock()
 
-    def extend(self, rank: int, files: int, count: int) -> None:
-        """More to send than planned (what a relay did not deliver, sent again)."""
-        with self._lock:
-            done_files, done_bytes = self._totals.get(rank, (0, 0))
-            self._totals[rank] = (done_files + files, done_bytes + count)
-
     def add(self, ranks: Iterable[int], files: int = 0, count: int = 0, force: bool = False) -> None:
         events = []
         now = time.monotonic()
