@@ -164,7 +164,8 @@ def main(args: argparse.Namespace) -> int:
             from ..events import RunStarted
 
             view(RunStarted(record.run_id, tuple(n.label for n in record.nodes),
-                            max(record.nprocs), " ".join(record.command), record.created))
+                            max(record.nprocs), " ".join(record.command), record.created,
+                            name=record.name))
         try:
             for block in read_mirror(record.mirror_dir, nodes, keep, tail=args.tail):
                 view(block)

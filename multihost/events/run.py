@@ -76,6 +76,7 @@ class RunStarted:
     time: float
     attempt: str = ""               # "attempt 2 of 3" under --max-restarts, else ''
     replaced: Tuple[str, ...] = ()  # "h3 replaced by spare h5 (node 2)", this attempt's
+    name: str = ""                  # --name
 
 
 @dataclass(frozen=True)

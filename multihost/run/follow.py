@@ -104,7 +104,7 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         listener(RunStarted(plan.run_id, tuple(n.host.label for n in plan.nodes),
                             plan.nodes[0].nproc, plan.display_command(), time.time(),
                             attempt_label(plan.attempt, record.max_restarts),
-                            replaced_lines(record)))
+                            replaced_lines(record), name=getattr(plan, "name", "")))
         starter = Starter(cluster, plan, listener, keeper, interrupts)
         prepared = starter.prepare()
         keeper.make_last()  # every host is ours: this run started (a refused one did not)

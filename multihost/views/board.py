@@ -135,8 +135,10 @@ class BoardModel:
             elif isinstance(event, RunStarted):
                 self.run_id, self.command = event.run_id, event.command
                 self.world = len(event.hosts) * event.nproc_per_node
+                if event.name:  # "bert-large (RUN)": what its users call it
+                    self.run_id = f"{event.name} ({event.run_id})"
                 if event.attempt:  # shown in the title: "RUN, attempt 2 of 3"
-                    self.run_id = f"{event.run_id}, {event.attempt}"
+                    self.run_id = f"{self.run_id}, {event.attempt}"
                 for rank, host in enumerate(event.hosts):
                     if not self.by_rank:
                         self._row(host, rank, None)
