@@ -60,6 +60,7 @@ class Node:
     host: Host
     nproc: int
     first_rank: int      # global rank of the node's local rank 0
+    first_server: int = 0   # a parameter-server job: the index of the node's serverlog.0
 
 
 def link_latest(mirror_dir: Path, nodes: Sequence[Node]) -> Path:
@@ -97,10 +98,11 @@ def _relink(link: Path, target: str) -> None:
     os.replace(aside, link)
 
 
-def nodes_of(hosts_nprocs: Sequence[Tuple[Host, int]]) -> List[Node]:
+def nodes_of(hosts_nprocs: Sequence[Tuple[Host, int]],
+             first_servers: Sequence[int] = ()) -> List[Node]:
     nodes, first = [], 0
-    for host, nproc in hosts_nprocs:
-        nodes.append(Node(host, nproc, first))
+    for i, (host, nproc) in enumerate(hosts_nprocs):
+        nodes.append(Node(host, nproc, first, first_servers[i] if i < len(first_servers) else 0))
         first += nproc
     return nodes
 
@@ -111,10 +113,11 @@ class LogFollower:
 
     def __init__(self, cluster, run_id: str, nodes: Sequence[Tuple[Host, int]],
                  mirror_dir: Path, listener: Listener, *, follow: bool = True,
-                 report_states: bool = True, latest: bool = False):
+                 report_states: bool = True, latest: bool = False,
+                 first_servers: Sequence[int] = ()):
         self.cluster = cluster
         self.run_id = run_id
-        self.nodes = nodes_of(nodes)
+        self.nodes = nodes_of(nodes, first_servers)
         self.mirror_dir = Path(mirror_dir)
         self.listener = listener
         self.follow = follow
@@ -281,9 +284,9 @@ class LogFollower:
             return
         local = local_rank_of(name)
         text: Optional[str] = clean_block(data)
-        if role_of(name):
-            self.listener(LogBlock(node.host.rank, node.host.label, local, -1, text, time.time(),
-                                   role_of(name)))
+        if role_of(name):   # labelled by its server index across the job, not its log's N
+            self.listener(LogBlock(node.host.rank, node.host.label, node.first_server + local,
+                                   -1, text, time.time(), role_of(name)))
             return
         echo = self._echoes[node.host.rank]
         if local == 0:

@@ -121,6 +121,8 @@ def read_node(mirror_dir: Path, node: Node) -> Iterator[LogBlock]:
         local = local_rank_of(name)
         role = role_of(name)
         rank = node.first_rank + local if local >= 0 and not role else -1
+        if role:   # a parameter server: its index across the job, as the live view says
+            local += node.first_server
         for data, when in _segments(path):
             text = clean_block(data)
             if local < 0:
@@ -146,7 +148,11 @@ def read_mirror(mirror_dir: Path, nodes: Sequence[Node], keep: LineFilter,
                 tail: Optional[int] = None) -> List[LogBlock]:
     """The lines that pass the filter, in rank order; ``tail`` keeps the last N per rank."""
     chosen: List[LogBlock] = []
+    servers = 0
     for node in nodes:
+        # Servers are numbered across the hosts in order: each host mirrors its own.
+        node = dataclasses.replace(node, first_server=servers)
+        servers += len(list((mirror_path(mirror_dir, node.host) / "log").glob("serverlog.*")))
         per_rank: Dict[int, List[LogBlock]] = {}
         for block in read_node(mirror_dir, node):
             kept = keep.block(block)

@@ -53,6 +53,15 @@ class PsLayout:
     def ports_per_machine(self) -> int:
         return max(len(self.on(m)) for m in self.machines)
 
+    def first_servers(self) -> Tuple[int, ...]:
+        """Per machine, the index of its first server (servers are numbered across the
+        machines in order): what a server's lines are labelled by, not its log's N."""
+        out, before = [], 0
+        for machine in self.machines:
+            out.append(before)
+            before += sum(1 for r in self.on(machine) if r.role == SERVER)
+        return tuple(out)
+
     def trainers_before(self, address: str) -> int:
         """Trainer id of the machine's first trainer (ids follow the machines' order)."""
         mine = [r.index for r in self.on(address) if r.role == TRAINER]

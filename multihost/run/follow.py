@@ -83,7 +83,8 @@ def _log_follower(cluster, plan: RunPlan, mirror: Optional[Path], listener: List
 
     pairs = [(node.host, node.nproc) for node in plan.nodes]
     return LogFollower(cluster, plan.run_id, pairs, mirror, listener, follow=True,
-                       report_states=False, latest=True).start()
+                       report_states=False, latest=True,
+                       first_servers=plan.ps.first_servers() if plan.ps is not None else ()).start()
 
 
 def replaced_lines(record: RunRecord) -> Tuple[str, ...]:

@@ -97,3 +97,20 @@ def test_latest_names_the_newest_attempt_of_a_restarted_run(tmp_path):
         latest = link_latest(mirror, nodes_of([(HOSTS[0], 1)]))
     assert latest == tmp_path / "latest"       # where `tail -f log/latest/workerlog.0` looks
     assert (latest / "workerlog.0").read_text() == "attempt 1\n"
+
+
+def test_two_hosts_parameter_servers_are_labelled_by_their_index_across_the_job(tmp_path):
+    from multihost.events import LogBlock
+    from multihost.logs.mirror import LineFilter, read_mirror
+    from multihost.run.fleetrun import build_layout
+
+    for host in HOSTS[:2]:          # each host's first server writes its serverlog.0
+        log = tmp_path / host.label / "log"
+        log.mkdir(parents=True)
+        (log / "serverlog.0").write_text(f"serving on {host.label}\n")
+    shown = [b.who for b in read_mirror(tmp_path, nodes_of([(h, 1) for h in HOSTS[:2]]),
+                                        LineFilter()) if isinstance(b, LogBlock)]
+    assert shown == ["198.18.0.11 [server 0]", "198.18.0.12 [server 1]"]
+    # the live view numbers them from the job's layout, the same way
+    layout = build_layout(("per_machine", 1, 1, None), ["198.18.0.11", "198.18.0.12"], 17000)
+    assert layout.first_servers() == (0, 1)
