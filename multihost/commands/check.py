@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .common import HOST_OPTIONS_HELP, add_host_options, add_job_options, add_spare_option
 
@@ -49,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="also print every check's detail, one line each")
     group.add_argument("--timeout", type=float, default=8.0, metavar="S",
                        help="seconds each host may spend on its checks (default 8)")
+    parser.add_argument("--queue", action="store_true",
+                        help="when another run holds the hosts, wait in line for them, then "
+                             "check (as `run --queue` does; docs/sharing.md)")
     bench = parser.add_argument_group("collective (docs/collective.md)")
     bench.add_argument("--collective", action="store_true",
                        help="after the checks: host-to-host throughput in rounds of disjoint "
@@ -82,9 +86,19 @@ def main(args: argparse.Namespace) -> int:
     with cluster_from_args(args, hosts) as cluster:
         # A dead spare is known before it is needed, and never makes the cluster not ready.
         unusable = checked_in_background(cluster, spares, job, warnings.append)
-        with view.checking(hosts) as progress:
-            report = run_checks(cluster, job, budget=args.timeout, progress=progress,
-                                given=given_flags(args))
+        ticket = None
+        if args.queue:  # the busy check's fix: its turn first, then the check
+            from ..run.queue import ticket_for
+
+            ticket = ticket_for(cluster, job, job.start_port, "")
+            ticket.wait_turn(lambda text: print(f"multihost: {text}", file=sys.stderr, flush=True))
+        try:
+            with view.checking(hosts) as progress:
+                report = run_checks(cluster, job, budget=args.timeout, progress=progress,
+                                    given=given_flags(args))
+        finally:
+            if ticket is not None:
+                ticket.leave()
         view.report(report)
         if sizes:
             from ..check.collective_run import run_collective

@@ -32,7 +32,7 @@ def preflight(cluster, job: JobOptions, *, allow_concurrent: bool = False,
     notify(f"checking {len(cluster.hosts)} host(s)...")
     report = run_checks(cluster, job)
     failures = [(h, r) for h, r in report.failures(FAIL)
-                if not (allow_concurrent and r.name == "leftovers")]
+                if not (allow_concurrent and r.name in ("leftovers", "busy"))]
     for host, result in failures[1:]:
         fix = f" (fix: {result.fix})" if result.fix else ""
         notify(f"{host.host.label}: {result.name}: {result.detail}{fix}")

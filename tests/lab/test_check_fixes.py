@@ -106,7 +106,8 @@ def test_a_run_left_behind_is_stopped_by_its_fix(lab, tmp_path):
     assert started.returncode == 0, started.stderr
     run_id = run_id_in(started.stdout)
     wait_running(lab, run_id, 2)
-    fix, _ = check_then_follow(lab, ["--hostfile", str(hosts)], "leftovers", str(tmp_path))
+    # Still running: it holds the hosts (busy), and the fix stops one's own run.
+    fix, _ = check_then_follow(lab, ["--hostfile", str(hosts)], "busy", str(tmp_path))
     assert fix.startswith(f"stop it: run `multihost stop {run_id}`")
 
 

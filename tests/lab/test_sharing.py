@@ -4,6 +4,7 @@ queue clean, and a torchrun started by hand is named."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -110,3 +111,35 @@ def test_a_hand_started_torchrun_is_named(lab, tmp_path):
             in said, said
     finally:
         lab.ssh(2, f"kill {pid}")
+
+
+def test_ones_own_account_from_another_controller_is_waited_for_not_killed(lab, tmp_path):
+    code = code_dir(tmp_path)
+    hosts = hostfile(lab, tmp_path, 2)
+    other = tmp_path / "ctl2"              # a second controller of the same account
+    shutil.copytree(lab.home / ".ssh", other / ".ssh")
+
+    def second(*args):
+        return lab.run(["env", f"HOME={other}", sys.executable, "-m", "multihost", *args],
+                       timeout=120)
+
+    first = start(lab, hosts, code, tmp_path, nap="10")
+    assert first.returncode == 0, first.stderr
+    first_id = run_id_in(first.stdout)
+    try:
+        check = second("check", "--hostfile", str(hosts), "--plain")
+        said = check.stdout + check.stderr
+        assert check.returncode == 3 and f'busy: root\'s run "bert-large" (run {first_id}' in said
+        fix = [line for line in said.splitlines() if "wait for it: add `--queue`" in line]
+        assert fix and "if it is yours, stop it: `multihost stop bert-large` on root@" in fix[0]
+        assert "kill" not in said, said
+        # The fix, followed: the check waits its turn, then the hosts are ready.
+        began = time.monotonic()
+        waited = second("check", "--hostfile", str(hosts), "--plain", "--queue")
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        assert 'queued: 1st, behind root\'s run "bert-large"' in waited.stderr
+        assert time.monotonic() - began < 40
+        seen = {r["name"]: r for r in all_runs(lab, hosts)}
+        assert seen["bert-large"]["state"] == "succeeded"
+    finally:
+        lab.multihost("stop", first_id, "--kill-wait", "1", timeout=60)

@@ -60,13 +60,18 @@ def elsewhere(probe: HostProbe, cluster: Cluster, taken: Sequence[int]) -> List[
 def busy_fix(entry: dict, probe: HostProbe, cluster: Cluster) -> str:
     queue = "wait for it: " + fixes.add("--queue")
     handle = entry.get("name") or entry["run_id"]
+    # A job without GPUs may share the host's CPUs, on ports of its own.
+    beside = [] if cluster.job.gpus_for(probe.host) else [
+        "run beside it: `multihost run` with `--allow-concurrent --start-port auto`"]
     if entry.get("uid") == _me(probe):
         if cluster.known_runs is None or entry["run_id"] in cluster.known_runs:
             return ", or ".join([f"stop it: {fixes.run(f'multihost stop {handle}')}", queue])
         where = f" on {entry['controller']}" if entry.get("controller") else ""
-        return ", or ".join([queue, f"if it is yours, stop it: `multihost stop {handle}`{where}"])
+        return ", or ".join([queue, f"if it is yours, stop it: `multihost stop {handle}`{where}"]
+                            + beside)
     taken = [g for e in holders(probe, cluster) for g in (e.get("gpus") or [])]
-    return ", or ".join([queue] + elsewhere(probe, cluster, taken) + [f"ask {entry['user']}"])
+    return ", or ".join([queue] + elsewhere(probe, cluster, taken) + beside
+                        + [f"ask {entry['user']}"])
 
 
 @check("busy", order=115, probes=("holds",), short="busy")

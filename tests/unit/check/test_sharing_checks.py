@@ -64,6 +64,7 @@ def test_ones_own_account_from_another_controller_is_waited_for_first():
     result = judged(hold(user="root", uid=0), known=[])
     assert actions(result.fix) == [("add", "--queue")]
     assert "if it is yours" in result.fix and "root@ctl2" in result.fix
+    assert "`--allow-concurrent --start-port auto`" in result.fix  # a CPU job may share
 
 
 def test_a_free_host_passes():
