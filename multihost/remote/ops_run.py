@@ -247,6 +247,8 @@ def _status(run_dir, node, tail, count_procs=True, tail_rank=None):
     detail = node.get("error") or (node.get("stop_reason") if state == "stopped" else "") or ""
     if state == "running" and not alive:
         state, detail = "failed", "its supervisor died (host rebooted, or killed?)"
+        if run_files.no_space(run_dir):
+            detail = run_files.NO_SPACE
     result = {"node": node, "state": state, "detail": detail, "supervisor_alive": alive,
               "ranks": ranks, "time": time.time(),
               "procs": len(run_files.run_processes(node.get("run_id") or "",

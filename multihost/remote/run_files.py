@@ -18,7 +18,7 @@ import os
 import signal
 import time
 
-from .run_states import FINAL_STATES, LAUNCH_LOST
+from .run_states import FINAL_STATES, LAUNCH_LOST, NO_SPACE
 
 ROOT = os.path.join("~", ".multihost")
 HEX = "0123456789abcdef"
@@ -117,6 +117,36 @@ def launch_expired(run_dir, node, now=None):
     if deadline is None or (now or time.time()) < deadline:
         return False
     return not os.path.exists(os.path.join(run_dir, LAUNCHED))
+
+
+RESERVE = "reserve"
+RESERVE_BYTES = 256 << 10
+
+
+def make_reserve(run_dir):
+    """Room kept in the run directory for the node's last record: a full disk (the ranks'
+    logs filled it) must still let the supervisor say so, not die mute. Best effort."""
+    try:
+        with open(os.path.join(run_dir, RESERVE), "wb") as out:
+            out.write(b"\0" * RESERVE_BYTES)
+    except OSError:
+        pass
+
+
+def free_reserve(run_dir):
+    try:
+        os.unlink(os.path.join(run_dir, RESERVE))
+    except OSError:
+        pass
+
+
+def no_space(run_dir):
+    """True when the file system of the run directory has (next to) no room left."""
+    try:
+        st = os.statvfs(run_dir)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 << 10
 
 
 def read_json(path, default=None):

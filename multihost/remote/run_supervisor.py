@@ -12,6 +12,7 @@ asks to kill at once. It never dies before writing the final state: every path o
 ``supervise`` goes through ``finish``.
 """
 import ctypes
+import errno
 import json
 import os
 import signal
@@ -65,7 +66,14 @@ class Supervisor(object):
     # --- records --------------------------------------------------------------------
     def record(self, **changes):
         self.node.update(changes)
-        run_files.write_json(self.node_path, self.node)
+        try:
+            run_files.write_json(self.node_path, self.node)
+        except OSError as err:
+            if err.errno != errno.ENOSPC or "ended" not in changes:
+                raise
+            # The node's last record, with its ranks stopped: the room kept is for it.
+            run_files.free_reserve(self.run_dir)
+            run_files.write_json(self.node_path, self.node)
 
     def tell_launch_op(self, reply):
         if self.ready_fd is not None:
@@ -173,6 +181,10 @@ class Supervisor(object):
         code, sig, when = self.exits[pid]
         rec.update({"ended": when, "exit_code": code, "signal": sig,
                     "exiting": exit_mark(self.run_dir, local)})
+        if (code or sig) and run_files.no_space(self.run_dir):
+            # It died writing its log into a full disk: the disk is the cause, said once
+            # for the node, not this rank's exit (its traceback could not be written).
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         run_files.write_json(path, rec)
         if (code or sig) and self.stop_asked is None:
             # Like torchrun: one failed rank ends its local peers.
@@ -284,6 +296,7 @@ def supervise(spec, run_dir, ready_fd):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     me = {"pid": os.getpid(), "ticks": run_files.start_ticks(os.getpid())}
     try:
+        run_files.make_reserve(run_dir)
         sup.record(supervisor=me)
         run_files.set_lock_supervisor(sup.run_id, me)  # and its entry in the host registry
         try:
@@ -310,11 +323,16 @@ def supervise(spec, run_dir, ready_fd):
         sup.loop()
         sup.finish()
         return 0
-    except BaseException:  # never leave without a final state
+    except BaseException as exc:  # never leave without a final state
         text = traceback.format_exc()
-        sys.stderr.write(text)  # supervisor.log (see ops_run._detach_supervisor)
-        sys.stderr.flush()
         error = "supervisor crashed: %s" % text.strip().splitlines()[-1]
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            error = run_files.NO_SPACE
+        try:
+            sys.stderr.write(text)  # supervisor.log (see ops_run._detach_supervisor)
+            sys.stderr.flush()
+        except OSError:
+            pass
         try:
             run_files.terminate(sup.run_id, os.getpid(), 0, skip_groups=(os.getpgrp(),))
             sup.finish(error=error)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, RunFailed
+from ..remote.run_states import NO_SPACE
 from ..hosts import Host
 from ..job import JobOptions
 from . import launchers, plan as run_plan
@@ -215,6 +216,11 @@ def failure_of(outcome, plan) -> Optional[RunFailed]:
                    f"(`multihost stop {plan.run_id}` when it is back)" for r in result.lost)
     if result.root_cause is not None:
         cause = result.root_cause
+        if NO_SPACE in (cause.detail or ""):
+            host = plan.nodes[cause.node_rank].host.label
+            return RunFailed(f"run {plan.run_id} failed: node {cause.node_rank}: {NO_SPACE} on "
+                             f"{host}{lost}", host=host, fix=fix_for(cause, plan),
+                             exit_code=result.exit_code)
         return RunFailed(f"run {plan.run_id} failed: {describe(cause)}{lost}", host=cause.host,
                          fix=fix_for(cause, plan), exit_code=result.exit_code)
     if result.interrupted:
@@ -232,6 +238,10 @@ def fix_for(cause, plan) -> str:
     import signal
 
     node = plan.nodes[cause.node_rank]
+    if NO_SPACE in (cause.detail or ""):
+        return (f"free space on {node.host.label}: `df -h ~/.multihost` there; old runs' "
+                f"directories go with `rm -rf ~/.multihost/runs/<run id>`; then "
+                f"`multihost rerun {plan.run_id}`")
     if cause.kind == "lost":
         return (f"check that {node.host.label} is up and reachable; then "
                 f"`multihost stop {plan.run_id}` to clean up what may still run there")

@@ -239,3 +239,36 @@ def test_sync_and_run_refuse_a_system_or_home_workdir_before_writing(lab, code, 
     assert on_host(lab, 1, "/root/.ssh/authorized_keys").read_bytes() == before
     assert not on_host(lab, 1, "/root/authorized_keys").exists()
     assert not found_on(lab, [1], str(code))
+
+
+# -- 9: a full run directory is named, not taken for a dead supervisor --------------------
+FILLER = textwrap.dedent("""\
+    import os, sys, time
+    print("up", flush=True)
+    time.sleep(1)
+    if os.environ["RANK"] == "1":
+        for i in range(4096):      # 4 MiB of lines into a 1 MiB ~/.multihost
+            print("x" * 1023, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_a_full_run_directory_is_named_with_its_fix(lab, code):
+    (code / "filler.py").write_text(FILLER)
+    lab.host_run(2, ["mkdir", "-p", "/root/.multihost"], check=True)
+    lab.host_run(2, ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/root/.multihost"],
+                 check=True)
+    try:
+        result = lab.multihost(*run_argv(lab, code, 2, "--kill-wait", "1"), "--", "filler.py",
+                               timeout=180)
+        assert result.returncode not in (0, 2), result.stderr[-3000:]
+        run_id = re.search(r"\d{8}-\d{6}-[0-9a-f]{4}", result.stderr).group(0)
+        last = result.stderr.strip().splitlines()[-1]
+        assert "no space left in ~/.multihost on 198.18.0.12" in last, last
+        assert "supervisor died" not in result.stderr
+        assert "(fix: " in last and "df -h ~/.multihost" in last, last
+        shown = lab.multihost("status", run_id, "--plain", timeout=60).stdout
+        assert "no space left in ~/.multihost" in shown and "supervisor died" not in shown, shown
+        assert not found_on(lab, [1, 2], run_id)
+    finally:
+        lab.host_run(2, ["umount", "/root/.multihost"])
