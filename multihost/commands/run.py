@@ -225,6 +225,11 @@ def _main(args: argparse.Namespace) -> int:
     note_secrets_in_argv(args)
     if not args.launcher:  # the input is good: say the choice before anything starts
         _say(args, validated.choice.line())
+    if request.queue and request.detach:
+        from ..run.queue import wait_in_background
+
+        if wait_in_background(request.name, lambda text: _say(args, text)):
+            return 0
     with cluster_from_args(args, hosts) as cluster, \
             Lifecycle(cluster, request, validated, notify=lambda text: _say(args, text)) as life:
         ticket = None

@@ -160,3 +160,41 @@ def stop_queued(handle: str, timeout: float = 30.0) -> Optional[str]:
             time.sleep(0.1)
         return ticket.get("run_id")
     return None
+
+
+def wait_in_background(name: str, say: Callable[[str], None]) -> bool:
+    """``run --queue --detach``: the waiting goes on in a process of its own session (a
+    closed terminal does not end it), its output in ~/.multihost/queue/<pid>.log. True
+    in the caller, which has nothing more to do; False in the process that waits."""
+    tickets_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_fd)
+        with os.fdopen(read_fd) as pipe:
+            log = pipe.read().strip()
+        os.waitpid(pid, 0)
+        say(f"queued run {name or '(no name)'} waits for its hosts in the background "
+            f"(output: {log}); `multihost status --all` with the same hosts shows its place, "
+            f"`multihost stop {name or 'ID'}` takes it out of the line")
+        return True
+    os.close(read_fd)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    log = tickets_dir() / f"{os.getpid()}.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.close(null)
+    os.write(write_fd, str(log).encode())
+    os.close(write_fd)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    return False

@@ -143,3 +143,31 @@ def test_ones_own_account_from_another_controller_is_waited_for_not_killed(lab, 
         assert seen["bert-large"]["state"] == "succeeded"
     finally:
         lab.multihost("stop", first_id, "--kill-wait", "1", timeout=60)
+
+
+def test_a_detached_queued_run_waits_in_the_background_and_runs(lab, tmp_path):
+    code = code_dir(tmp_path)
+    hosts = hostfile(lab, tmp_path, 2)
+    first = start(lab, hosts, code, tmp_path, nap="8")
+    first_id = run_id_in(first.stdout)
+    try:
+        began = time.monotonic()
+        queued_bg = lab.multihost("run", "--hostfile", str(hosts), "--launcher", "python",
+                                  "--code", str(code), "--name", "later", "--queue", "--detach",
+                                  "--env", "NAP=1", "--log_dir", str(tmp_path / "log"), "--",
+                                  "nap.py", timeout=60)
+        assert queued_bg.returncode == 0, queued_bg.stderr
+        assert time.monotonic() - began < 20            # it did not wait in the foreground
+        assert "waits for its hosts in the background" in queued_bg.stderr
+        assert {r["name"]: r for r in all_runs(lab, hosts)}["later"]["state"] == "queued"
+        deadline = time.monotonic() + 90
+        while True:
+            seen = {r["name"]: r for r in all_runs(lab, hosts)}
+            if seen.get("later", {}).get("state") == "succeeded":
+                break
+            assert time.monotonic() < deadline, seen
+            time.sleep(1)
+        assert seen["later"]["started"] >= seen["bert-large"]["ended"] - 1
+        assert not all_runs(lab, hosts, "--state", "queued")
+    finally:
+        lab.multihost("stop", first_id, "--kill-wait", "1", timeout=60)
