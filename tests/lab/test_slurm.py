@@ -327,3 +327,17 @@ def test_a_crashed_rank_inside_salloc_restarts_from_its_checkpoint(slurm_lab, tm
     # The crash is the last rank's (h2); torchrun ends its neighbour on the same node.
     assert re.search(r"attempt 1 of 2 failed: h2 \(node 1\) rank [23]: .*; restarting", r.stderr)
     assert re.search(r"run \S+ succeeded", r.stderr)
+
+
+def test_a_hung_run_inside_salloc_has_every_ranks_stack_taken_through_srun(slurm_lab, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "quiet.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    r = in_allocation(slurm_lab, f"multihost run --launcher python --nproc_per_node 2 --code {code} "
+                                 f"--no-check --hang-timeout 8 --plain --log_dir {tmp_path / 'log'} "
+                                 "-- quiet.py", timeout=240)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "hung: no rank wrote a line for 8s" in r.stderr
+    stacks = next((tmp_path / "log").glob("*/stacks-0.txt")).read_text()
+    assert stacks.startswith("ranks 0-3 (4 rank(s) on h1, h2):") and "quiet.py\", line 3" in stacks
+    assert leftovers(slurm_lab, 2, run_id_in(r.stderr)) == {}
