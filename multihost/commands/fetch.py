@@ -4,10 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..run.fetch import fetch
-from ..run.records import RUN_ID_RE
-from ..views.fetch_view import fetch_lines
-
 EPILOG = """\
 examples:
   multihost fetch output/best_model            rank 0's host, the last run, into ./output/
@@ -39,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def split_run(words, run):
     """A first word that is a run id (or its prefix of date and time) names the run."""
+    from ..run.records import RUN_ID_RE
+
     first = words[0]
     if run is None and len(words) > 1 and (RUN_ID_RE.match(first) or
                                            (first[:8].isdigit() and first[8:9] == "-")):
@@ -47,6 +45,9 @@ def split_run(words, run):
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..run.fetch import fetch
+    from ..views.fetch_view import fetch_lines
+
     run, paths = split_run(args.paths, args.run)
     results = fetch(paths, run=run, to=args.to, every_host=args.every_host,
                     progress=sys.stderr.isatty())
