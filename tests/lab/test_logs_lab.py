@@ -64,6 +64,10 @@ def test_every_line_exactly_once_with_its_rank_and_host(lab, job):
     everything = list(range(40))
     assert numbered(done.stdout) == {rank: everything for rank in range(6)}
     run_id = last_run(lab)
+    # The run's last word says where its logs are, where a Paddle user looks for them.
+    assert done.stderr.rstrip().splitlines()[-1] == \
+        f"multihost: logs: log/latest/workerlog.N (this run: log/{run_id})"
+    assert (job / "log" / "latest" / "workerlog.5").read_text().splitlines()[-1] == "rank 5 line 39"
     shown = lab.multihost("logs", run_id, cwd=job)
     assert shown.returncode == 0, shown.stderr
     assert numbered(shown.stdout) == {rank: everything for rank in range(6)}

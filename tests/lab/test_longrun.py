@@ -33,6 +33,9 @@ def test_a_rank_that_fails_once_is_restarted_and_resumes_from_its_checkpoint(lab
     run_id = run_id_in(result.stderr)
     assert "attempt 1 of 2 failed" in result.stderr and "restarting as attempt 2 of 2" \
         in result.stderr, result.stderr[-3000:]
+    assert f"run {run_id} failed" not in result.stderr    # the attempt failed, not the run
+    assert f"logs: {log_dir}/latest/workerlog.N (this run: {log_dir}/{run_id}/attempt_1)" \
+        in result.stderr, result.stderr[-3000:]
     # The second attempt went on from the last checkpoint before the crash, not step 0.
     assert "attempt 1: resumed from the checkpoint at step 20" in result.stdout
     status = status_json(lab, run_id)

@@ -197,13 +197,15 @@ def test_a_ps_job_on_two_machines_trains_to_the_end_with_one_metric_everywhere(
     assert len({mean for _, _, _, mean in done}) == 1          # the same metric everywhere
     assert {(host, rank) for host, rank, _, _ in done} == \
         {(a, "0"), (a, "1"), (b, "2"), (b, "3")}                # trainer ids in machine order
-    assert re.search(rf"(?m)^{re.escape(a)} \[server 0\]: ", result.stdout)   # labelled by role
-    assert re.search(rf"(?m)^{re.escape(b)} \[server 0\]: ", result.stdout)
+    # labelled by role and their index across the job: two servers, never two "server 0"
+    assert re.search(rf"(?m)^{re.escape(a)} \[server 0\]: ", result.stdout)
+    assert re.search(rf"(?m)^{re.escape(b)} \[server 1\]: ", result.stdout)
     run_id = run_id_in(result.stderr)
     assert leftovers(lab, 2, run_id) == {}                      # servers stopped on both
     servers = lab.multihost("logs", run_id, "--role", "server", "--plain")
     assert servers.returncode == 0 and servers.stdout
     assert all(" [server " in line for line in servers.stdout.strip().splitlines())
+    assert f"{b} [server 1]: " in servers.stdout and f"{b} [server 0]: " not in servers.stdout
 
 
 def test_a_ps_trainer_that_fails_mid_run_fails_the_run_naming_it_and_leaves_nothing(
