@@ -17,6 +17,7 @@ The decisions themselves are pure (run_outcome.py); this module only does the ta
 """
 from __future__ import annotations
 
+import dataclasses
 import queue
 import signal
 import threading
@@ -338,6 +339,8 @@ class Monitor:
         tail: Tuple[str, ...] = ()
         if cause is not None:
             cause, tail = self._explain(cause)
+            if tail and not cause.tail:  # the fix can then read what it printed last
+                cause = dataclasses.replace(cause, tail=tuple(tail))
         # A stop asked for on purpose (the dashboard's [s]) ends like `multihost stop`.
         interrupted = self.interrupts.count > 0 and self.interrupts.reason is None
         states = tuple(self.states[h.rank] for h in self.hosts)

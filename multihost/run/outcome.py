@@ -332,6 +332,26 @@ def _is_cause(cause: Failure, node_rank: int, kind: str, end: RankView) -> bool:
     return cause.node_rank == node_rank and cause.kind == kind and same
 
 
+# Failures whose cause is known from what the rank printed last: (what its tail shows,
+# the fix). The first that matches names the fix; the rest of the root cause stays as is.
+KNOWN_CAUSES: Tuple[Tuple["re.Pattern[str]", str], ...] = (
+    # paddle's gloo rendezvous of a process group after the first reads another group's
+    # addresses at random, on one machine too (2.6.2 to 3.3.1 seen, docs/migrating.md)
+    (re.compile(r"gloo/transport/tcp/pair\.cc:\d+\]?.*connect \[.*\]:\d+: Connection refused"),
+     "paddle's gloo set-up of a process group after the first fails at random, on one machine "
+     "too (paddle's, not the network): start the run again with --max-restarts 3, or on CPU "
+     "keep to init_parallel_env() and paddle.DataParallel (docs/migrating.md)"),
+)
+
+
+def known_fix(tail: Sequence[str]) -> Optional[str]:
+    """The fix of a known cause that the failing rank's last lines show, or None."""
+    for pattern, fix in KNOWN_CAUSES:
+        if any(pattern.search(line) for line in tail):
+            return fix
+    return None
+
+
 def describe(failure: Failure) -> str:
     """One line: ``h2 (node 1) rank 3 (local rank 1): exit 3``."""
     where = f"node {failure.node_rank}"

@@ -237,7 +237,12 @@ def fix_for(cause, plan) -> str:
     """What to look at next, for the root cause's kind of failure."""
     import signal
 
+    from .outcome import known_fix
+
     node = plan.nodes[cause.node_rank]
+    known = known_fix(cause.tail or ())
+    if known:
+        return known
     if NO_SPACE in (cause.detail or ""):
         return (f"free space on {node.host.label}: `df -h ~/.multihost` there; old runs' "
                 f"directories go with `rm -rf ~/.multihost/runs/<run id>`; then "

@@ -292,3 +292,17 @@ def test_a_failed_parameter_server_points_at_its_own_log():
     server = Failure(1.0, 1, HOSTS[1], "server", exit_code=1, server=1)
     assert fix_for(server, plan) == ("read its log: multihost logs 20261127-152005-f588 "
                                      "--host 198.18.0.12 --role server")
+
+
+def test_paddles_gloo_group_set_up_failure_is_named_with_its_fix():
+    from multihost.run.outcome import known_fix
+
+    tail = ["  File \"train.py\", line 12, in <module>",
+            "    fleet.init(is_collective=True)",
+            "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:784] connect "
+            "[198.18.0.11]:949: Connection refused"]
+    fix = known_fix(tail)
+    assert fix is not None and "--max-restarts 3" in fix and "not the network" in fix
+    assert known_fix(["gloo/transport/tcp/pair.cc:784 connect [198.18.0.11]:949: "
+                      "Connection refused"]) == fix
+    assert known_fix(["ValueError: bad batch"]) is None
