@@ -21,7 +21,8 @@ from typing import Callable
 from .check import CheckStage
 from .run import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause,
                   RunFinished, RunStarted, RunState, RunStopping, Stragglers, who)
-from .sync import DataProgress, SyncHostDone, SyncPlanned, SyncProgress, SyncScanned
+from .sync import (DataProgress, SyncHostDone, SyncPlanned, SyncProgress, SyncScanned,
+                   SyncWaiting)
 
 # Whatever takes events: a view, a filter in front of one, a test's list.append.
 Listener = Callable[[object], None]
@@ -29,4 +30,4 @@ Listener = Callable[[object], None]
 __all__ = ["CheckStage", "DataProgress", "GpuSample", "Listener", "LogBlock", "LogLine",
            "NodeChanged", "NodeState", "Notice", "RootCause", "RunFinished", "RunStarted",
            "RunState", "RunStopping", "Stragglers", "SyncHostDone", "SyncPlanned",
-           "SyncProgress", "SyncScanned", "who"]
+           "SyncProgress", "SyncScanned", "SyncWaiting", "who"]

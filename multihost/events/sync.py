@@ -48,3 +48,12 @@ class DataProgress:
     path: str
     files: int
     bytes: int
+
+
+@dataclass(frozen=True)
+class SyncWaiting:
+    """A host's helper waits for another sync of its workdir to finish (one writer at a
+    time: remote/sync_lock.py); ``text`` names it."""
+
+    host: str
+    text: str

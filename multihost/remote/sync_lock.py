@@ -195,11 +195,14 @@ class Claim(object):
         gen = first.strip() or "0"
         return gen, holder if isinstance(holder, dict) else {}
 
-    def _write(self, gen, holder):
+    def _write(self, gen, holder, durable=False):
+        """Only a raised generation is worth an fsync (every sync's takeover is not):
+        lost with the host's power, it could let a stale change through."""
         data = ("%s\n%s\n" % (gen, json.dumps(holder, separators=(",", ":")))).encode()
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, data, 0)
-        os.fsync(self.fd)
+        if durable:
+            os.fsync(self.fd)
 
     # -- the marker ------------------------------------------------------------------
     def mark(self):
@@ -216,7 +219,7 @@ class Claim(object):
                     gen = str(int(gen) + 1)
                 except ValueError:
                     gen = "1"
-                self._write(gen, dict(holder, wrote=True))
+                self._write(gen, dict(holder, wrote=True), durable=True)
         finally:
             _lock(self.fd, fcntl.LOCK_UN, GATE)
         write_marker(self.root, describe(holder))

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import MultihostError, RemoteError
-from ..events import Listener, SyncHostDone, SyncPlanned, SyncScanned
+from ..events import Listener, SyncHostDone, SyncPlanned, SyncScanned, SyncWaiting
 from ..fanout import HostGroup, fan_out
 from ..machines import by_address, refuse_repeats
 from ..transport.base import pipe_errors_raise
@@ -199,7 +199,9 @@ class _CodeSync:
                    "dry_run": self.dry_run, "rank": host.rank, "keys": not self.dry_run}
         if not self.dry_run:
             request["claim"] = self.claim
-        return HostSession.start(transport, request)
+        session = HostSession.start(transport, request)
+        session.on_wait = lambda text: self.emit(SyncWaiting(host.label, text))
+        return session
 
     def as_known(self, host, transport, record) -> _Known:
         """A host as the last sync left it: what changed since (from its record), sent

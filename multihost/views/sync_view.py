@@ -160,7 +160,7 @@ class SyncView:
 
     # -- events, from the engine's threads ----------------------------------------------
     def __call__(self, event: object) -> None:
-        from ..events import SyncHostDone, SyncPlanned, SyncProgress, SyncScanned
+        from ..events import SyncHostDone, SyncPlanned, SyncProgress, SyncScanned, SyncWaiting
 
         with self._lock:
             if isinstance(event, SyncScanned):
@@ -177,6 +177,8 @@ class SyncView:
                 self._advance(event)
             elif isinstance(event, SyncHostDone):
                 self._finish(event.result.host)
+            elif isinstance(event, SyncWaiting):
+                self._say(f"{event.host}: {event.text}")
             else:
                 self._data_progress(event)
 

@@ -81,6 +81,7 @@ def said(out, lab, i):
 def test_two_writers_ten_rounds_each_leave_every_host_one_whole_tree_and_say_what_they_did(
         lab, two_trees, workdir):
     trees = {tag: snapshot(code) for tag, code in zip("AB", two_trees)}
+    seen = {"waited": 0, "refused": 0, "A": 0, "B": 0}
     for round_ in range(10):
         procs = {tag: start_sync(lab, code, workdir) for tag, code in zip("AB", two_trees)}
         outs = {tag: proc.communicate(timeout=240) + (proc.returncode,)
@@ -101,10 +102,17 @@ def test_two_writers_ten_rounds_each_leave_every_host_one_whole_tree_and_say_wha
             # What a sync called identical is what the host holds, unless the other
             # wrote it after: the one that waited for the first.
             waited = {tag for tag in ok if "waited" in said(outs[tag][0], lab, i)}
+            for tag in waited:      # it said so while it waited, not only at the end
+                assert f"{lab.address(i)}: waiting for " in outs[tag][0], outs[tag][0]
             assert ok, f"round {round_}: neither sync reached h{i}: {outs}"
+            seen["waited"] += len(waited)
+            seen["refused"] += 2 - len(ok)
+            seen[found[0]] += 1
             last = waited if len(ok) == 2 and len(waited) == 1 else ok
             if len(last) == 1:
                 assert found == sorted(last), f"round {round_}: h{i}: {outs}"
+    print(f"40 host-rounds: {seen['waited']} waits, {seen['refused']} refusals; "
+          f"{seen['A']} ended with A, {seen['B']} with B")
 
 
 def test_a_sync_into_the_workdir_of_a_running_run_is_refused_naming_the_run(lab, two_trees,
