@@ -97,6 +97,12 @@ def live(entry, now=None):
         return now - (entry["seen"] or 0) < QUEUE_STALE
     if entry["state"] in FINAL:
         return False
+    if entry["uid"] == os.getuid():
+        # One's own run: its node.json turns final a moment before its supervisor marks
+        # the entry (the controller may already have moved on to the next run).
+        node = run_files.read_json(os.path.join(run_files.run_dir(entry["run_id"]), "node.json"))
+        if isinstance(node, dict) and node.get("state") in FINAL:
+            return False
     if entry["pid"]:
         return run_files.is_alive(entry["pid"], entry["ticks"])
     return now - entry["time"] < entry["stale_after"]

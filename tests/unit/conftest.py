@@ -9,6 +9,13 @@ from multihost.hosts import Host
 from multihost.sync.pipeline import sync_code
 
 
+@pytest.fixture(autouse=True)
+def host_registry(tmp_path_factory, monkeypatch):
+    """Every test's runs on this machine have a host registry of their own: tests (and
+    the people running them) at the same time must not see each other's runs as busy."""
+    monkeypatch.setenv("MULTIHOST_HOLDS_DIR", str(tmp_path_factory.mktemp("holds")))
+
+
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     """A code directory and two "hosts" that are local transports (127.0.0.1 and

@@ -35,7 +35,7 @@ class Sandbox:
             directory.mkdir()
         (self.cwd / "train.py").write_text(TRAIN)
         self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("MULTIHOST_", "FLAGS_"))}
+                    if not k.startswith(("MULTIHOST_", "FLAGS_")) or k == "MULTIHOST_HOLDS_DIR"}
         self.env["HOME"] = str(self.home)
         self.env["PYTHONPATH"] = os.pathsep.join(
             p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)

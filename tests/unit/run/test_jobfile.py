@@ -89,7 +89,8 @@ def test_resolved_job_round_trips_with_secrets_masked(tmp_path):
 
 
 def multihost(home, cwd, *argv):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MULTIHOST_", "FLAGS_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MULTIHOST_", "FLAGS_"))
+           or k == "MULTIHOST_HOLDS_DIR"}  # this test's own host registry (conftest)
     env.update(HOME=str(home), PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "multihost", *argv], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
