@@ -82,14 +82,30 @@ class Receiver(object):
             if kind == "tracked":
                 self.tracked = reader.tracked(header)
                 continue
-            if self.claim is not None:
-                self.claim.mark()
+            if not self._marked(reader, kind, rel, header):
+                continue
             try:
                 self._one(reader, kind, rel, header)
             except (ApplyError, UnsafePath) as exc:
                 self.error(rel, str(exc))
             except OSError as exc:
                 self.error(rel, exc.strerror or str(exc))
+
+    def _marked(self, reader, kind, rel, header):
+        """The tree is marked incomplete before its first change (sync_lock); where the
+        mark cannot be written (a full disk), nothing is: the entry is skipped."""
+        if self.claim is None:
+            return True
+        try:
+            self.claim.mark()
+            return True
+        except OSError as exc:
+            if kind == FILE:
+                for _ in reader.content(header["s"]):  # keep the stream in step
+                    pass
+            self.error(rel, "cannot mark the workdir as being written: %s"
+                       % (exc.strerror or exc))
+            return False
 
     def _one(self, reader, kind, rel, header):
         tree = self.tree
@@ -322,7 +338,13 @@ def _claim(request):
     if not isinstance(spec, dict):
         return None
     root = resolve_root(request["root"], request.get("base"))
-    return Claim(root, spec).take(lambda text: reply({"waiting": text}))
+    claim = Claim(root, spec)
+    try:
+        return claim.take(lambda text: reply({"waiting": text}))
+    except OSError as exc:
+        claim.give_back()
+        raise Busy("cannot take the lock %s: %s" % (claim.path, exc.strerror or exc),
+                   "free space there, or make the workdir's parent writable")
 
 
 def _complete(plan):

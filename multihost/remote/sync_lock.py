@@ -210,7 +210,6 @@ class Claim(object):
         first writer of this sync raises the generation."""
         if self.marked:
             return
-        self.marked = True
         _lock(self.fd, fcntl.LOCK_EX, GATE, wait=True)
         try:
             gen, holder = self._read()
@@ -223,6 +222,7 @@ class Claim(object):
         finally:
             _lock(self.fd, fcntl.LOCK_UN, GATE)
         write_marker(self.root, describe(holder))
+        self.marked = True
 
     def finish(self, clean):
         """This process ends: when it ended cleanly and was the last of its pass's

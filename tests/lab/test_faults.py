@@ -429,7 +429,8 @@ def test_the_controller_killed_mid_sync_leaves_no_half_written_file_on_any_host(
                                      for p in d.iterdir()), 15, "temporary files left behind")
         for d in dirs:  # each file there is whole: absent or exactly the source's
             for name, digest in (tree(d) if d.is_dir() else {}).items():
-                assert whole.get(name) == digest, (d, name)
+                if name != ".multihost-incomplete":   # the mark of a tree left half written
+                    assert whole.get(name) == digest, (d, name)
         done = lab.multihost("sync", "--ips", ips(lab, 3), "--code", str(code), "--workdir",
                              workdir, "--plain", timeout=120)
         assert done.returncode == 0, done.stderr
