@@ -143,7 +143,7 @@ def test_s_asks_first_then_stops_the_run_as_a_stop_from_the_dashboard(term):
 
 def test_no_color_keeps_the_dashboard_and_q_goes_on_in_plain_lines(term):
     t = term(multihost(*RUN, "--", "job.py"), env={"NO_COLOR": "1"})
-    text = t.wait_for(r"\[q\] quit the dashboard")
+    text = t.wait_for(r"\[q\] plain lines")
     assert "state" in text and "uptime" in text      # the dashboard, not plain lines
     coloured = t.screen(escapes=True)
     assert not re.search(r"\x1b\[[0-9;]*(3[0-7]|38;[25];[0-9;]+|9[0-7])m", coloured)
