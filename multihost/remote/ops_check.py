@@ -17,6 +17,7 @@ import threading
 import time
 
 from . import net_ping, ops_check_net as net
+from .machine import machine_identity
 from .ops_check_proc import foreign_facts, holds_facts, leftover_facts, ports_facts
 from .ops_check_python import framework_pythons
 from .proto import op, reply
@@ -168,19 +169,6 @@ def gpu_facts(request):
 
 
 # -- host ------------------------------------------------------------------------------
-def machine_identity():
-    """What tells two entries of a hostfile apart as machines: the kernel's boot id (one
-    per running kernel) and the network namespace (containers on one kernel are separate
-    hosts, with their own ports). Two entries with the same pair are one machine, reached
-    twice (localhost and 127.0.0.1, or two addresses of one host). None if unreadable."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        return "%s/%s" % (boot, os.readlink("/proc/self/ns/net"))
-    except OSError:
-        return None
-
-
 def hostname_facts(request):
     name = socket.gethostname()
     facts = {"hostname": name, "machine": machine_identity()}
