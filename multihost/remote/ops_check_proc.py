@@ -236,12 +236,15 @@ def foreign_facts(request):
     marked = set()
     for found in run_files.own_marked_processes(run_files.ancestors()).values():
         marked.update(found)
-    mine = run_files.ancestors()
+    # Not this probe's ancestors: sshd's daemon is every session's ancestor.
+    me = os.getpid()
 
     def managed(pid):
+        if pid == me:
+            return True
         seen = 0
         while pid > 1 and seen < 64:
-            if pid in roots or pid in marked or pid in mine:
+            if pid in roots or pid in marked:
                 return True
             pid, seen = parent.get(pid, 0), seen + 1
         return False

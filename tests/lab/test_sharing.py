@@ -99,18 +99,28 @@ def test_ctrl_c_and_stop_leave_the_queue_clean(lab, tmp_path):
 
 def test_a_hand_started_torchrun_is_named(lab, tmp_path):
     hosts = hostfile(lab, tmp_path, 2)
-    started = lab.ssh(2, "mkdir -p /tmp/hand && echo 'import time; time.sleep(120)' > "
-                         "/tmp/hand/torchrun && (nohup python3 /tmp/hand/torchrun "
-                         ">/dev/null 2>&1 & echo $!)")
-    assert started.returncode == 0, started.stderr
-    pid = int(started.stdout.split()[-1])
+    made = lab.ssh(2, "mkdir -p /tmp/hand && echo 'import time; time.sleep(60)' > /tmp/hand/torchrun")
+    assert made.returncode == 0, made.stderr
+    # Started in a session that stays open: it descends from sshd, as a user's would.
+    session = lab.popen(["ssh", "-o", "BatchMode=yes", lab.address(2), "python3 /tmp/hand/torchrun"],
+                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid = None
     try:
+        deadline = time.monotonic() + 30
+        while pid is None:
+            found = lab.ssh(2, "pgrep -xf 'python3 /tmp/hand/torchrun'")
+            pid = int(found.stdout.split()[0]) if found.stdout.strip() else None
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
         check = lab.multihost("check", "--hostfile", str(hosts), "--plain", timeout=120)
         said = check.stdout + check.stderr
         assert f"a training multihost did not start: root's pid {pid} (python3 /tmp/hand/torchrun)" \
             in said, said
     finally:
-        lab.ssh(2, f"kill {pid}")
+        if pid:
+            lab.ssh(2, f"kill {pid}")
+        session.kill()
+        session.wait()
 
 
 def test_ones_own_account_from_another_controller_is_waited_for_not_killed(lab, tmp_path):
