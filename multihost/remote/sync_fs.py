@@ -75,7 +75,7 @@ def stat_key(st):
     """What shows a path unchanged since it was recorded: its type, then size, mtime,
     ctime and inode (a file or link), or its permission bits (a directory, whose times
     change with every file a job adds). The controller reads the same list from
-    `stat --printf` (sync_fastpath) to find an unchanged host without starting Python."""
+    `stat --printf` (sync/fastpath.py) to find an unchanged host without starting Python."""
     kind = stat.S_IFMT(st.st_mode)
     if kind == stat.S_IFDIR:
         return [kind, st.st_mode & 0o7777]

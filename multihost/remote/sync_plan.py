@@ -102,7 +102,7 @@ def make_plan(request, payload):
                 result["meta"].append(index)
         result["hashed_files"], result["hashed_bytes"] = read
         if request.get("keys"):
-            # What is in sync already, as the controller will record it (sync_fastpath).
+            # What is in sync already, as the controller will record it (sync/fastpath.py).
             unsettled = set(result["add"] + result["change"] + result["retype"] + result["meta"])
             result["keys"] = dict((entries[i][0], stat_key(st)) for i, st in stats.items()
                                   if st is not None and i not in unsettled)

@@ -1,4 +1,4 @@
-"""``status`` and ``stop`` of a run from any shell, from its record alone (runs.py).
+"""``status`` and ``stop`` of a run from any shell, from its record alone (records.py).
 
 Both ask every host of the run at once and reconcile the controller's record with what
 the hosts say, so a run whose controller died still ends up with its final states, exit

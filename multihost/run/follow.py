@@ -1,6 +1,6 @@
 """A run from start to end, as ``multihost run`` drives it: announce, prepare and launch
-every host (run_start), then either return (--detach) or follow it: node states from
-the monitor, rank logs from the log follower (logs.py), both into one listener (the
+every host (start.py), then either return (--detach) or follow it: node states from
+the monitor, rank logs from the log follower (logs/follow.py), both into one listener (the
 view). The view is given, never built here: no presentation in this module.
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _open_mirror(record: RunRecord, starter: Starter) -> Optional[Path]:
 
 
 def _log_follower(cluster, plan: RunPlan, mirror: Optional[Path], listener: Listener):
-    """The lead's LogFollower (logs.py), reporting lines only: node states are ours."""
+    """The lead's LogFollower (logs/follow.py), reporting lines only: node states are ours."""
     if mirror is None:
         return None
     from ..logs.follow import LogFollower

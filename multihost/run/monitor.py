@@ -11,9 +11,9 @@ the answers into NodeChanged events and decides:
 - Ctrl-C does the same; a second Ctrl-C stops with no grace;
 - --wait S ends the run S seconds after the first rank exited (srun -W);
 - when every node has finished (or is lost), the root cause is the earliest failure by
-  time (run_outcome.root_cause), with the last lines of its log.
+  time (outcome.root_cause), with the last lines of its log.
 
-The decisions themselves are pure (run_outcome.py); this module only does the talking.
+The decisions themselves are pure (outcome.py); this module only does the talking.
 """
 from __future__ import annotations
 

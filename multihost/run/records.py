@@ -10,7 +10,7 @@ the logs are mirrored. ``~/.multihost/last`` names the last run started here.
     record.hosts                     # Host objects in node-rank order, ready to reconnect
     record.nprocs, record.mirror_dir # processes per node; the controller's log mirror
     record.state                     # a RunState: RunState.RUNNING, RunState.FAILED, ...
-    record.root_cause                # a RootCause (events.py) once the run failed
+    record.root_cause                # a RootCause (events/run.py) once the run failed
     record.nodes[1].state            # "running", "failed", ... (as the host said it)
 
 Files are readable by the user only (0600 in a 0700 directory).

@@ -11,7 +11,7 @@
    itself, and a node never launched counts as stopped: a controller lost half way
    through leaves no rank waiting for peers that will never come.
 
-The run's record (runs.py) is written before the first launch, so ``status`` and
+The run's record (records.py) is written before the first launch, so ``status`` and
 ``stop`` can find the run even if this controller dies a moment later. It becomes the
 "last" run only once every host is prepared: a run refused there (a busy host) never
 started, and a bare ``status`` must go on meaning the run that did.

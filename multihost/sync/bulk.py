@@ -53,7 +53,7 @@ def openssh_argv(transport, config_file: str = DEFAULT_CONFIG) -> Optional[List[
 def stream_openssh(transport, argv: List[str], request: dict, fill: Callable[[Writer], None],
                    op: str = "sync.receive",
                    register: Optional[Callable[[object], None]] = None) -> dict:
-    """Like sync_transfer.stream_to, through `ssh`: start ``op`` on the host, write the
+    """Like transfer.stream_to, through `ssh`: start ``op`` on the host, write the
     stream with ``fill``, return the reply's ``nodes``."""
     label = transport.host.label
     line = helper.helper_command(transport, op, request)

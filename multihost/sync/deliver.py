@@ -76,7 +76,7 @@ def deliver(cluster: HostGroup, manifest: Manifest, needs: Dict[int, HostNeeds],
             claims: Optional[Dict[int, dict]] = None
             ) -> Tuple[Dict[int, HostSync], Dict[int, Dict[str, list]]]:
     """Results per host, and each host's stat keys of what it now holds in sync (for
-    sync_fastpath's record). ``claims``: what each host's helpers show its workdir's
+    fastpath.py's record). ``claims``: what each host's helpers show its workdir's
     lock (remote/sync_lock.py)."""
     return _Delivery(cluster, manifest, needs, sessions, emit, claims or {}).run()
 
@@ -253,7 +253,7 @@ class _Delivery:
         return None if self.cancelled.is_set() else nodes
 
     def head_stream(self, group: RelayGroup, head, transport, request: dict) -> dict:
-        """The stream to the head: through OpenSSH's C crypto when it can (sync_bulk),
+        """The stream to the head: through OpenSSH's C crypto when it can (bulk.py),
         else paramiko."""
         fill = functools.partial(self.write_group, group)
         argv = openssh_argv(transport, self.cluster.options.config_file)
