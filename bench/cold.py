@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _lab import REPO, addresses, bench_lab, measured, reexec_inside  # noqa: E402
+from _lab import REPO, addresses, bench_lab, hostfile, measured, reexec_inside  # noqa: E402
 
 SMALL_FILES = 2000
 RERUN_GOAL = 1.0
@@ -56,14 +56,6 @@ def make_project(root: Path) -> None:
 
 def edit(root: Path, round_: int) -> None:
     (root / "train.py").write_text(f"print('ran', {round_})\n")
-
-
-def hostfile(directory: Path, n: int) -> Path:
-    lines = ["[defaults]", "user = root", f"python = {sys.executable}",
-             f"workdir = {WORKDIR}"] + [f"[{a}]" for a in addresses(n)]
-    path = directory / f"hosts{n}.ini"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def multihost(*args: str):
@@ -100,7 +92,7 @@ def inside(args) -> int:
     try:
         codes = versions(scratch, args.before)
         for n in args.hosts:
-            hosts, hosts_file = addresses(n), str(hostfile(scratch, n))
+            hosts, hosts_file = addresses(n), str(hostfile(scratch, n, WORKDIR))
             run = ["run", "--hostfile", hosts_file, "--code", str(code), "--launcher", "python",
                    "--plain", "--", "train.py"]
             times = {name: [] for name in [*codes, "hand"]}
