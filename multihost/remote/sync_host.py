@@ -273,11 +273,14 @@ def session(request):
     of a chain: no second helper start), or ends (nothing to send, or a dry run)."""
     _catch_signals()
     stdin = _stdin()
+    in_use = None  # a run's hold: this sync may find the tree as it is, never change it
     try:
         claim = None if request.get("dry_run") else _claim(request)
     except Busy as busy:
-        reply({"ok": False, "error": busy.text, "fix": busy.fix})
-        return 1
+        if busy.holder.get("kind") != "run":
+            reply({"ok": False, "error": busy.text, "fix": busy.fix})
+            return 1
+        claim, in_use = None, busy
     except _Stop:
         return 1
     reply({"absent": workdir_absent(request), "machine": machine_identity()})
@@ -296,6 +299,9 @@ def session(request):
         reply({"ok": False, "error": err.error, "fix": err.fix})
         return 1
     except _Stop:
+        return 1
+    if in_use is not None and not (_complete(plan) and not plan.get("gone")):
+        reply({"ok": False, "error": in_use.text, "fix": in_use.fix})
         return 1
     keys = plan.pop("keys", None)  # for the end: the controller records them
     if claim is not None:  # the helpers that write after this session hold to it

@@ -125,6 +125,8 @@ def test_a_sync_into_the_workdir_of_a_running_run_is_refused_naming_the_run(lab,
     assert started.returncode == 0, started.stderr
     run_id = re.search(r"\b(\d{8}-\d{6}-[0-9a-f]{4})\b", started.stdout).group(1)
     try:
+        same = sync(lab, code_a, workdir, "--verify", hosts=(1, 2))   # reads, writes nothing
+        assert same.returncode == 0 and same.stdout.count("up to date") == 2, same.stdout
         done = sync(lab, code_b, workdir, hosts=(1, 2))
         assert done.returncode != 0
         assert f"in use by run {run_id}" in done.stderr + done.stdout
