@@ -166,9 +166,11 @@ class Claim(object):
         who = describe(holder)
         if holder.get("kind") == "run":
             run_id = str(holder.get("id") or "").partition(":")[2] or "RUN"
+            stop = "stop it first (`multihost stop %s`)" % run_id
+            if holder.get("user") and holder.get("user") != _user():
+                stop = "ask %s to stop it" % holder["user"]  # not ours to stop
             return Busy("the workdir %s is in use by run %s: %s" % (self.root, run_id, who),
-                        "stop it first (`multihost stop %s`), or sync into another "
-                        "--workdir" % run_id, holder)
+                        "%s, or sync into another --workdir" % stop, holder)
         if self.claim.get("kind") == "run":
             return Busy("a sync is writing the workdir %s: %s" % (self.root, who),
                         "wait for it to finish, then run again", holder)
