@@ -2,7 +2,7 @@
 import io
 
 from multihost.data.verify import DataReport, HostData, PathDiff, PathState
-from multihost.events import SyncPlanned, SyncProgress, SyncScanned
+from multihost.events import SyncPlanned, SyncProgress, SyncScanned, SyncWaiting
 from multihost.sync.model import HostNeeds, HostSync, SyncReport
 from multihost.views.sync_view import SyncView, data_lines, sync_lines
 
@@ -82,3 +82,21 @@ def test_terminal_progress_renders_without_error():
     view(SyncProgress("h1", 0, 1, 1, 5000, 5000))
     view.show_sync(report(HostSync("h1", 0, files=1, bytes=5000, counts=(1, 0, 0))))
     assert "h1: 1 file (5.0 KB) written" in out.getvalue()
+
+
+def test_a_host_waiting_for_another_sync_says_so_in_plain_lines():
+    out = io.StringIO()
+    view = SyncView(out, plain=True)
+    view(SyncWaiting("10.0.0.2", "waiting for bob's multihost sync from ctl (pid 7) since "
+                                 "16:02:11 to finish with /root/proj"))
+    assert out.getvalue() == ("10.0.0.2: waiting for bob's multihost sync from ctl (pid 7) "
+                              "since 16:02:11 to finish with /root/proj\n")
+
+
+def test_a_host_that_waited_says_for_whom_under_its_line():
+    host = HostSync("10.0.0.2", 1, files=3, bytes=30, counts=(3, 0, 0),
+                    notes=("waited 12 s for bob's multihost sync from ctl (pid 7) since 16:02:11",))
+    lines = sync_lines(report(host))
+    assert lines[1:3] == ["10.0.0.2: 3 files (30 B) written",
+                          "    note: waited 12 s for bob's multihost sync from ctl (pid 7) "
+                          "since 16:02:11"]
