@@ -207,6 +207,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ..errors import CheckError
     from ..job import job_options_from_args
     from ..run import pipeline
     from ..run.lifecycle import Lifecycle
@@ -237,13 +238,22 @@ def _main(args: argparse.Namespace) -> int:
             from ..run.queue import ticket_for
 
             ticket = ticket_for(cluster, job, job.start_port, request.name)
-            ticket.wait_turn(lambda text: _say(args, text))
-        try:
-            _, record = life.prepare(
-                sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
-        finally:
+        while True:
             if ticket is not None:
-                ticket.leave()
+                ticket.wait_turn(lambda text: _say(args, text))
+            try:
+                _, record = life.prepare(
+                    sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
+                break
+            except CheckError as error:
+                # Another run took the hosts in the moment between its turn and its check:
+                # back to its place (the front, it asked first), not a failure.
+                if ticket is None or not error.cause.startswith("busy: "):
+                    raise
+                _say(args, f"{error.cause}: back in line")
+            finally:
+                if ticket is not None:
+                    ticket.leave()
         save_job(args, record, command)
         holder: dict = {}
         outcome = life.follow(lambda: run_view(args, holder), holder)

@@ -88,6 +88,7 @@ class Ticket:
     def wait_turn(self, say: Callable[[str], None]) -> None:
         """Return when it is this run's turn; Ctrl-C (or `multihost stop`) leaves the line."""
         self._save()
+        self._stop = threading.Event()
         said = ""
         try:
             while True:

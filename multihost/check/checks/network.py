@@ -8,7 +8,7 @@ from typing import Dict, Iterable, Optional, Sequence, Set
 
 from ..judge import Cluster, HostProbe, folded, groups, not_checked, route_iface, same_machine
 from .. import fixes
-from .sharing import busy_fix, holders
+from .sharing import holders
 from ...remote.holds import holder_line
 from ..registry import check
 from ..report import FAIL, PASS, SKIP, WARN, CheckResult
@@ -63,10 +63,10 @@ def judge_ports(probe: HostProbe, cluster: Cluster) -> CheckResult:
                                           f"{listener.get('error')}",
                                _port_fix(probe, cluster), f"{ports[0]} busy")
     held = holders(probe, cluster)
-    if busy and held:  # a run holds them: another port would put a second job on its GPUs
-        return CheckResult("ports", FAIL, f"port {busy[0]['port']} is held by "
-                                          f"{holder_line(held[0])}",
-                           busy_fix(held[0], probe, cluster), f"{busy[0]['port']} held")
+    if busy and held:  # a run holds them: busy says so, with the fix (another port would
+        # put a second job on its GPUs)
+        return CheckResult("ports", SKIP, f"port {busy[0]['port']} is held by "
+                                          f"{holder_line(held[0])} (see busy)", brief="held")
     if busy:
         first = busy[0]
         owner = (f" by pid {first['pid']} ({first.get('command', '?')})" if first.get("pid")

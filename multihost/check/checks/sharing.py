@@ -90,7 +90,8 @@ def judge_busy(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
         return CheckResult("busy", PASS, "no run holds this host", brief="free")
     more = and_more([holder_line(e) for e in found[1:]], 2)
     first = found[0]
-    return CheckResult("busy", FAIL, "busy: " + holder_line(first) + more,
+    # The check's name leads the line ("busy: alice's run ..."), as a run's refusal reads.
+    return CheckResult("busy", FAIL, holder_line(first) + more,
                        busy_fix(first, probe, cluster), f"{first['user']}'s")
 
 

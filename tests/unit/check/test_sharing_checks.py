@@ -40,7 +40,7 @@ def judged(entry, job=JobOptions(), gpus_out=None, known=None, n=4):
 def test_another_users_run_is_named_with_a_fix_that_waits_or_goes_elsewhere():
     result = judged(hold(gpus=list(range(8))))
     assert result.status == FAIL
-    assert result.detail == f'busy: alice\'s run "bert-large" (run {RUN}, since 2h 10m, GPUs 0-7)'
+    assert result.detail == f'alice\'s run "bert-large" (run {RUN}, since 2h 10m, GPUs 0-7)'
     assert actions(result.fix) == [("add", "--queue")]
     assert "--exclude 198.18.0.12" in result.fix and "ask alice" in result.fix
     assert "kill" not in result.fix and "multihost stop" not in result.fix
