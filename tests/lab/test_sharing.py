@@ -67,6 +67,12 @@ def test_busy_names_the_holder_and_a_queued_run_starts_when_it_ends(lab, tmp_pat
             time.sleep(0.5)
         runs = newest(all_runs(lab, hosts))
         assert runs["bert-large"]["state"] in ("running", "starting")
+        plain = lab.multihost("status", "--all", "--hostfile", str(hosts), timeout=60).stdout
+        assert plain.splitlines()[0].split() == ["RUN", "NAME", "USER", "STATE", "HOSTS", "GPUS",
+                                                 "SINCE", "EXIT", "TOOK"]
+        assert [line.split()[:4] for line in plain.splitlines() if first_id in line] == \
+            [[first_id, "bert-large", "root", "running"]]
+        assert any("second" in line and "queued (1st)" in line for line in plain.splitlines())
         assert runs["second"]["state"] == "queued" and runs["second"]["place"] == 1
         out, err = waiting.communicate(timeout=120)
     finally:
