@@ -31,6 +31,7 @@ MAX_FILE = 16384
 MAX_FILES = 2000
 QUEUE_STALE = 60.0      # a waiting controller refreshes its entry every few seconds
 KEEP_ENDED = 86400.0    # an ended run stays listed this long (status --all)
+LOCK_WAIT = 10          # seconds: writers hold the registry's flock for milliseconds
 FINAL = ("succeeded", "failed", "stopped")
 
 
@@ -223,8 +224,19 @@ class locked(object):
     def __enter__(self):
         self.base = _ensure_dir()
         self.fd = os.open(self.base, os.O_RDONLY)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self.base
+        # Bounded: any user can take this flock, and one who keeps it must not hang every
+        # run's prepare on the host.
+        deadline = time.time() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self.base
+            except OSError:
+                if time.time() > deadline:
+                    os.close(self.fd)
+                    raise Unwritable("%s stayed locked for %ds (a process holds its flock: "
+                                     "`fuser %s` names it)" % (self.base, LOCK_WAIT, self.base))
+                time.sleep(0.05)
 
     def __exit__(self, *exc):
         os.close(self.fd)

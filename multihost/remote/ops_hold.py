@@ -45,7 +45,7 @@ def claim(request):
                 "gpus": gpus, "ports": ports, "hosts": hold.get("hosts") or [],
                 "time": time.time(), "state": "prepared",
                 "stale_after": float(request.get("stale_after") or 120)})
-    except holds.Unwritable as exc:
+    except (holds.Unwritable, OSError) as exc:
         raise OpError("the host registry: %s" % exc,
                       "as root on that host: `mkdir -p %s && chmod 1777 %s`"
                       % (holds.holds_dir(), holds.holds_dir()))
@@ -107,7 +107,7 @@ def hold_queue(request):
                     "hosts": q.get("hosts") or [],
                     "time": own["time"] if own else float(q.get("asked") or time.time()),
                     "seen": time.time()})
-    except holds.Unwritable as exc:
+    except (holds.Unwritable, OSError) as exc:
         raise OpError("the host registry: %s" % exc,
                       "as root on that host: `mkdir -p %s && chmod 1777 %s`"
                       % (holds.holds_dir(), holds.holds_dir()))

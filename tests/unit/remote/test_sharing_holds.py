@@ -76,3 +76,24 @@ def test_a_queue_entry_keeps_its_place_while_refreshed_and_leaves_clean(registry
     assert [e["time"] for e in again["entries"]] == [100.0] and first["entries"][0]["live"]
     ops_hold.hold_queue({"run_id": RUN_A, "leave": True})
     assert os.listdir(registry) == []
+
+
+def test_a_registry_kept_locked_by_someone_refuses_in_bounded_time(registry, monkeypatch):
+    import subprocess
+    import sys
+
+    claim(RUN_A)  # makes the directory
+    monkeypatch.setattr(holds, "LOCK_WAIT", 0.3)
+    keeper = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)"),
+        str(registry)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert keeper.stdout.readline().strip() == "held"
+        began = time.monotonic()
+        with pytest.raises(OpError, match="stayed locked"):
+            claim(RUN_B)
+        assert time.monotonic() - began < 5
+    finally:
+        keeper.kill()
+        keeper.wait()
