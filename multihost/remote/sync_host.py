@@ -192,13 +192,7 @@ def _claim(request):
     if not isinstance(spec, dict):
         return None
     root = resolve_root(request["root"], request.get("base"))
-    claim = Claim(root, spec)
-    try:
-        return claim.take(lambda text: reply({"waiting": text}))
-    except OSError as exc:
-        claim.give_back()
-        raise Busy("cannot take the lock %s: %s" % (claim.path, exc.strerror or exc),
-                   "free space there, or make the workdir's parent writable")
+    return Claim(root, spec).take(lambda text: reply({"waiting": text}))
 
 
 def _complete(plan):

@@ -103,7 +103,17 @@ class Claim(object):
     # -- taking and giving back ---------------------------------------------------------
     def take(self, say=None):
         """Hold the workdir (joining the holder when it is this very sync or run), or
-        raise Busy. ``say(text)`` is told once a wait begins."""
+        raise Busy (also when the lock cannot be opened or written: a full disk, a lock
+        of another user). ``say(text)`` is told once a wait begins."""
+        try:
+            return self._take(say)
+        except OSError as exc:
+            self.give_back()
+            raise Busy("cannot take the lock %s: %s" % (self.path, exc.strerror or exc),
+                       "free space there, or make it (and the workdir's parent) writable "
+                       "for you", {"error": True})
+
+    def _take(self, say):
         directory = os.path.dirname(self.path)
         if not os.path.isdir(directory):
             os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -313,20 +323,34 @@ def refuse_unfinished(root, fix=UNFINISHED_FIX):
                    % (root, said), fix)
 
 
+def _run_claim_taken(root, run_id):
+    """A run's claim on ``root``; None when its lock cannot be opened at all (a lock of
+    another user): that stops no run, only a sync that would write under it does."""
+    try:
+        return Claim(root, run_claim(run_id)).take()
+    except Busy as busy:
+        if busy.holder.get("error"):
+            return None
+        raise
+
+
 def check_for_run(root, run_id):
     """Before a run prepares: no sync is writing ``root`` now, and none left it half
     written. (Its supervisor then holds it for the run's life: ``hold_for_run``.)"""
-    Claim(root, run_claim(run_id)).take().give_back()
+    claim = _run_claim_taken(root, run_id)
+    if claim is not None:
+        claim.give_back()
     refuse_unfinished(root)
 
 
 def hold_for_run(root, run_id):
     """The supervisor's claim on its workdir, held until it exits; a Busy if a sync got
     there since the prepare or left the tree half written."""
-    claim = Claim(root, run_claim(run_id)).take()
+    claim = _run_claim_taken(root, run_id)
     try:
         refuse_unfinished(root)
     except Busy:
-        claim.give_back()
+        if claim is not None:
+            claim.give_back()
         raise
     return claim

@@ -128,3 +128,16 @@ def test_a_cut_part_leaves_the_tree_marked_and_a_run_refuses_it(root):
     with pytest.raises(Busy) as refused:
         refuse_unfinished(str(root), "run `multihost sync` first")
     assert "incomplete: a sync into it did not finish" in str(refused.value)
+
+
+def test_a_lock_that_cannot_be_opened_refuses_a_sync_but_not_a_run(root, monkeypatch):
+    from multihost.remote import sync_lock
+
+    def unwritable(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(sync_lock.os, "open", unwritable)
+    with pytest.raises(Busy) as refused:
+        Claim(str(root), {"id": "sync:a", "kind": "sync"}).take()
+    assert "cannot take the lock" in str(refused.value) and "Permission denied" in str(refused.value)
+    assert sync_lock.hold_for_run(str(root), "r-1") is None     # the run goes on, unheld
