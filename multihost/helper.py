@@ -125,12 +125,17 @@ class HelperOutput:
     what the host's shell printed before the marker is read and dropped, under a
     deadline (a shell that never runs our command) and a size limit."""
 
-    def __init__(self, process: Process, label: str, login: str = "ssh HOST"):
+    def __init__(self, process: Process, label: str, login: str = "ssh HOST",
+                 first_line_within: Optional[float] = None, python: str = "python3"):
         self._process = process
         self._raw = process.stdout
         self._label = label
         self._login = login
         self._started = False
+        # For an op whose helper says something at once: its first line must come in
+        # time, or the interpreter hangs while starting (it is then ended, group and all).
+        self._first_line_within = first_line_within
+        self._python = python
 
     def _start(self) -> None:
         if self._started:
@@ -143,8 +148,11 @@ class HelperOutput:
         try:
             while True:
                 line = self._raw.readline(MAX_NOISE + 1)
-                if not line or line == MARKER + b"\n":
-                    return  # at EOF the shell ended first: its exit status says why
+                if not line:
+                    self._shell_ended()
+                    return
+                if line == MARKER + b"\n":
+                    return
                 dropped += len(line)
                 if dropped > MAX_NOISE:
                     raise RemoteError(
@@ -162,12 +170,36 @@ class HelperOutput:
             if own_deadline:
                 self._process.set_timeout(None)
 
+    def _shell_ended(self) -> None:
+        """EOF before the marker: the login shell ended before our command line ran
+        (unless we closed the stream ourselves: then there is no exit status to read)."""
+        try:
+            code = self._process.wait(2.0)
+        except (CommandTimeout, OSError, ValueError, AttributeError):
+            return
+        raise login_shell_ended(self._label, code, self._login)
+
     def read(self, size: Optional[int] = None) -> bytes:
         self._start()
         return self._raw.read() if size is None or size < 0 else self._raw.read(size)
 
     def readline(self, size: Optional[int] = None) -> bytes:
         self._start()
+        within, self._first_line_within = self._first_line_within, None
+        if within is not None and self._process.read_timeout is None:
+            self._process.set_timeout(within)
+            try:
+                return self._raw.readline() if size is None or size < 0 else self._raw.readline(size)
+            except socket.timeout:
+                self._process.end_group()
+                raise CommandTimeout(
+                    f"the multihost helper did not start within {within:.0f}s: {self._python} "
+                    "hangs while starting", host=self._label,
+                    fix=f"try `{self._login} {self._python} -c pass` there (a hung file system, "
+                        "a broken module?); give a working python3 with --python") from None
+            finally:
+                if self._process.stdout is not None:
+                    self._process.set_timeout(None)
         return self._raw.readline() if size is None or size < 0 else self._raw.readline(size)
 
     def __iter__(self):
@@ -177,12 +209,30 @@ class HelperOutput:
         self._raw.close()
 
 
-def install(transport: Transport) -> None:
+def login_shell_ended(label: str, code: int, login: str) -> RemoteError:
+    return RemoteError(
+        f"the login shell ended before the multihost helper ran (exit status {code}): a "
+        "start-up file (~/.bashrc) exits for non-interactive shells", host=label,
+        fix="in ~/.bashrc there, stop non-interactive shells with `return`, not `exit` "
+            f"(case $- in *i*) ;; *) return;; esac); then `{login} true; echo $?` says 0")
+
+
+def not_the_helper(transport: Transport, what: str) -> RemoteError:
+    """The interpreter ran, but what came back is not the helper's reply."""
+    python = transport.host.python
+    return RemoteError(f"{python} {what}", host=transport.host.label,
+                       fix=f"check that `{login_hint(transport)} {python} -c 'print(1)'` prints "
+                           "1; give a working python3 with --python (or python = in the hostfile)")
+
+
+def install(transport: Transport, timeout: Optional[float] = None) -> None:
+    """Unpack the helper on the host, within the caller's ``timeout`` (else 60 s): a
+    python that hangs there is given up on, and ended, as the call itself would be."""
     data = helper_archive()
     python = shlex.quote(transport.host.python)
     line = (f'mkdir -p "{HELPER_DIR}" && exec {python} -S -c {shlex.quote(_UNPACK)} '
             f'"{helper_path()}"')
-    result = transport.run(line, input=data, timeout=60)
+    result = transport.run(line, input=data, timeout=60 if timeout is None else timeout)
     if result.exit_code == 127:
         raise python_missing(transport)
     if not result.ok:
@@ -212,7 +262,7 @@ def call(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None
             raise
         result = CommandResult(transport.host.label, line, MISSING, b"", b"", 0.0)
     if result.exit_code == MISSING:
-        install(transport)
+        install(transport, timeout)
         result = transport.run(line, input=input, timeout=timeout)
     elif result.exit_code != 127:  # the helper ran (127: no python; said below)
         _installed_on.add(transport)
@@ -226,13 +276,16 @@ def transport_alive(transport: Transport) -> bool:
         return False
 
 
-def launch(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None) -> Process:
+def launch(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None, *,
+           first_line_within: Optional[float] = None) -> Process:
     """Start one helper operation as a stream, its stdout beginning with the helper's
     own output (every helper stream is started here). Exits 97 at once when the helper
-    is missing."""
+    is missing. ``first_line_within``: for an op that answers at once, the seconds its
+    first line may take (a python hanging as it starts is then given up on, and ended)."""
     process = transport.start(helper_command(transport, op, request))
     process.stdout = HelperOutput(process, transport.host.label,  # type: ignore[assignment]
-                                  login_hint(transport))
+                                  login_hint(transport), first_line_within,
+                                  transport.host.python)
     return process
 
 
@@ -270,7 +323,17 @@ def parse_reply(transport: Transport, op: str, code: int, stdout: bytes, stderr:
     err = stderr.decode("utf-8", "replace").strip()
     if code == 127 or "No such file or directory" in err and "python" in err.lower():
         raise python_missing(transport)
-    last = err.splitlines()[-1] if err else f"exit status {code}"
+    out = stdout.strip()
+    if out and not err:
+        raise not_the_helper(transport, f"printed something that is not the multihost helper's "
+                                        f"reply (exit status {code}): {out[:40]!r}")
+    if code == MISSING:
+        raise not_the_helper(transport, "did not unpack the multihost helper (exit status 97 "
+                                        "after it was installed)")
+    if not err:
+        raise not_the_helper(transport, f"ended (exit status {code}) without running the "
+                                        "multihost helper")
+    last = err.splitlines()[-1]
     host = transport.host
     # The check of this one host, typed as shown (a bare `multihost check` checks this
     # machine alone).

@@ -36,7 +36,8 @@ def start(transport, op: str, request: dict, deadline: float):
     started = time.monotonic()
     for attempt in (1, 2):
         process = helper.launch(transport, op, request)
-        watchdog = threading.Timer(max(0.1, deadline - time.monotonic()), process.close)
+        # kill, not close: the session's process group on the host ends with it
+        watchdog = threading.Timer(max(0.1, deadline - time.monotonic()), process.kill)
         watchdog.daemon = True
         watchdog.start()
         try:
@@ -52,5 +53,5 @@ def start(transport, op: str, request: dict, deadline: float):
             return process, line, watchdog
         watchdog.cancel()
         process.close()
-        helper.install(transport)
+        helper.install(transport, max(1.0, deadline - time.monotonic()))
     raise AssertionError("not reached: the second attempt always returns")

@@ -27,6 +27,7 @@ from ..untrusted import clean_report
 
 CALL_SLACK = 7.0            # on top of the budget: ssh, python start, a cold helper upload
 CONNECT_WINDOW = 3.0        # how long the other hosts retry the first host's listener
+REPLY_TIME = 4.0            # the first host's reply, once it stops holding its listener
 
 Progress = Callable[[Host, str], None]
 
@@ -230,7 +231,9 @@ def _hold(transport, session: Session, request: dict, said: threading.Event,
             said = None
         rest = b""
         if isinstance(said, dict) and "listening" in said:
-            peers_done.wait(max(0.0, deadline - time.monotonic()))
+            # Released in time to reply before the deadline: a peer that never answers
+            # (its python hangs) is blamed alone, not this host with it.
+            peers_done.wait(max(0.0, deadline - REPLY_TIME - time.monotonic()))
         else:
             rest = line  # an error reply (or garbage) instead of the greeting
         try:

@@ -38,7 +38,8 @@ class HostSession:
     def start(cls, transport, request: dict) -> "HostSession":
         """Start the helper now, before the manifest is ready: its interpreter starts up
         on the host while the controller is still hashing."""
-        session = cls(transport, helper.launch(transport, OP, request))
+        session = cls(transport, helper.launch(transport, OP, request,
+                                               first_line_within=helper.FIRST_OUTPUT_WITHIN))
         session.request = request
         return session
 

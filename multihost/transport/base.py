@@ -32,6 +32,49 @@ def to_shell(command: Command, cwd: Optional[str] = None) -> str:
     return line
 
 
+# The first thing a remote command line does: say, on stderr, that the login shell got as
+# far as our command, and the shell's pid, which leads the process group of everything
+# the command starts (sshd starts the shell in a session of its own). A command that
+# gives up on a host ends that group (``kill_group_line``): a python hung on an NFS
+# stall is not left behind. No marker at all: the login shell ended before our command.
+START = b"=multihost-start="
+
+
+def remote_line(line: str) -> str:
+    return f"printf '\\n%s %s\\n' {START.decode()} $$ >&2; {line}"
+
+
+def split_start(stderr: bytes) -> Tuple[Optional[int], bool, bytes]:
+    """(the shell's pid, whether the marker came, stderr without the marker line)."""
+    head, found, rest = stderr.partition(b"\n" + START + b" ")
+    if not found:
+        return None, False, stderr
+    pid, _, tail = rest.partition(b"\n")
+    return (int(pid) if pid.isdigit() else None), True, head + tail
+
+
+def kill_group_line(pid: int) -> str:
+    return (f"kill -TERM -- -{pid} 2>/dev/null; sleep 1; kill -KILL -- -{pid} 2>/dev/null; "
+            "exit 0")
+
+
+def judge_start(result: "CommandResult", label: str, login: str) -> "CommandResult":
+    """The result without the start marker; a RemoteError when the marker never came (the
+    login shell ended before our command ran: its exit status is not the command's).
+    Exit 255 is the ssh client's own failure, left to its caller."""
+    from ..errors import RemoteError
+
+    _, found, stderr = split_start(result.stderr)
+    if not found and result.exit_code != 255:
+        raise RemoteError(
+            f"the login shell ended before the command ran (exit status {result.exit_code}): "
+            "a start-up file (~/.bashrc) exits for non-interactive shells", host=label,
+            fix="in ~/.bashrc there, stop non-interactive shells with `return`, not `exit` "
+                f"(case $- in *i*) ;; *) return;; esac); then `{login} true; echo $?` says 0")
+    return CommandResult(result.host, result.command, result.exit_code, result.stdout, stderr,
+                         result.duration)
+
+
 def quote_path(path: str) -> str:
     """Quote a remote path, keeping a leading ``~/`` expandable by the remote shell."""
     if path == "~":
@@ -140,6 +183,10 @@ class Process(ABC):
         killed (an `ssh` client's remote command then gets a hangup); over SSH the
         channel is closed."""
         self.close()
+
+    def end_group(self) -> None:
+        """End the command's process group where it runs, leaving the streams to the
+        caller (they then reach their end as for any command that exited)."""
 
     def set_timeout(self, seconds: Optional[float]) -> None:
         """Make a read that waits longer than this raise ``socket.timeout`` (an OSError),

@@ -5,6 +5,8 @@ a remote login shell would run them, so both transports behave the same.
 from __future__ import annotations
 
 import getpass
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -12,7 +14,7 @@ from typing import Optional
 
 from ..errors import CommandTimeout
 from ..hosts import Host
-from .base import Command, CommandResult, InputStream, Process, Transport, to_shell
+from .base import Command, CommandResult, InputStream, Process, Transport, split_start, to_shell
 
 LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
@@ -51,7 +53,7 @@ class LocalProcess(Process):
         self.stdin = InputStream(popen.stdin)  # a pipe's errors: OSError, ValueError
 
     def read_stderr(self) -> bytes:
-        return self._popen.stderr.read() if self._popen.stderr else b""
+        return split_start(self._popen.stderr.read())[2] if self._popen.stderr else b""
 
     def wait(self, timeout: Optional[float] = None) -> int:
         try:
@@ -63,6 +65,12 @@ class LocalProcess(Process):
     def kill(self) -> None:
         try:
             self._popen.kill()
+        except OSError:  # already gone
+            pass
+
+    def end_group(self) -> None:
+        try:
+            os.killpg(self._popen.pid, signal.SIGKILL)   # its own session: start()
         except OSError:  # already gone
             pass
 
@@ -85,16 +93,35 @@ class LocalTransport(Transport):
             timeout: Optional[float] = None, cwd: Optional[str] = None) -> CommandResult:
         line = to_shell(command, cwd)
         started = time.monotonic()
+        # own session: a Ctrl-C at the terminal is the controller's to handle, as it
+        # would be for a command on a remote host; and a command given up on is ended
+        # with everything it started (its process group)
+        popen = subprocess.Popen(self._argv(line), stdin=None if input is None else subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 start_new_session=True)
         try:
-            # own session: a Ctrl-C at the terminal is the controller's to handle, as it
-            # would be for a command on a remote host
-            done = subprocess.run(self._argv(line), input=input, capture_output=True,
-                                  timeout=timeout, start_new_session=True)
+            stdout, stderr = popen.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
+            self._give_up(popen)
             raise CommandTimeout(f"command did not finish within {timeout:.0f}s: {line[:80]}",
                                  host=self.host.label) from None
-        return CommandResult(self.host.label, line, done.returncode, done.stdout, done.stderr,
-                             time.monotonic() - started)
+        return self._result(CommandResult(self.host.label, line, popen.returncode, stdout,
+                                          stderr, time.monotonic() - started))
+
+    def _give_up(self, popen: "subprocess.Popen[bytes]") -> bytes:
+        """End a command that did not finish in time, and all it started; its stderr."""
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            return popen.communicate(timeout=5)[1] or b""
+        except subprocess.TimeoutExpired:   # a child that left the group holds the pipes
+            popen.kill()
+            return b""
+
+    def _result(self, result: CommandResult) -> CommandResult:
+        return result
 
     def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
         popen = subprocess.Popen(self._argv(to_shell(command, cwd)), stdin=subprocess.PIPE,

@@ -31,7 +31,8 @@ from typing import List, Optional
 
 from ..errors import ConfigError
 from ..hosts import Host
-from .base import SshOptions
+from .base import (CommandResult, SshOptions, judge_start, kill_group_line, remote_line,
+                   split_start)
 from .local import LocalTransport
 
 CONTROL_DIRS = ("~/.cache/multihost/ssh", "/tmp/multihost-ssh-{uid}")
@@ -164,7 +165,25 @@ class MuxTransport(LocalTransport):
             "--", host.name])
 
     def _argv(self, line: str) -> list:
-        return self._ssh + [line]
+        return self._ssh + [remote_line(line)]
+
+    def _give_up(self, popen) -> bytes:
+        """The `ssh` client ends; on the host, the command's process group is ended too
+        (through the master): a hung python there is not left behind."""
+        stderr = super()._give_up(popen)
+        pid = split_start(stderr)[0]
+        if pid is not None:
+            try:
+                subprocess.run(self._ssh + [kill_group_line(pid)], stdin=subprocess.DEVNULL,
+                               capture_output=True, timeout=15, check=False)
+            except (subprocess.SubprocessError, OSError):
+                pass   # best effort: the master may be gone with the host
+        return stderr
+
+    def _result(self, result: CommandResult) -> CommandResult:
+        return judge_start(result, self.host.label,
+                           login_command(self.host.user, shlex.quote(self.host.name),
+                                         self.host.port))
 
 
 def start_master(host: Host, options: SshOptions) -> Optional["subprocess.Popen[bytes]"]:

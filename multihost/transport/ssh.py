@@ -23,7 +23,8 @@ from typing import List, Optional
 from ..errors import CommandTimeout, ConnectError
 from ..hosts import Host
 from ._paramiko import paramiko
-from .base import Command, CommandResult, InputStream, Process, SshOptions, Transport, to_shell
+from .base import (Command, CommandResult, InputStream, Process, SshOptions, Transport,
+                   judge_start, kill_group_line, remote_line, split_start, to_shell)
 from .ssh_login import (SshTarget, checking_client, jump_host, load_ssh_config, login,
                         open_jump_channel, open_socket, resolve_target)
 
@@ -47,15 +48,33 @@ class ChannelInput(InputStream):
 
 
 class SshProcess(Process):
-    def __init__(self, channel: paramiko.Channel, label: str):
+    def __init__(self, channel: paramiko.Channel, label: str,
+                 transport: Optional["SshTransport"] = None):
         self._channel = channel
         self._label = label
+        self._transport = transport
         self.stdout = channel.makefile("rb")
         self.stdin = ChannelInput(channel)
         self._stderr = channel.makefile_stderr("rb")
 
     def read_stderr(self) -> bytes:
-        return self._stderr.read()
+        return split_start(self._stderr.read())[2]
+
+    def kill(self) -> None:
+        """Stop the command now: its process group on the host ends (closing the channel
+        alone leaves a command that does not write, a hung python, running there)."""
+        self.end_group()
+        self.close()
+
+    def end_group(self) -> None:
+        channel = self._channel
+        if channel is not None and self._transport is not None and not channel.exit_status_ready():
+            data = b""
+            while channel.recv_stderr_ready():
+                data += channel.recv_stderr(65536)
+            pid = split_start(data)[0]
+            if pid is not None:
+                self._transport.kill_group(pid)
 
     def wait(self, timeout: Optional[float] = None) -> int:
         if not self._channel.status_event.wait(timeout):
@@ -63,7 +82,10 @@ class SshProcess(Process):
         return self._channel.recv_exit_status()
 
     def close(self) -> None:
+        if self._channel is None:
+            return
         self._channel.close()
+        self._channel = None  # type: ignore[assignment]
         # paramiko's files flush at garbage collection and complain once the channel is
         # closed: drop them with it
         self.stdin = self.stdout = self._stderr = None  # type: ignore[assignment]
@@ -131,12 +153,15 @@ class SshTransport(Transport):
         deadline = None if timeout is None else started + timeout
         channel = self._channel()
         try:
-            channel.exec_command(line)
+            channel.exec_command(remote_line(line))
             if input:
                 channel.sendall(input)
             channel.shutdown_write()
             stdout, stderr = _drain(channel, deadline)
             if stdout is None:
+                pid = split_start(stderr)[0]
+                if pid is not None:  # what it started there ends with it
+                    self.kill_group(pid)
                 raise CommandTimeout(f"command did not finish within {timeout:g}s: {line[:80]}",
                                      host=self.host.label)
             code = channel.recv_exit_status()
@@ -146,13 +171,34 @@ class SshTransport(Transport):
                                fix="check the host and the network") from None
         finally:
             channel.close()
-        return CommandResult(self.host.label, line, code, stdout, stderr,
-                             time.monotonic() - started)
+        return judge_start(CommandResult(self.host.label, line, code, stdout, stderr,
+                                         time.monotonic() - started), self.host.label,
+                           self.login_hint())
 
     def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
         channel = self._channel()
-        channel.exec_command(to_shell(command, cwd))
-        return SshProcess(channel, self.host.label)
+        channel.exec_command(remote_line(to_shell(command, cwd)))
+        return SshProcess(channel, self.host.label, self)
+
+    def kill_group(self, pid: int) -> None:
+        """End the process group ``pid`` leads on the host (a command given up on), on a
+        channel of its own. Best effort: a lost connection has ended the session anyway."""
+        try:
+            channel = self._channel()
+            try:
+                channel.exec_command(kill_group_line(pid))
+                channel.shutdown_write()
+                channel.status_event.wait(KILL_WAIT)
+            finally:
+                channel.close()
+        except (ConnectError, paramiko.SSHException, OSError, EOFError):
+            pass
+
+    def login_hint(self) -> str:
+        from .openssh import login_command
+        import shlex
+
+        return login_command(self.target.user, shlex.quote(self.target.hostname), self.target.port)
 
     def close(self) -> None:
         self._client.close()
@@ -160,8 +206,11 @@ class SshTransport(Transport):
             self._jump.close()
 
 
+KILL_WAIT = 5.0
+
+
 def _drain(channel: paramiko.Channel, deadline: Optional[float]):
-    """Read stdout and stderr together until both end; (None, None) on timeout."""
+    """Read stdout and stderr together until both end; (None, stderr so far) on timeout."""
     out: List[bytes] = []
     err: List[bytes] = []
     while True:
@@ -181,6 +230,6 @@ def _drain(channel: paramiko.Channel, deadline: Optional[float]):
             raise EOFError("the connection closed before the command's exit status came")
         wait = 1.0 if deadline is None else deadline - time.monotonic()
         if wait <= 0:
-            return None, None
+            return None, b"".join(err)
         select.select([channel], [], [], min(wait, 1.0))
     return b"".join(out), b"".join(err)

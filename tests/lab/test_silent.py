@@ -272,3 +272,88 @@ def test_a_full_run_directory_is_named_with_its_fix(lab, code):
         assert not found_on(lab, [1, 2], run_id)
     finally:
         lab.host_run(2, ["umount", "/root/.multihost"])
+
+
+# -- 7: a command that gives up on a host ends what it started there ---------------------
+def test_a_host_whose_python_hangs_is_blamed_alone_and_left_clean(lab, tmp_path, code):
+    token = f"hangpy{secrets.token_hex(3)}"
+    hang = on_host(lab, 2, f"/root/{token}")
+    hang.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import time; time.sleep(3600)' {token}\n")
+    hang.chmod(0o755)
+    hostfile = tmp_path / "hosts.ini"
+    hostfile.write_text("".join(f"[{lab.address(i)}]\npython = "
+                                f"{f'/root/{token}' if i == 2 else sys.executable}\n" for i in (1, 2, 3)))
+
+    def check_blames_host_2_alone():
+        checked = lab.multihost("check", "--hostfile", str(hostfile), "--code", str(code),
+                                "--plain", timeout=300)
+        text = checked.stdout + checked.stderr
+        assert checked.returncode != 0
+        assert f"FAIL {lab.address(2)}: " in text, text[-4000:]
+        assert "198.18.0.[11" not in text and f"FAIL {lab.address(1)}" not in text, text[-4000:]
+        wait_for(lambda: not found_on(lab, [2], token), 15, "the hung python was left on host 2")
+
+    try:
+        # The helper not there yet: its install is what hangs.
+        lab.host_run(2, ["rm", "-rf", "/root/.cache/multihost"], check=True)
+        check_blames_host_2_alone()
+        # The helper there (a healthy check put it): its start is what hangs.
+        healthy = lab.multihost("check", "--ips", lab.address(2), "--python", sys.executable,
+                                "--code", str(code), "--plain", timeout=300)
+        assert "helper" not in healthy.stdout + healthy.stderr
+        check_blames_host_2_alone()
+        synced = lab.multihost("sync", "--hostfile", str(hostfile), "--code", str(code),
+                               "--plain", timeout=300)
+        assert synced.returncode != 0
+        lines = [line for line in synced.stderr.splitlines() if line.startswith("multihost: ")]
+        assert any(lab.address(2) in line and "hangs while starting" in line for line in lines), \
+            synced.stderr[-3000:]
+        assert not any(lab.address(1) in line or lab.address(3) in line for line in lines), \
+            synced.stderr[-3000:]
+        wait_for(lambda: not found_on(lab, [2], token), 15, "the hung python was left on host 2")
+    finally:
+        for pid_line in found_on(lab, [2], token).get(2, []):
+            lab.host_run(2, ["kill", "-9", pid_line.split()[0]])
+        hang.unlink()
+
+
+# -- 8: success only for a command that ran; the cause named -----------------------------
+def test_a_login_shell_that_exits_early_is_named_not_taken_for_success(lab, tmp_path, code):
+    bashrc = on_host(lab, 2, "/root/.bashrc")
+    before = bashrc.read_bytes() if bashrc.exists() else None
+    bashrc.write_text("case $- in *i*) ;; *) exit 0;; esac\n" + (before or b"").decode())
+    try:
+        result = lab.multihost("exec", "--ips", ips(lab, 2), "--", "false", timeout=120)
+        assert result.returncode != 0, result.stdout + result.stderr
+        line = next(line for line in result.stderr.splitlines()
+                    if line.startswith(f"multihost: {lab.address(2)}: "))
+        assert "the login shell ended before the command ran" in line and "~/.bashrc" in line, line
+        assert "(fix: " in line and "return" in line.split("(fix: ")[1], line
+        checked = lab.multihost("check", "--ips", ips(lab, 2), "--python", sys.executable,
+                                "--code", str(code), "--plain", timeout=300)
+        text = checked.stdout + checked.stderr
+        assert "the login shell ended before" in text and "~/.bashrc" in text, text[-3000:]
+        assert "failed: exit status 0" not in text and "run `multihost check` on this host" not in text
+    finally:
+        if before is None:
+            bashrc.unlink()
+        else:
+            bashrc.write_bytes(before)
+    binary = on_host(lab, 2, "/root/binpy")
+    binary.write_text("#!/bin/sh\nprintf '\\377\\376\\001\\002 not python'\nexit 0\n")
+    binary.chmod(0o755)
+    try:
+        hostfile = tmp_path / "hosts.ini"
+        hostfile.write_text(f"[{lab.address(1)}]\npython = {sys.executable}\n"
+                            f"[{lab.address(2)}]\npython = /root/binpy\n")
+        checked = lab.multihost("check", "--hostfile", str(hostfile), "--code", str(code),
+                                "--plain", timeout=300)
+        text = checked.stdout + checked.stderr
+        assert checked.returncode != 0
+        # Whether it answered a call or an install of the helper, it is named as such.
+        assert re.search(r"/root/binpy (printed something that is not the multihost helper|"
+                         r"did not unpack the multihost helper)", text), text[-3000:]
+        assert "give a working python3 with --python" in text, text[-3000:]
+        assert "failed: exit status 97" not in text and "run `multihost check` on this host" not in text
+    finally:
+        binary.unlink()
