@@ -17,8 +17,8 @@ DOC = REPO / "docs" / "reliability.md"
 REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::(\w+)(?:\[([^\]`]+)\])?`")
 
 # Files whose every test is a fault or a security case and must have a row.
-EVERY_TEST_LISTED = ["tests/lab/test_faults.py", "tests/lab/test_security.py",
-                     "tests/lab/test_hostile.py", "tests/lab/test_hostile_ssh.py",
+EVERY_TEST_LISTED = ["tests/lab/test_faults.py", "tests/lab/test_silent.py",
+                     "tests/lab/test_security.py", "tests/lab/test_hostile.py", "tests/lab/test_hostile_ssh.py",
                      "tests/unit/test_hostile_input.py", "tests/unit/cli/test_bad_input.py",
                      "tests/unit/cli/test_cli_messy.py"]
 
