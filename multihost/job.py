@@ -90,7 +90,8 @@ def job_options_from_args(args, hosts: Sequence[Host] = ()) -> JobOptions:
         else None,
         start_port=parse_start_port(getattr(args, "start_port", None)),
         data=tuple(getattr(args, "data", None) or ()),
-        code=getattr(args, "code", None) or ".",
+        # `--code '~/x'` (quoted, or from a job file) is the user's home, as the shell's
+        code=os.path.expanduser(getattr(args, "code", None) or "."),
         gpus_from=getattr(args, "gpus_from", None) or "--gpus",
     )
     job.check_devices(hosts)
