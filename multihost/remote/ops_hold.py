@@ -51,34 +51,6 @@ def claim(request):
                       % (holds.holds_dir(), holds.holds_dir()))
 
 
-def update(run_id, **fields):
-    """Change this user's entry for ``run_id`` (nothing when there is none)."""
-    try:
-        with holds.locked():
-            entry = holds.read_own("run", run_id)
-            if entry is None:
-                return
-            data = dict((k, entry[k]) for k in ("name", "controller", "gpus", "ports", "hosts",
-                                                "time", "state", "pid", "ticks", "started",
-                                                "ended", "exit_code", "stale_after"))
-            data.update(fields)
-            holds.write("run", run_id, data)
-    except (holds.Unwritable, OSError):
-        pass  # the registry is advisory to others: never the reason a run fails
-
-
-def supervised(run_id, pid, ticks):
-    update(run_id, pid=pid, ticks=ticks, state="running", started=time.time())
-
-
-def ended(run_id):
-    """The run ended here (any way): its final state and exit code from node.json."""
-    node = run_files.read_json(os.path.join(run_files.run_dir(run_id), "node.json"), {}) or {}
-    state = node.get("state") if node.get("state") in holds.FINAL else "stopped"
-    code = node.get("exit_code") if isinstance(node.get("exit_code"), int) else None
-    update(run_id, state=state, exit_code=code, ended=time.time())
-
-
 @op("hold.list")
 def hold_list(request):
     entries = holds.read_all()

@@ -235,6 +235,7 @@ def _expire_unlaunched(run_dir, node):
     node.update(state="stopped", ended=time.time(), stop_reason=run_files.LAUNCH_LOST)
     run_files.write_json(os.path.join(run_dir, "node.json"), node)
     run_files.release_lock(node.get("run_id"))
+    holds.ended(node.get("run_id"))
 
 
 def _status(run_dir, node, tail, count_procs=True, tail_rank=None):
@@ -400,6 +401,7 @@ def _ask_stop(run_id, run_dir, node, grace, reason):
         node.update(state="stopped", ended=time.time(), stop_reason=reason)
         run_files.write_json(os.path.join(run_dir, "node.json"), node)
         run_files.release_lock(run_id)
+        holds.ended(run_id)
         return False
     if node.get("state") in run_files.FINAL_STATES or not run_files.supervisor_alive(node):
         return False
@@ -427,6 +429,7 @@ def _end_stop(run_id, run_dir, node, grace, reason, reply=False):
         node.update(state="stopped", ended=time.time(), stop_reason=reason)
         run_files.write_json(node_path, node)
         run_files.release_lock(run_id)
+        holds.ended(run_id)
     if not reply:
         return node
     result = _status(run_dir, node, 0)

@@ -416,15 +416,10 @@ def set_lock_supervisor(run_id, supervisor):
         current["supervisor"] = supervisor
         return current
     _locked(update)
-    from .ops_hold import supervised  # the host-wide registry, which every user reads
-    supervised(run_id, supervisor.get("pid"), supervisor.get("ticks"))
 
 
 def release_lock(run_id):
     _locked(lambda current: {} if current.get("run_id") == run_id else None)
-    if valid_run_id(run_id):
-        from .ops_hold import ended
-        ended(run_id)
 
 
 def python_first_on_path(env, python):

@@ -21,7 +21,7 @@ import sys
 import time
 import traceback
 
-from . import run_files, run_ps, sync_lock
+from . import holds, run_files, run_ps, sync_lock
 from .run_gpus import GpuSampler
 from .run_rankwrap import child_env, exit_mark
 
@@ -284,6 +284,7 @@ class Supervisor(object):
         self.record(state=state, exit_code=code, signal=sig, ended=time.time(),
                     error=error, ranks_left=len(run_files.run_processes(self.run_id, os.getpid())))
         run_files.release_lock(self.run_id)  # only its own: a concurrent run holds none
+        holds.ended(self.run_id)             # the host-wide registry, which every user reads
 
 
 def supervise(spec, run_dir, ready_fd):
@@ -298,7 +299,8 @@ def supervise(spec, run_dir, ready_fd):
     try:
         run_files.make_reserve(run_dir)
         sup.record(supervisor=me)
-        run_files.set_lock_supervisor(sup.run_id, me)  # and its entry in the host registry
+        run_files.set_lock_supervisor(sup.run_id, me)
+        holds.supervised(sup.run_id, me["pid"], me["ticks"])   # the host-wide registry
         try:
             # Held for the run's life: a sync into this workdir is refused naming the run.
             sup.workdir_claim = sync_lock.hold_for_run(

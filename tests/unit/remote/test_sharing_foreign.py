@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from multihost.remote import ops_check_proc, ops_hold
+from multihost.remote import holds, ops_check_proc, ops_hold
 
 
 def launcher(tmp_path, name="torchrun", wait=10.0):
@@ -60,7 +60,7 @@ def test_the_processes_of_a_run_in_the_registry_are_not_foreign(tmp_path):
         assert found is not None
         run_id = "20261127-110200-ab12"
         ops_hold.claim({"run_id": run_id, "hold": {}})
-        ops_hold.update(run_id, pid=os.getpid(), ticks=None)   # its supervisor: our pytest
+        holds.update(run_id, pid=os.getpid(), ticks=None)   # its supervisor: our pytest
         assert not [f for f in ops_check_proc.foreign_facts({}) if f["pid"] == proc.pid]
     finally:
         stop(proc)

@@ -44,7 +44,7 @@ def test_runs_on_other_gpus_and_ports_share_the_host():
 
 def test_an_ended_run_no_longer_holds_but_stays_listed(registry):
     claim(RUN_A)
-    ops_hold.update(RUN_A, state="succeeded", exit_code=0, ended=time.time())
+    holds.update(RUN_A, state="succeeded", exit_code=0, ended=time.time())
     claim(RUN_B)  # not refused
     by_id = {e["run_id"]: e for e in holds.read_all()}
     assert by_id[RUN_A]["exit_code"] == 0 and not by_id[RUN_A]["live"]
@@ -52,7 +52,7 @@ def test_an_ended_run_no_longer_holds_but_stays_listed(registry):
 
 def test_a_hold_whose_supervisor_is_gone_is_stale():
     claim(RUN_A)
-    ops_hold.update(RUN_A, pid=2 ** 22 - 1, ticks=1)
+    holds.update(RUN_A, pid=2 ** 22 - 1, ticks=1)
     claim(RUN_B)
 
 
