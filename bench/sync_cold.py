@@ -14,7 +14,9 @@ run, and the controller's CPU seconds.
 
 ``--variants`` adds multihost with parts of its sync turned off in that process only
 (for deciding whether a part earns its code), named ``label=module:attr,...``: each
-function named is replaced by one that does nothing and returns None.
+function named is replaced by one that does nothing and returns None. ``--before REV``
+adds the code at git revision REV (a worktree, run through PYTHONPATH as this tree is,
+without the warm controller it may have had), for a before-and-after in one run.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import statistics
 import sys
 import tempfile
@@ -49,11 +52,18 @@ def multihost(addresses, code: Path, workdir: str, patches: str) -> list:
             "--code", str(code), "--workdir", workdir, "--plain"]
 
 
-def inside(runs: int, addresses, variants: dict) -> dict:
+def inside(runs: int, addresses, variants: dict, before: str = "") -> dict:
     tools = {"multihost": "", **variants}
     scratch = Path(tempfile.mkdtemp(prefix="mhcold-"))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE",)}
-    env.update(COLD, PYTHONPATH=str(REPO))
+    env.update(COLD, PYTHONPATH=str(REPO), MULTIHOST_WARM="0")
+    envs = {}
+    if before:
+        tree = scratch / "before"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree),
+                        before], check=True)
+        tools[f"multihost at {before}"] = ""
+        envs[f"multihost at {before}"] = dict(env, PYTHONPATH=str(tree))
     try:
         trees = {tool: scratch / f"code{i}" for i, tool in enumerate([*tools, "rsync"])}
         for tree in trees.values():
@@ -61,20 +71,23 @@ def inside(runs: int, addresses, variants: dict) -> dict:
         commands = {tool: multihost(addresses, trees[tool], f"/root/cold-{i}", patches)
                     for i, (tool, patches) in enumerate(tools.items())}
         commands["rsync"] = rsync_all(addresses, trees["rsync"], "/root/cold-rsync")
-        for argv in commands.values():   # the first sync, untimed
-            measured(argv, env=env)
+        for tool, argv in commands.items():   # the first sync, untimed
+            measured(argv, env=envs.get(tool, env))
         names = list(commands)
         times = {m: {tool: [] for tool in names} for m in ("nochange", "onefile")}
         for run in range(runs):
             order = names[run % len(names):] + names[:run % len(names)]
             for tool in order:
-                times["nochange"][tool].append(_sample(commands[tool], env))
+                times["nochange"][tool].append(_sample(commands[tool], envs.get(tool, env)))
             for tree in trees.values():
                 change(tree, f"run {run}")
             for tool in order:
-                times["onefile"][tool].append(_sample(commands[tool], env))
+                times["onefile"][tool].append(_sample(commands[tool], envs.get(tool, env)))
             print(f"bench: run {run + 1}/{runs} done", file=sys.stderr, flush=True)
     finally:
+        if before:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                            str(scratch / "before")], check=False)
         shutil.rmtree(scratch, ignore_errors=True)
     return times
 
@@ -107,6 +120,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--hosts", type=int, default=4, choices=range(1, 65), metavar="N")
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL=PATCHES")
+    parser.add_argument("--before", default="", metavar="REV",
+                        help="also the code at this git revision, in the same run")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -114,14 +129,16 @@ def main() -> int:
     if args.inside:
         from multihost.lab import host_address
 
-        times = inside(args.runs, [host_address(i) for i in range(1, args.hosts + 1)], variants)
+        times = inside(args.runs, [host_address(i) for i in range(1, args.hosts + 1)], variants,
+                       args.before)
         Path(args.out).write_text(json.dumps(times))
         return 0
     with bench_lab(args.hosts) as lab, tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "times.json")
         code = reexec_inside(lab, os.path.abspath(__file__), [
             "--runs", str(args.runs), "--hosts", str(args.hosts), "--out", out,
-            *[f"--variant={v}" for v in args.variant]])
+            *[f"--variant={v}" for v in args.variant],
+            *(["--before", args.before] if args.before else [])])
         if code != 0:
             return code
         report(json.loads(Path(out).read_text()), args.hosts)
