@@ -27,8 +27,9 @@ def dry_run(tmp_path_factory):
         pytest.skip("no timeout(1)")
     base = tmp_path_factory.mktemp("gpu-truth")
     out = base / "out"
+    # A machine of its own: its own home and host registry (runs of others are busy).
     env = dict(os.environ, HOME=str(base / "home"), PYTHON=sys.executable,
-               JOB_PYTHON=sys.executable)
+               JOB_PYTHON=sys.executable, MULTIHOST_HOLDS_DIR=str(base / "holds"))
     env.pop("OUT", None)
     done = subprocess.run(["bash", str(SCRIPT), "--dry-run", str(out)], env=env, cwd=base,
                           capture_output=True, text=True, timeout=300)
