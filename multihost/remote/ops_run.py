@@ -218,8 +218,7 @@ def launched(request):
     """Every node of the run launched: this node's job may go on past its launch
     deadline. Refused when the node already gave up (its deadline passed first)."""
     run_dir = _run_dir(request)
-    with open(os.path.join(run_dir, run_files.LAUNCHED), "w") as out:
-        out.write("%f\n" % time.time())
+    run_files.write_json(os.path.join(run_dir, run_files.LAUNCHED), {"time": time.time()})
     node = _node_or_fail(run_dir, request["run_id"])
     # A job that already ended by itself did start everywhere it ran: only a node that
     # gave up waiting refuses the word.
