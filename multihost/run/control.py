@@ -218,10 +218,11 @@ def cluster_of(record: RunRecord, *, ssh_config: Optional[str] = None,
     """The hosts of a run, reached as the run was started unless told otherwise."""
     from ..fanout import HostGroup
     from ..transport import SshOptions
+    from ..transport.srun import from_record
 
     ssh = record.ssh or {}
     options = SshOptions(
         connect_timeout=connect_timeout or ssh.get("connect_timeout", 10.0),
         accept_new_host_keys=bool(ssh.get("accept_new_host_keys", False)),
         config_file=ssh_config or ssh.get("config_file", "~/.ssh/config"))
-    return HostGroup(record.hosts, options)
+    return HostGroup(record.hosts, from_record(ssh, options))

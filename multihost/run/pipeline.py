@@ -20,6 +20,7 @@ from ..errors import ConfigError, RunFailed
 from ..remote.run_states import NO_SPACE
 from ..hosts import Host
 from ..job import JobOptions
+from ..transport.srun import record_fields
 from . import launchers, plan as run_plan
 from .records import NodeRecord, RunRecord, host_to_dict
 
@@ -183,7 +184,7 @@ def initial_record(plan, request: RunRequest, cluster, git) -> RunRecord:
         name=request.name,
         ssh={"connect_timeout": options.connect_timeout,
              "accept_new_host_keys": options.accept_new_host_keys,
-             "config_file": options.config_file},
+             "config_file": options.config_file, **record_fields(options)},
         controller={"hostname": socket.gethostname(), "pid": os.getpid(), "cwd": os.getcwd()})
 
 

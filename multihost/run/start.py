@@ -29,6 +29,7 @@ from ..errors import EXIT_INTERRUPTED, ConnectError, LaunchError, MultihostError
 from ..events import Listener, NodeChanged, NodeState, RunState
 from ..fanout import HostResult
 from ..hosts import Host
+from ..slurm.steps import keeps_steps, launch_kept
 from .plan import Prepared, RunPlan, launch_request
 from .sharing import hold_request
 from .records import RunRecord, save_run
@@ -137,8 +138,11 @@ class Starter:
         node = self.plan.nodes[host.rank]
         request = launch_request(self.plan, node, self.prepared[host.rank])
         payload = json.dumps(request).encode()
-        reply = helper.call(transport, "run.launch", {"run_id": self.plan.run_id},
-                            input=payload, timeout=LAUNCH_TIMEOUT)
+        if keeps_steps(transport):   # under Slurm: the node's part is a step for the run's life
+            reply, _ = launch_kept(transport, self.plan.run_id, payload, LAUNCH_TIMEOUT)
+        else:
+            reply = helper.call(transport, "run.launch", {"run_id": self.plan.run_id},
+                                input=payload, timeout=LAUNCH_TIMEOUT)
         self.keeper.node(host.rank, state="running", started=reply.get("started"))
         self._node_event(host, NodeState.RUNNING)
         return reply

@@ -341,3 +341,47 @@ def test_a_hung_run_inside_salloc_has_every_ranks_stack_taken_through_srun(slurm
     stacks = next((tmp_path / "log").glob("*/stacks-0.txt")).read_text()
     assert stacks.startswith("ranks 0-3 (4 rank(s) on h1, h2):") and "quiet.py\", line 3" in stacks
     assert leftovers(slurm_lab, 2, run_id_in(r.stderr)) == {}
+
+
+def test_scancel_of_the_allocation_ends_every_rank_on_every_node(slurm_lab, tmp_path):
+    # Each node's supervisor lives in a job step that lasts as long as the run, so Slurm
+    # itself ends the ranks: a supervisor detached as over ssh would escape the step and
+    # keep them running after scancel.
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "sleeper.py").write_text(SLEEPER)
+    r = in_allocation(slurm_lab, f"multihost run --launcher python --nproc_per_node 2 --code {code} "
+                                 f"--no-check --plain --log_dir {tmp_path / 'log'} -- sleeper.py "
+                                 ">/dev/null 2>&1 & "
+                                 "until [ \"$(srun --overlap -N2 -n2 pgrep -c -f sleeper.py | "
+                                 "awk '{s+=$1} END {print s+0}')\" -ge 4 ]; do sleep 0.5; done; "
+                                 "scancel $SLURM_JOB_ID; wait", timeout=240)
+    deadline = time.monotonic() + 60
+    while True:
+        left = {i: slurm_lab.host_run(i, ["pgrep", "-af", "sleeper.py|run_supervisor|slurm.launch"]).stdout
+                for i in (1, 2)}
+        if not any(left.values()):
+            break
+        assert time.monotonic() < deadline, left
+        time.sleep(0.5)
+    assert slurm_lab.run(["squeue", "-h"], check=True).stdout.strip() == ""
+
+
+def test_status_and_stop_from_another_shell_reach_the_nodes_through_srun(slurm_lab, tmp_path):
+    # The nodes' sshd is stopped: only srun can reach them now.
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "sleeper.py").write_text(SLEEPER)
+    for i in (1, 2):
+        slurm_lab.lab.sshd_stop(i)
+    try:
+        r = in_allocation(slurm_lab, f"multihost run --launcher python --nproc_per_node 2 --code {code} "
+                                     f"--no-check --detach --plain --log_dir {tmp_path / 'log'} "
+                                     "-- sleeper.py && sleep 3 && multihost status --plain; "
+                                     "multihost stop; echo stop=$?", timeout=240)
+    finally:
+        for i in (1, 2):
+            slurm_lab.lab.sshd_start(i)
+    assert "stop=0" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+    assert re.search(r"h1\s.*running", r.stdout) and re.search(r"h2\s.*running", r.stdout), r.stdout
+    assert leftovers(slurm_lab, 2, run_id_in(r.stderr)) == {}
