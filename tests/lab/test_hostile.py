@@ -133,4 +133,6 @@ def attack_with(lab, code, run_id, tries, canary, token, mirror, tmp_path):
     inside = {str(p.relative_to(mirror)) for p in mirror.rglob("*") if p.is_file()}
     assert inside <= {".multihost-mirror", f"{host}/.lock", f"{host}/log/workerlog.0",
                       f"{host}/log/.workerlog.0.times", f"{host}/launcher.log",
-                      f"{host}/.launcher.log.times"}, inside
+                      f"{host}/.launcher.log.times", "workerlog.0"}, inside
+    # rank 0's log by its global rank is multihost's own link, into the host's mirror
+    assert (mirror / "workerlog.0").resolve() == (mirror / host / "log" / "workerlog.0").resolve()

@@ -85,7 +85,8 @@ def test_a_short_run_on_64_hosts_gives_every_rank_once(lab64, code, tmp_path):
     assert sorted(int(r[3]) for r in ranks) == list(range(128))
     # Ranks are in host order: host i (address .10+i) holds ranks 2(i-1) and 2(i-1)+1.
     assert all(int(a) - 10 == int(h) == int(r) // 2 + 1 for a, _, h, r in ranks)
-    assert re.search(r"run \S+ succeeded", result.stderr.strip().splitlines()[-1])
+    last = result.stderr.strip().splitlines()[-2:]   # the end, then where its logs are
+    assert re.search(r"run \S+ succeeded", last[0]) and "log/latest/workerlog" in last[1]
 
 
 def test_three_links_cut_mid_run_are_all_named_and_the_others_stopped(lab64, code, tmp_path):

@@ -42,11 +42,11 @@ def test_scale_measures_one_two_and_three_hosts_and_writes_the_table_and_chart(l
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
     # Each point is an ordinary run, stopped once measured, with nothing left behind.
-    listed = lab.multihost("status", "--list", timeout=60).stdout
+    listed = {run["run_id"]: run for run in
+              json.loads(lab.multihost("status", "--list", "--json", timeout=60).stdout)}
     for p in points:
-        line = next(line for line in listed.splitlines() if line.startswith(p["run_id"]))
-        cells = line.split()   # run, started (date time), state, exit, took, hosts, command
-        assert cells[3] == "stopped" and cells[6] == str(p["machines"])
+        assert listed[p["run_id"]]["state"] == "stopped"
+        assert len(listed[p["run_id"]]["hosts"]) == p["machines"]
         assert leftovers(lab, p["machines"], p["run_id"]) == {}
     assert "chart written to" in done.stderr
     # One check of the whole cluster, before the first point; none per point.
