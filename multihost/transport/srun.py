@@ -59,7 +59,8 @@ def step_error(stderr: bytes, node: str, job_id: str) -> Optional[ConnectError]:
         return None
     said = match.group(0)[len("srun: error: "):]
     if any(word in said for word in _JOB_GONE):
-        return ConnectError(f"Slurm job {job_id} has ended ({said})", host=node,
+        why = "" if said.startswith("Slurm job") else f" ({said})"
+        return ConnectError(f"Slurm job {job_id} has ended{why}", host=node,
                             kind=ConnectError.LOST,
                             fix="the allocation is over (scancel, or its time limit): "
                                 "salloc again, or use multihost run --slurm")
