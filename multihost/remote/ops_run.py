@@ -122,9 +122,11 @@ def prepare(request):
             "python": sys.executable, "time": time.time()}
 
 
-def _detach_supervisor(spec, run_dir):
-    """Double fork: the grandchild is in a new session, re-parented away from the ssh
-    session, with no inherited descriptor but the pipe that tells us it started."""
+def start_supervisor(spec, run_dir, kept=None):
+    """The supervisor in a new session with no inherited descriptor but the pipe that
+    tells us it started. Detached (a double fork, re-parented away from the ssh
+    session), or, given ``kept``, our own child, its pid appended there (a Slurm step:
+    remote/ops_slurm.py)."""
     from .run_supervisor import supervise
 
     read_fd, write_fd = os.pipe()
@@ -136,7 +138,7 @@ def _detach_supervisor(spec, run_dir):
         try:
             os.close(read_fd)
             os.setsid()
-            if os.fork() != 0:
+            if kept is None and os.fork() != 0:
                 os._exit(0)
             devnull = os.open(os.devnull, os.O_RDWR)
             log = os.open(os.path.join(run_dir, "supervisor.log"),
@@ -151,7 +153,10 @@ def _detach_supervisor(spec, run_dir):
         finally:
             os._exit(code)
     os.close(write_fd)
-    os.waitpid(pid, 0)
+    if kept is None:
+        os.waitpid(pid, 0)
+    else:
+        kept.append(pid)
     return _read_reply(read_fd)
 
 
@@ -179,7 +184,7 @@ def _read_reply(fd):
 
 
 @op("run.launch")
-def launch(request):
+def launch(request, kept=None):
     spec = json.loads(sys.stdin.read() or "{}")
     spec.update(request)
     run_dir = _run_dir(spec)
@@ -194,7 +199,7 @@ def launch(request):
         _expire_unlaunched(run_dir, node)
         raise OpError(run_files.LAUNCH_LOST, "start the run again: multihost rerun %s"
                       % spec["run_id"])
-    reply = _detach_supervisor(spec, run_dir)
+    reply = start_supervisor(spec, run_dir, kept)
     if not reply:
         raise OpError("the supervisor ended before starting the launcher",
                       "read %s/supervisor.log on this host" % run_dir)

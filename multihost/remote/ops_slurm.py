@@ -14,41 +14,9 @@ nothing else is written (the controller reads no further).
 """
 import os
 import signal
-import sys
 
 from . import ops_run
 from .proto import EXIT_HELPER_FAILED, OpError, op, reply
-
-
-def _start_kept(spec, run_dir, kept):
-    """Fork the supervisor as our child (in its own session, as a detached one is, so a
-    terminal's signals are not the run's); return its launch reply."""
-    from .run_supervisor import supervise
-
-    read_fd, write_fd = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(read_fd)
-            os.setsid()
-            devnull = os.open(os.devnull, os.O_RDWR)
-            log = os.open(os.path.join(run_dir, "supervisor.log"),
-                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            os.dup2(devnull, 0)
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            os.closerange(3, write_fd)
-            os.closerange(write_fd + 1, 65536)
-            os.chdir("/")
-            code = supervise(spec, run_dir, write_fd)
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    kept.append(pid)
-    return ops_run._read_reply(read_fd)
 
 
 def _exit_status(status):
@@ -72,11 +40,9 @@ def launch(request):
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(signum, forward)
-    # This process runs this one operation: run.launch's own checks and records, with
-    # the supervisor started as our child instead of detached.
-    ops_run._detach_supervisor = lambda spec, run_dir: _start_kept(spec, run_dir, kept)
+    # run.launch's own checks and records, with the supervisor our child, not detached
     try:
-        node = ops_run.launch(request)
+        node = ops_run.launch(request, kept=kept)
     except OpError as err:
         reply({"ok": False, "error": err.error, "fix": err.fix})
         node = None

@@ -331,7 +331,7 @@ def supervise(spec, run_dir, ready_fd):
         if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
             error = run_files.NO_SPACE
         try:
-            sys.stderr.write(text)  # supervisor.log (see ops_run._detach_supervisor)
+            sys.stderr.write(text)  # supervisor.log (see ops_run.start_supervisor)
             sys.stderr.flush()
         except OSError:
             pass
