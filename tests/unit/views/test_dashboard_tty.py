@@ -93,6 +93,11 @@ def term(tmp_path):
     yield make
     for terminal in made:
         terminal.close()
+    # A test that failed half way leaves its run going (it outlives its terminal, as
+    # runs do): stop it, so that no later test meets it.
+    if made and (tmp_path / "home" / ".multihost" / "last").exists():
+        subprocess.run([sys.executable, "-m", "multihost", "stop"], env=made[0].env,
+                       cwd=tmp_path / "work", capture_output=True, timeout=120)
 
 
 def test_ctrl_c_is_acknowledged_at_once_and_the_rows_say_stopping(term):
