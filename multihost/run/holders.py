@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import helper
 from ..nodeset import fold
+from ..untrusted import clean_report
 from ..remote.holds import fold_ints
 
 STATES = ("queued", "starting", "running", "succeeded", "failed", "stopped", "lost")
@@ -88,11 +89,19 @@ def merge(per_host: Dict[str, List[dict]]) -> List[SharedRun]:
     return sorted(out, key=lambda r: (STATES.index(r.state) > 2, r.place or 0, -r.since))
 
 
+def registry_entries(reply: object) -> List[dict]:
+    """A host's registry as it sent it (``hold.list``, ``hold.queue``): untrusted, so its
+    text cleaned of escapes and only entries of the expected shape kept."""
+    entries = clean_report(reply).get("entries") if isinstance(reply, dict) else None
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("run_id"), str)
+            and e.get("kind") in ("run", "queue")] if isinstance(entries, list) else []
+
+
 def gather(cluster) -> Tuple[List[SharedRun], list]:
     """Ask every host for its registry: (runs, the errors of hosts that did not answer)."""
     results = cluster.map(lambda host, transport: helper.call(transport, "hold.list", {},
                                                               timeout=30))
-    per_host = {r.host.label: (r.value or {}).get("entries") or [] for r in results if r.ok}
+    per_host = {r.host.label: registry_entries(r.value) for r in results if r.ok}
     return merge(per_host), [r.error for r in results if not r.ok]
 
 

@@ -24,7 +24,7 @@ from .. import helper
 from ..errors import ConnectError, MultihostError
 from ..nodeset import fold
 from ..remote.holds import holder_line, overlaps
-from .holders import _nth
+from .holders import _nth, registry_entries
 from .records import new_run_id, state_dir
 from .sharing import controller
 
@@ -59,7 +59,7 @@ class Ticket:
         failed = [r for r in results if not r.ok]
         if failed:
             raise failed[0].error
-        return {r.host.label: r.value.get("entries") or [] for r in results}
+        return {r.host.label: registry_entries(r.value) for r in results}
 
     def blockers(self, entries: Dict[str, List[dict]]) -> List[Tuple[str, dict]]:
         """(host, entry) of what stands before this run, the holders first."""

@@ -61,3 +61,14 @@ def test_status_all_shows_each_run_once_with_the_worst_news_and_queue_places():
     assert ("queued (1st)", "bob") == (table[0][3], table[0][2])
     failed = [r for r in table if r[0] == "20261127-090000-cccc"][0]
     assert failed[7:] == ("3", "10s")
+
+
+def test_a_hosts_registry_reply_is_cleaned_and_only_well_formed_entries_are_kept():
+    from multihost.run.holders import registry_entries
+
+    reply = {"entries": [{"kind": "run", "run_id": "20261127-1102-ab12",
+                          "user": "mallory\x1b]0;owned\x07", "name": "x\x1b[2J"},
+                         "not an entry", {"kind": "run"}, {"kind": "?", "run_id": "r"}]}
+    kept = registry_entries(reply)
+    assert len(kept) == 1 and "\x1b" not in kept[0]["user"] + kept[0]["name"]
+    assert registry_entries({"entries": "nope"}) == [] and registry_entries(None) == []
