@@ -68,8 +68,9 @@ def shell_argv(host, options, workdir: str) -> List[str]:
 
 def main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
+    from ..run.control import ssh_options
     from ..run.records import host_from_dict, load_run
-    from ..transport import SshOptions, is_local_host
+    from ..transport import is_local_host
 
     record = load_run(args.run)
     node = find_node(record, args.target)
@@ -82,11 +83,7 @@ def main(args: argparse.Namespace) -> int:
                               fix=f"see `multihost status {record.run_id}`") from None
         shell = os.environ.get("SHELL") or "/bin/sh"
         os.execvp(shell, [shell, "-l"])
-    ssh = record.ssh or {}
-    options = SshOptions(connect_timeout=float(ssh.get("connect_timeout") or 10.0),
-                         accept_new_host_keys=bool(ssh.get("accept_new_host_keys")),
-                         config_file=ssh.get("config_file") or "~/.ssh/config")
-    argv = shell_argv(host, options, node.workdir)
+    argv = shell_argv(host, ssh_options(record), node.workdir)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:

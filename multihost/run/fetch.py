@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from ..errors import ConfigError
-from ..transport import SshOptions, is_local_host
+from ..transport import is_local_host
 from ..transport.openssh import client_argv
 from ..untrusted import clean_text
+from .control import ssh_options
 from .records import NodeRecord, RunRecord, host_from_dict, load_run
 
 # -r -l -t: the tree, its links (inside it only) and times, so an unchanged file is
@@ -103,10 +104,7 @@ def _rsync_argv(record: RunRecord, node: NodeRecord, path: str, into: str,
     workdir = node.workdir or "."
     if is_local_host(host):
         return argv + [os.path.join(os.path.expanduser(workdir), path), into]
-    ssh = record.ssh or {}
-    options = SshOptions(connect_timeout=float(ssh.get("connect_timeout") or 10.0),
-                         accept_new_host_keys=bool(ssh.get("accept_new_host_keys")),
-                         config_file=ssh.get("config_file") or "~/.ssh/config")
+    options = ssh_options(record)
     # rsync's remote paths start in the login's home: "~/x" is "x" there.
     remote = posixpath.join(workdir[2:] if workdir.startswith("~/") else workdir, path)
     target = host.name if ":" not in host.name else f"[{host.name}]"
