@@ -7,13 +7,14 @@ item or the hostfile line, the cause and the fix.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import ConfigError
-
-if TYPE_CHECKING:
-    from pathlib import Path
+from .local_python import local_default
+from .nodeset import expand, fold
+from .userfiles import read_config_text
 
 HOST_KEYS = ("user", "port", "identity_file", "workdir", "python", "gpus", "iface", "data",
              "slots", "launcher", "spare")
@@ -190,45 +191,7 @@ def parse_ips(text: str) -> List[Dict[str, object]]:
     return entries
 
 
-# Bounds of every file a user names (hostfile, job file, env file): real ones are a few
-# KB. A wrong path (/dev/zero, a dataset, a log) is refused at the bound, not read into
-# memory until the OOM killer comes.
-MAX_FILE_BYTES = 1 << 20
-MAX_LINE_CHARS = 65536
-MAX_HOSTS = 4096
-
-
-def read_config_bytes(path: Path, what: str, flag: str) -> bytes:
-    """A file a user named, read up to MAX_FILE_BYTES; larger (or endless) is one line."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}",
-                          fix=f"check the path given to {flag}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB, the most a {what} "
-                          f"may be", fix=f"check the path given to {flag}: a {what} is a "
-                          "few lines of text")
-    return data
-
-
-def read_config_text(path: Path, what: str, flag: str) -> str:
-    """A small config file as text, within the bounds above; unreadable, non-UTF-8, too
-    large or with too long a line is one line naming the place and the bound."""
-    data = read_config_bytes(path, what, flag)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = data[:exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{lineno}: not UTF-8 text (byte {exc.object[exc.start]:#04x})",
-                          fix=f"save the {what} as UTF-8 text") from None
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if len(line) > MAX_LINE_CHARS:
-            raise ConfigError(f"{path}:{lineno}: a line longer than {MAX_LINE_CHARS} characters, "
-                              f"the most a {what} line may be",
-                              fix=f"check the path given to {flag}, and that line")
-    return text
+MAX_HOSTS = 4096   # in one command: more is a wrong file, not a cluster
 
 
 def check_host_count(count: int, where: str) -> None:
@@ -382,8 +345,6 @@ def load_inventory(ips: Optional[str], hostfile: Optional[str],
     if ips is not None and hostfile is not None:
         raise ConfigError("both --ips and --hostfile were given", fix="use one of them")
     if hostfile is not None:
-        from pathlib import Path  # only for a hostfile: pathlib costs every start-up
-
         entries = parse_hostfile(Path(hostfile).expanduser())
         check_host_count(len(entries), hostfile)
     elif ips is not None:
@@ -394,8 +355,6 @@ def load_inventory(ips: Optional[str], hostfile: Optional[str],
         # runs in when only that one has the framework (a venv not on PATH).
         python = None
         if options.python is None:
-            from .remote.ops_check_python import local_default
-
             python = local_default()
         # Like torchrun, the job runs in place: in the code directory, nothing copied
         # (--workdir still chooses another directory).
@@ -416,11 +375,7 @@ def select_hosts(hosts: Sequence[Host], include: Optional[str],
     again from 0, so node rank is still position. Every name must match a host: a typo
     in --exclude would otherwise run on the very machine meant to be left out."""
     if include is None and exclude is None:
-        return tuple(hosts)   # numbered already; the node sets' module is not loaded
-    from dataclasses import replace
-
-    from .nodeset import expand, fold
-
+        return tuple(hosts)   # numbered already
     kept = list(hosts)
     for flag, text in (("--include", include), ("--exclude", exclude)):
         if text is None:

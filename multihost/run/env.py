@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
-from ..hosts import read_config_text
+from ..userfiles import read_config_text
 
 PASS_PREFIXES = ("NCCL_", "GLOO_", "CUDA_", "TORCH_", "PYTHON", "FLAGS_")
 PASS_NAMES = ("OMP_NUM_THREADS",)

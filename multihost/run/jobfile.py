@@ -64,7 +64,7 @@ def _toml():
 
 def load(path: str) -> Dict[str, Any]:
     """The file's table; unreadable, not TOML or an unknown key: one line naming the file."""
-    from ..hosts import read_config_text
+    from ..userfiles import read_config_text
 
     text = read_config_text(Path(path).expanduser(), "job file", "-f").lstrip("\ufeff")
     toml = _toml()

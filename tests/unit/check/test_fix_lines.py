@@ -137,16 +137,18 @@ def test_the_host_probe_finds_a_venv_at_the_controllers_prefix_and_conda_envs(tm
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch here")
 def test_alone_the_job_python_is_this_one_when_python3_lacks_torch(tmp_path, monkeypatch):
+    from multihost.local_python import local_default
+
     bare = tmp_path / "bin"
     bare.mkdir()
     (bare / "python3").symlink_to(sys.base_prefix + "/bin/python3")
     monkeypatch.setenv("PATH", str(bare))
     monkeypatch.setenv("PYTHONNOUSERSITE", "1")
-    assert ops_check_python.local_default() == sys.executable
+    assert local_default() == sys.executable
     # A python3 in this very environment is kept as the user's own default.
     monkeypatch.setenv("PATH", os.path.join(sys.prefix, "bin"))
     if os.path.exists(os.path.join(sys.prefix, "bin", "python3")):
-        assert ops_check_python.local_default() == "python3"
+        assert local_default() == "python3"
 
 
 def test_hosts_that_share_a_fix_on_that_host_are_named_as_one_node_set():
