@@ -143,6 +143,7 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
                           poll_interval=options.poll_interval, lost_after=options.lost_after,
                           wait_after_exit=options.wait_after_exit, settle=settle,
                           tick=progress.tick, restarting=options.restarting,
+                          steps=starter.steps,
                           **({"hung": hang.check} if hang is not None else {}))
         monitor.watch_all()
         follower = _log_follower(cluster, plan, mirror, listener)

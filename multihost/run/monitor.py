@@ -11,7 +11,11 @@ the answers into NodeChanged events and decides:
 - Ctrl-C does the same; a second Ctrl-C stops with no grace;
 - --wait S ends the run S seconds after the first rank exited (srun -W);
 - when every node has finished (or is lost), the root cause is the earliest failure by
-  time (outcome.root_cause), with the last lines of its log.
+  time (outcome.root_cause), with the last lines of its log;
+- under Slurm, a node whose stream breaks or whose kept launch step ends makes the
+  monitor ask Slurm whether the job has ended (slurm/ending.py, on a thread): if it has,
+  Slurm ended every rank, so the run ends at once with that as its cause (no wait for
+  lost hosts, no stop sent to nodes that are gone).
 
 The decisions themselves are pure (outcome.py); this module only does the talking.
 """
@@ -37,6 +41,10 @@ from .status_streams import StatusStreams
 POLL_INTERVAL = 0.2     # how often a host looks at its node's records
 STATUS_TIMEOUT = 5.0
 LOST_AFTER = 15.0
+SLURM_ASK_EVERY = 2.0   # seconds between two questions to Slurm about the job
+# A failure this close before the contact loss that found the job ended is Slurm's doing
+# (it signals every task at once; a rank's death may be heard first).
+SLURM_SLACK = 2.0
 TAIL_LINES = 20
 _STATES = {s.value: s for s in NodeState}
 
@@ -90,7 +98,8 @@ class Monitor:
                  settle: Callable[[bool], None] = lambda lost: None,
                  hung: Callable[[float], Optional[Failure]] = lambda now: None,
                  tick: Callable[[float], None] = lambda now: None,
-                 restarting: Callable[["AttemptResult", object], str] = lambda result, record: ""):
+                 restarting: Callable[["AttemptResult", object], str] = lambda result, record: "",
+                 steps: Optional[Dict[int, object]] = None):
         self.cluster = cluster
         self.plan = plan
         self.listener = listener
@@ -123,6 +132,15 @@ class Monitor:
         self.status_streams = StatusStreams(cluster, plan.run_id, poll_interval,
                                             self.queue, self.stop_polling)
         self.servers_stopped = False
+        # Under Slurm: the job the nodes are steps of, each node's kept launch step
+        # (slurm/steps.py), and what Slurm said when asked (slurm/ending.py).
+        self.slurm_job = str(getattr(getattr(cluster, "options", None), "job_id", "") or "")
+        self.steps = dict(steps or {})
+        self.slurm_asked_at: Optional[float] = None
+        self.slurm_asking = False
+        self.slurm_cause: Optional[Failure] = None
+        self.ended_by_slurm: Set[int] = set()
+        self.unsaid: Dict[int, Tuple[MultihostError, float]] = {}   # contact losses held
 
     # --- asking hosts to stop ---------------------------------------------------------
     def _stop_all(self, grace: float, reason: str, interrupted: bool = False) -> None:
@@ -165,9 +183,21 @@ class Monitor:
 
     def _take(self, item: tuple) -> None:
         kind, rank, payload, when = item
+        if kind == "slurm":
+            self._slurm_answered(rank, payload, when)
+            return
+        if kind == "step":      # a node's kept launch step ended: has the job ended?
+            if not self._finished(rank) and rank not in self.ended_by_slurm:
+                self._ask_slurm(rank, when)
+            return
         if kind == "error":
             self.last_error[rank] = payload
-            self._contact_lost(rank, payload, when)
+            if self.slurm_job and rank not in self.ended_by_slurm and not self._finished(rank):
+                self._ask_slurm(rank, when)
+            if self.slurm_asking:   # said once Slurm answers that the job runs on
+                self.unsaid[rank] = (payload, when)
+            else:
+                self._contact_lost(rank, payload, when)
             return
         view: NodeView = payload
         self.views[rank] = view
@@ -192,6 +222,7 @@ class Monitor:
         """Say once that a host stopped answering, long before it counts as lost: the
         user sees why its lines paused, and that the controller keeps trying."""
         if rank in self.out_of_contact or rank in self.lost or self._finished(rank) \
+                or rank in self.ended_by_slurm \
                 or self.teardown_at is not None \
                 or not isinstance(error, (ConnectError, CommandTimeout)):
             return
@@ -201,10 +232,70 @@ class Monitor:
                                          f"counts as lost after {self.lost_after:g}s",
                                   time=when))
 
+    # --- Slurm ending the job under the run -------------------------------------------
+    def _ask_slurm(self, rank: int, when: float) -> None:
+        """Ask Slurm once (on a thread: scontrol may be slow) whether the job ended."""
+        if not self.slurm_job or self.slurm_cause is not None or self.slurm_asking or (
+                self.slurm_asked_at is not None
+                and when - self.slurm_asked_at < SLURM_ASK_EVERY):
+            return
+        from ..slurm.ending import job_end
+
+        self.slurm_asking, self.slurm_asked_at = True, when
+
+        def ask() -> None:
+            try:
+                answer = job_end(self.slurm_job)
+            except Exception:   # never let a thread die silently: no answer, as before
+                answer = None
+            self.queue.put(("slurm", rank, answer, when))
+
+        threading.Thread(target=ask, name="slurm-job", daemon=True).start()
+
+    def _slurm_answered(self, rank: int, end, when: float) -> None:
+        """The job ended (``end``, a slurm.ending.JobEnd): every node still running was
+        ended by Slurm. Its end is the root cause unless a failure came well before."""
+        self.slurm_asking = False
+        unsaid, self.unsaid = self.unsaid, {}
+        if end is None or self.slurm_cause is not None:
+            # The job runs on (or Slurm did not answer): the host may yet be lost.
+            for lost_rank, (error, lost_at) in sorted(unsaid.items()):
+                self._contact_lost(lost_rank, error, lost_at)
+            return
+        host = self.hosts[rank]
+        cause = Failure(when, rank, host.label, "slurm", detail=end.line(),
+                        fix=end.fix(len(self.hosts)))
+        self.slurm_cause = cause
+        if self.trigger is None or self.trigger.time >= when - SLURM_SLACK:
+            self.trigger = cause
+        self._add_failure(cause)
+        if self.teardown_at is None:
+            self.teardown_at = time.time()   # nothing to stop: Slurm ended every rank
+        for other in self.hosts:
+            if not self._finished(other.rank) and other.rank not in self.lost:
+                self.ended_by_slurm.add(other.rank)
+                self.out_of_contact.discard(other.rank)
+                self._set_state(other.rank, "stopped", f"ended by Slurm (job {end.job_id} "
+                                                       f"{end.cause})")
+
+    def _watch_steps(self) -> None:
+        """A thread per kept launch step: its end is put on the queue."""
+        def wait(rank: int, step) -> None:
+            try:
+                step.wait()
+            except Exception:
+                pass
+            if not self.stop_polling.is_set():
+                self.queue.put(("step", rank, None, time.time()))
+
+        for rank, step in self.steps.items():
+            threading.Thread(target=wait, args=(rank, step), name=f"step-{rank}",
+                             daemon=True).start()
+
     def _check_lost(self, now: float) -> None:
         for host in self.hosts:
             rank = host.rank
-            if rank in self.lost or self._finished(rank):
+            if rank in self.lost or self._finished(rank) or rank in self.ended_by_slurm:
                 continue
             if now - self.last_contact.get(rank, now) >= self.lost_after:
                 self.lost.add(rank)
@@ -262,7 +353,8 @@ class Monitor:
         return all(v is not None and (v.serving or v.state == "succeeded") for v in views)
 
     def _done(self) -> bool:
-        return all(h.rank in self.lost or self._finished(h.rank) for h in self.hosts)
+        return all(h.rank in self.lost or h.rank in self.ended_by_slurm or self._finished(h.rank)
+                   for h in self.hosts)
 
     # --- the loop ---------------------------------------------------------------------
     def watch_all(self) -> None:
@@ -274,6 +366,7 @@ class Monitor:
         for host in self.hosts:
             self.last_contact[host.rank] = now
             self.status_streams.open(host)
+        self._watch_steps()
 
     def follow(self) -> AttemptResult:
         self.watch_all()
@@ -317,7 +410,7 @@ class Monitor:
 
     def _explain(self, failure: Failure) -> Tuple[Failure, Tuple[str, ...]]:
         """The root cause made precise (the rank a launcher named) and its last lines."""
-        if failure.kind in ("lost", "wait", "hang"):
+        if failure.kind in ("lost", "wait", "hang", "slurm"):
             return failure, ()
         view = self._status_with_tail(failure.node_rank, failure.local_rank)
         if view is None:
@@ -335,7 +428,8 @@ class Monitor:
         return failure, view.launcher_tail
 
     def _finish(self) -> AttemptResult:
-        cause = root_cause(self._candidates())
+        slurm = self.slurm_cause is not None and self.trigger is self.slurm_cause
+        cause = self.slurm_cause if slurm else root_cause(self._candidates())
         tail: Tuple[str, ...] = ()
         if cause is not None:
             cause, tail = self._explain(cause)
@@ -346,7 +440,7 @@ class Monitor:
         states = tuple(self.states[h.rank] for h in self.hosts)
         nodes = [(r, self.hosts[r].label, view) for r, view in sorted(self.views.items())]
         end = conclude(states, cause, interrupted, tail, nodes)
-        self.settle(bool(self.lost))
+        self.settle(bool(self.lost) or self.slurm_cause is not None)
         record = self.keeper.update(state=end.state, exit_code=end.exit_code,
                                     ended=time.time(), root_cause=end.root_cause)
         result = AttemptResult(end.exit_code, cause, states, interrupted, tuple(sorted(self.lost)))

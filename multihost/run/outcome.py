@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..errors import EXIT_CONNECT, EXIT_INTERRUPTED
 from ..events import RootCause, RunState
 from ..remote.run_states import FAILED, FINAL_STATES, STOPPED, SUCCEEDED
+from ..slurm.ending import EXIT_SLURM_ENDED
 from ..untrusted import as_dict, as_int, as_list, as_time, clean_lines, clean_text
 
 MAX_RANKS = 4096   # ranks of one node a status record may describe
@@ -174,7 +175,8 @@ class Failure:
     time: float
     node_rank: int
     host: str
-    kind: str                      # "rank", "server", "node", "lost", "wait", "hang"
+    kind: str                      # "rank", "server", "node", "lost", "wait", "hang",
+                                   # "slurm" (the job ended: slurm/ending.py)
     rank: Optional[int] = None     # a server: None (its index is ``server``)
     local_rank: Optional[int] = None
     exit_code: Optional[int] = None
@@ -182,12 +184,13 @@ class Failure:
     detail: str = ""
     server: Optional[int] = None   # a parameter server's index
     tail: Tuple[str, ...] = ()     # its last lines, when the host sent them with it
+    fix: str = ""                  # a cause that knows its fix (Slurm's end of the job)
 
     @property
     def reason(self) -> str:
         if self.kind == "lost":
             return self.detail or "host lost"
-        if self.kind in ("wait", "hang"):
+        if self.kind in ("wait", "hang", "slurm"):
             return self.detail
         decoded = decode_exit(self.exit_code, self.signal)
         if self.kind == "server":
@@ -208,12 +211,15 @@ class Failure:
     def status(self) -> int:
         if self.kind == "lost":
             return EXIT_CONNECT
+        if self.kind == "slurm":
+            return EXIT_SLURM_ENDED
         if self.kind in ("wait", "hang"):
             return 1
         return exit_status(self.exit_code, self.signal)
 
 
-_KIND_ORDER = {"rank": 0, "server": 0, "node": 1, "lost": 2, "wait": 3, "hang": 3}
+# Slurm's end of the job comes first: the ranks it ended at that moment died of it.
+_KIND_ORDER = {"slurm": -1, "rank": 0, "server": 0, "node": 1, "lost": 2, "wait": 3, "hang": 3}
 
 
 def failures_of(node_rank: int, host: str, view: NodeView, now: float) -> List[Failure]:
@@ -300,8 +306,8 @@ def stopped_after(cause: Failure, nodes: Sequence[Tuple[int, str, NodeView]]) ->
     ranks, multihost ends the rest), one line per host and way of ending: ``h1 (node 0)
     ranks 0, 1: killed by SIGTERM, stopped after rank 3 failed``. ``nodes``: (node
     rank, host, its last status)."""
-    if cause.kind in ("wait", "hang"):
-        return ()   # every rank was stopped by multihost: nothing failed first
+    if cause.kind in ("wait", "hang", "slurm"):
+        return ()   # every rank was stopped by multihost (or Slurm): nothing failed first
     groups: Dict[Tuple[int, str, str, str], List[int]] = {}
     for node_rank, host, view in sorted(nodes, key=lambda n: n[0]):
         stopped = view.state == STOPPED
@@ -388,10 +394,11 @@ class RunEnd:
 
 
 def final_state(exit_code: int, cause: Optional[Failure]) -> RunState:
-    """Succeeded with status 0; failed when a failure explains the end; else stopped."""
+    """Succeeded with status 0; failed when a failure explains the end; else stopped
+    (Ctrl-C, a stop from another shell, or Slurm ending the job: the root cause says so)."""
     if exit_code == 0:
         return RunState.SUCCEEDED
-    return RunState.FAILED if cause is not None else RunState.STOPPED
+    return RunState.FAILED if cause is not None and cause.kind != "slurm" else RunState.STOPPED
 
 
 def conclude(states: Sequence[str], cause: Optional[Failure], interrupted: bool,

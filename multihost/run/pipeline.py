@@ -217,6 +217,9 @@ def failure_of(outcome, plan) -> Optional[RunFailed]:
                    f"(`multihost stop {plan.run_id}` when it is back)" for r in result.lost)
     if result.root_cause is not None:
         cause = result.root_cause
+        if cause.kind == "slurm":   # the allocation is over: one line, its own fix
+            return RunFailed(f"run {plan.run_id} ended: {cause.reason}", fix=cause.fix,
+                             exit_code=result.exit_code)
         if NO_SPACE in (cause.detail or ""):
             host = plan.nodes[cause.node_rank].host.label
             return RunFailed(f"run {plan.run_id} failed: node {cause.node_rank}: {NO_SPACE} on "

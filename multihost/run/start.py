@@ -91,6 +91,7 @@ class Starter:
         self.keeper = keeper
         self.interrupted = interrupted
         self.prepared: Dict[int, Prepared] = {}
+        self.steps: Dict[int, Any] = {}   # under Slurm: each node's kept launch step
 
     @property
     def launch_timeout(self) -> Optional[float]:
@@ -139,7 +140,8 @@ class Starter:
         request = launch_request(self.plan, node, self.prepared[host.rank])
         payload = json.dumps(request).encode()
         if keeps_steps(transport):   # under Slurm: the node's part is a step for the run's life
-            reply, _ = launch_kept(transport, self.plan.run_id, payload, LAUNCH_TIMEOUT)
+            reply, self.steps[host.rank] = launch_kept(transport, self.plan.run_id, payload,
+                                                       LAUNCH_TIMEOUT)
         else:
             reply = helper.call(transport, "run.launch", {"run_id": self.plan.run_id},
                                 input=payload, timeout=LAUNCH_TIMEOUT)

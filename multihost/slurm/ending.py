@@ -1,0 +1,147 @@
+"""Whether the Slurm job a run lives in has ended, and why, as Slurm says it.
+
+When a node reached by srun stops answering, or its kept launch step ends, the monitor
+asks Slurm once (``job_end``): ``scontrol show job -o JOB`` (JobState, Reason,
+TimeLimit), else ``squeue``. A job that has ended ends the run at once: Slurm has ended
+every rank already, so there is nothing to wait for and nothing left to stop.
+
+Right after scancel or the time limit the job is COMPLETING (Slurm is still ending its
+processes, up to KillWait) and JobState does not yet say why; its Reason does: TimeLimit
+for the time limit, NodeDown for a node that failed, None for scancel.
+
+Each way a job ends is one record of ENDINGS: its words and the fix. The exit status of
+such a run is EXIT_SLURM_ENDED, 128+SIGTERM: the signal Slurm sends every task, the
+status srun gives for a cancelled step, and multihost's own for a run stopped from
+another shell.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+EXIT_SLURM_ENDED = 128 + signal.SIGTERM
+
+# Job states in which the allocation still holds its nodes.
+ALIVE = ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "RESIZING", "REQUEUED",
+         "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(\S*)")
+
+
+@dataclass(frozen=True)
+class Ending:
+    """One way a Slurm job ends: what is said of it, and the fix (``{nodes}``: the
+    run's node count, ``{time}``: a --time twice the job's limit)."""
+
+    words: str
+    fix: str
+
+
+AGAIN = ("salloc -N {nodes} again and run inside it, or let multihost ask Slurm: "
+         "multihost run --slurm -N {nodes} ...")
+ENDINGS: Dict[str, Ending] = {
+    "CANCELLED": Ending("was cancelled (CANCELLED by scancel)", AGAIN),
+    "TIMEOUT": Ending("reached its time limit (TIMEOUT)",
+                      "ask for more time: salloc -N {nodes} --time={time} and run inside it, "
+                      "or multihost run --slurm -N {nodes} --time={time} ..."),
+    "NODE_FAIL": Ending("lost a node (NODE_FAIL)",
+                        "see why Slurm took the node down: sinfo -R; then " + AGAIN),
+    "PREEMPTED": Ending("was preempted by a job of higher priority (PREEMPTED)", AGAIN),
+    "DEADLINE": Ending("reached its deadline (DEADLINE)", AGAIN),
+    "OUT_OF_MEMORY": Ending("ran out of memory (OUT_OF_MEMORY)",
+                            "ask for more memory: salloc -N {nodes} --mem=..., then run again"),
+    "BOOT_FAIL": Ending("failed to boot a node (BOOT_FAIL)", "sinfo -R; then " + AGAIN),
+    "COMPLETED": Ending("ended (COMPLETED: its batch script or salloc's command exited)",
+                        "keep the job's script or shell waiting until the run ends; " + AGAIN),
+    "FAILED": Ending("ended (FAILED: its batch script or salloc's command failed)",
+                     "keep the job's script or shell waiting until the run ends; " + AGAIN),
+    "GONE": Ending("has ended (Slurm no longer knows it)", AGAIN),
+}
+# While COMPLETING, the Reason says which ending it is.
+_BY_REASON = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "DeadLine": "DEADLINE",
+              "OutOfMemory": "OUT_OF_MEMORY", "BootFail": "BOOT_FAIL"}
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """A Slurm job that has ended (or is COMPLETING), as Slurm said it."""
+
+    job_id: str
+    state: str                     # JobState as shown: CANCELLED, TIMEOUT, COMPLETING, ...
+    reason: str = ""               # Reason as shown ("None" for scancel)
+    time_limit: Optional[int] = None   # minutes; None: UNLIMITED or not said
+
+    @property
+    def cause(self) -> str:
+        """The ENDINGS key: the state, or for COMPLETING the one its Reason names
+        (scancel leaves Reason None)."""
+        if self.state in ENDINGS:
+            return self.state
+        return _BY_REASON.get(self.reason, "CANCELLED" if self.state == "COMPLETING" else "GONE")
+
+    @property
+    def ending(self) -> Ending:
+        return ENDINGS[self.cause]
+
+    def line(self) -> str:
+        """``Slurm job 7 reached its time limit (TIMEOUT) and Slurm ended every rank``."""
+        return f"Slurm job {self.job_id} {self.ending.words} and Slurm ended every rank"
+
+    def fix(self, nodes: int) -> str:
+        longer = f"{self.time_limit * 2}" if self.time_limit else "HH:MM:SS"
+        return self.ending.fix.format(nodes=nodes, time=longer)
+
+
+def _minutes(text: str) -> Optional[int]:
+    """Slurm's [D-]HH:MM:SS (or MM:SS) as minutes; None for UNLIMITED."""
+    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text or "")
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return max(1, days * 1440 + hours * 60 + minutes + (1 if seconds else 0))
+
+
+def parse_scontrol(job_id: str, line: str) -> Optional[JobEnd]:
+    """A JobEnd from ``scontrol show job -o JOB``'s line, None while the job lives."""
+    fields = dict(_FIELD.findall(line))
+    state = fields.get("JobState")
+    if not state or state in ALIVE:
+        return None
+    return JobEnd(str(job_id), state, fields.get("Reason", ""), _minutes(fields.get("TimeLimit", "")))
+
+
+def job_end(job_id: str, timeout: float = 10.0) -> Optional[JobEnd]:
+    """Ask Slurm whether job ``job_id`` has ended: a JobEnd, or None while it runs or
+    when Slurm does not answer (the run then goes on as before)."""
+    scontrol = shutil.which("scontrol")
+    if scontrol:
+        try:
+            done = subprocess.run([scontrol, "show", "job", "-o", str(job_id)],
+                                  capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError):
+            done = None
+        if done is not None and done.returncode == 0 and "JobState=" in done.stdout:
+            return parse_scontrol(job_id, done.stdout)
+        if done is not None and "Invalid job id" in done.stderr:
+            return JobEnd(str(job_id), "GONE")
+    return _from_squeue(job_id, timeout)
+
+
+def _from_squeue(job_id: str, timeout: float) -> Optional[JobEnd]:
+    try:
+        done = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T %r %l"],
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = done.stdout.split()
+    if done.returncode != 0 and "Invalid job id" in done.stderr or done.returncode == 0 and not words:
+        return JobEnd(str(job_id), "GONE")
+    if not words or words[0] in ALIVE:
+        return None
+    reason = words[1] if len(words) > 1 else ""
+    return JobEnd(str(job_id), words[0], reason, _minutes(words[2]) if len(words) > 2 else None)
