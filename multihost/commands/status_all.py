@@ -1,5 +1,7 @@
 """``multihost status --all --ips=...``: every run on the given hosts, from every
-controller and user (the hosts' registries), with a header; ``--state`` filters."""
+controller and user (the hosts' registries), with a header; ``--state`` filters. Inside
+a Slurm allocation the hosts are its nodes; where Slurm answers, its own view of the
+cluster's jobs (squeue, every user) follows."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +14,7 @@ from .common import _count, _port
 ALL_EPILOG = """\
   multihost status --all --ips=a,b,c      every run on these hosts, anyone's, queued too
   multihost status --all --hostfile hosts.ini --state running --json
+  multihost status --all                  inside salloc/sbatch: the allocation's nodes
 """
 
 
@@ -39,30 +42,39 @@ def add_all_options(parser: argparse.ArgumentParser) -> None:
 def main_all(args: argparse.Namespace) -> int:
     from ..errors import EXIT_CONNECT, ConfigError
     from ..run.holders import gather, render
-    from .common import cluster_from_args, hosts_from_args
+    from ..slurm.jobs import cluster_jobs
+    from .common import cluster_from_args, hosts_from_args, slurm_plan
 
-    if not (args.ips or args.hostfile):
-        raise ConfigError("status --all asks the hosts: name them",
-                          fix="add `--ips=a,b` or `--hostfile FILE`")
     for name, default in (("workdir", None), ("python", None), ("transport", None)):
         if not hasattr(args, name):
             setattr(args, name, default)
+    if not (args.ips or args.hostfile or slurm_plan(args).nodes):
+        raise ConfigError("status --all asks the hosts: name them",
+                          fix="add `--ips=a,b` or `--hostfile FILE` (or run it inside a Slurm "
+                              "allocation: its nodes)")
     args.ssh_config = args.ssh_config or "~/.ssh/config"
     args.connect_timeout = args.connect_timeout or 10.0
     hosts = hosts_from_args(args)
     with cluster_from_args(args, hosts) as cluster:
         runs, errors = gather(cluster)
+    jobs = cluster_jobs()     # None: no Slurm here
     if args.state:
         runs = [r for r in runs if r.state == args.state]
     now = time.time()
     if args.json:
         print(json.dumps({"runs": [r.to_json(now) for r in runs],
-                          "errors": [str(e) for e in errors]}, indent=1))
+                          "errors": [str(e) for e in errors],
+                          "slurm": None if jobs is None else [j.to_json() for j in jobs]},
+                         indent=1))
     else:
         render(runs, sys.stdout, now)
         if not runs:
             print("no runs on these hosts" + (f" in state {args.state}" if args.state else ""),
                   file=sys.stderr)
+        if jobs is not None:
+            from ..views.slurm_view import render_jobs
+
+            render_jobs(jobs, sys.stdout)
     for error in errors:
         print(f"multihost: {error}", file=sys.stderr)
     return EXIT_CONNECT if errors else 0

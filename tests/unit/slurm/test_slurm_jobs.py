@@ -1,0 +1,36 @@
+"""status --all's Slurm section: the cluster's jobs as squeue shows them, every user's."""
+from __future__ import annotations
+
+import io
+import os
+
+from multihost.slurm import jobs
+from multihost.views.slurm_view import render_jobs
+
+SQUEUE = ("12|alice|RUNNING|1:02:03|2|h[1-2]|train a|b\n"
+          "13|bob|PENDING|0:00|2|(Resources)|multihost\n")
+
+
+def test_every_job_is_read_with_its_nodes_or_its_reason_and_drawn_as_squeue_does():
+    found = jobs.parse(SQUEUE)
+    assert [(j.job_id, j.user, j.state, j.where, j.name) for j in found] == [
+        ("12", "alice", "RUNNING", "h[1-2]", "train a|b"),
+        ("13", "bob", "PENDING", "(Resources)", "multihost")]
+    out = io.StringIO()
+    render_jobs(found, out)
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "Slurm jobs (squeue, every user): 2"
+    assert lines[2].split() == ["JOBID", "USER", "STATE", "TIME", "NODES", "NODELIST(REASON)", "NAME"]
+    assert lines[4].split() == ["13", "bob", "PENDING", "0:00", "2", "(Resources)", "multihost"]
+
+
+def test_where_there_is_no_squeue_there_is_no_slurm_section(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert jobs.cluster_jobs() is None
+    fake = tmp_path / "squeue"
+    fake.write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    assert jobs.cluster_jobs() is None          # there, but no controller answers
+    fake.write_text("#!/bin/sh\nprintf '" + SQUEUE.replace("\n", "\\n") + "'\n")
+    assert [j.job_id for j in jobs.cluster_jobs()] == ["12", "13"]
+    assert os.environ["PATH"] == str(tmp_path)
