@@ -28,6 +28,8 @@ class HostProbe:
     host: Host
     address: Optional[str] = None          # what the other hosts (and ping) use
     local: bool = False                    # this machine, no ssh
+    via: str = "ssh"                       # how the host was reached: "ssh", or "srun"
+                                           # (a step of the Slurm job; ssh_ms: that step's)
     reach: Optional[dict] = None           # {"rtt", "method", "tcp"} or {"skip": why}
     ssh_ms: Optional[float] = None
     ssh_error: Optional[MultihostError] = None

@@ -23,6 +23,7 @@ from .report import CheckResult
 from ..errors import CommandTimeout, ConnectError, MultihostError, RemoteError
 from ..fanout import HostGroup
 from ..hosts import Host
+from ..slurm.steps import keeps_steps
 from ..untrusted import clean_report
 
 CALL_SLACK = 7.0            # on top of the budget: ssh, python start, a cold helper upload
@@ -42,6 +43,7 @@ class Session:
         self.proxied = False
         self.port = host.port or 22
         self.reach: Optional[dict] = None
+        self.via = "ssh"
         self.ssh_ms: Optional[float] = None
         self.ssh_error: Optional[MultihostError] = None
         self.facts: Optional[dict] = None
@@ -58,9 +60,9 @@ class Session:
             # and at most the whole slack.
             rtt = (self.reach or {}).get("rtt")
             skew += min(self.skew_error, rtt / 2000.0) if rtt is not None else self.skew_error / 2
-        return HostProbe(self.host, self.address, self.local, self.reach, self.ssh_ms,
-                         self.ssh_error, self.facts, self.facts_error, skew, self.skew_error,
-                         self.rendezvous, self.rendezvous_error, data, budget)
+        return HostProbe(self.host, self.address, self.local, self.via, self.reach,
+                         self.ssh_ms, self.ssh_error, self.facts, self.facts_error, skew,
+                         self.skew_error, self.rendezvous, self.rendezvous_error, data, budget)
 
 
 def _connect(cluster: HostGroup, session: Session, notify: Progress):
@@ -74,9 +76,37 @@ def _connect(cluster: HostGroup, session: Session, notify: Progress):
     except ConnectError as err:
         session.ssh_error = err
         return None
+    if keeps_steps(transport):
+        # A node reached by srun has no login to time: one empty step of the job is what
+        # every later command costs, and where srun's own failures show.
+        session.via = "srun"
+        return _first_step(cluster, session, transport)
     if session.ssh_ms is None:
         session.ssh_ms = (time.monotonic() - began) * 1000.0
     notify(session.host, "checking")
+    return transport
+
+
+def _first_step(cluster: HostGroup, session: Session, transport):
+    if session.ssh_ms is not None:
+        return transport
+    began = time.monotonic()
+    try:
+        result = transport.run("true", timeout=cluster.options.connect_timeout + 20)
+    except (ConnectError, CommandTimeout) as err:
+        session.ssh_error = err if isinstance(err, ConnectError) else ConnectError(
+            f"srun did not start a step here within {cluster.options.connect_timeout + 20:g}s",
+            host=session.host.label, kind=ConnectError.TIMEOUT,
+            fix="see what holds the job's nodes: squeue -w " + session.host.name)
+        return None
+    if result.exit_code != 0:
+        said = result.stderr.decode("utf-8", "replace").strip().splitlines()
+        session.ssh_error = ConnectError(
+            f"srun could not run a step here: {said[-1] if said else f'exit {result.exit_code}'}",
+            host=session.host.label, kind=ConnectError.UNREACHABLE,
+            fix=f"try it by hand: srun --overlap -N 1 -w {session.host.name} true")
+        return None
+    session.ssh_ms = (time.monotonic() - began) * 1000.0
     return transport
 
 

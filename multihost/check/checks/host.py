@@ -49,8 +49,13 @@ def judge_ssh(probe: HostProbe, cluster: Cluster) -> CheckResult:
     if probe.local:
         return CheckResult("ssh", PASS, "this machine: no ssh needed", brief="local")
     error = probe.ssh_error
+    ms = f" in {probe.ssh_ms:.0f} ms" if probe.ssh_ms is not None else ""
+    if probe.via == "srun":   # a step of the Slurm job: srun's words, Slurm's fixes
+        if error is None:
+            return CheckResult("ssh", PASS, f"srun step{ms}", brief="srun")
+        brief = "job ended" if getattr(error, "kind", "") == ConnectError.LOST else "srun failed"
+        return CheckResult("ssh", FAIL, error.cause, error.fix, brief)
     if error is None:
-        ms = f" in {probe.ssh_ms:.0f} ms" if probe.ssh_ms is not None else ""
         return CheckResult("ssh", PASS, f"password-free login{ms}", brief="ok")
     kind = getattr(error, "kind", "error")
     brief = {ConnectError.AUTH: "key refused", ConnectError.TIMEOUT: "timeout",
