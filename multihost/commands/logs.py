@@ -126,6 +126,11 @@ def main(args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         raise ConfigError("--tail must be 0 or more", fix="e.g. --tail 100")
     keep = _filter(args)  # a bad filter is the user's typo: say so before any lookup
+    from .run_batch import batch_job, logs as batch_logs
+
+    job = batch_job(args.run)   # `run --slurm --detach`: its batch job's output file
+    if job is not None:
+        return batch_logs(job, args)
     record = load_run(args.run)
     keep = _fit_to_run(keep, record, args)
     from ..run.restarts import mirror_of

@@ -17,6 +17,7 @@ examples:
   multihost run --hostfile hosts.ini --env NCCL_DEBUG=INFO --env-file secrets.env -- train.py
   HF_TOKEN=hf_... multihost run --hostfile hosts.ini --env HF_TOKEN -- train.py
   multihost run --hostfile hosts.ini --detach -- train.py    # then: multihost logs --follow
+  multihost run --slurm -N 2 --detach -- train.py    # an sbatch job; status, logs, stop follow it
   multihost run -f job.toml --gpus 0,1       # the job file, with one value changed
   multihost rerun                            # the last run again, as it was
 
@@ -52,7 +53,7 @@ def add_slurm_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("slurm (from outside an allocation; docs/slurm.md)")
     group.add_argument("--slurm", action="store_true",
                        help="ask Slurm for the nodes (salloc), run on them through srun, "
-                            "release them at the end")
+                            "release them at the end; with --detach: an sbatch job")
     group.add_argument("-N", "--nodes", type=int, metavar="N", help="with --slurm: nodes to ask for")
     group.add_argument("--partition", metavar="P", help="with --slurm: the partition")
     group.add_argument("--time", metavar="T", help="with --slurm: the time limit (e.g. 1:00:00)")
@@ -201,8 +202,12 @@ def main(args: argparse.Namespace) -> int:
         if not args.nodes:
             raise ConfigError("--slurm needs the number of nodes", fix="--slurm -N 2")
         ask = Ask(args.nodes, args.partition, args.time, args.gres)
-        return run_in_allocation(ask, lambda: _main(args), lambda text: _say(args, text),
-                                 detach=args.detach)
+        if args.detach:  # a detached run is Slurm's to keep: a batch job
+            from .run_batch import submit
+
+            script_words(args.command)  # refused here, not in the job's output later
+            return submit(args, ask)
+        return run_in_allocation(ask, lambda: _main(args), lambda text: _say(args, text))
     return _main(args)
 
 

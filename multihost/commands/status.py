@@ -11,6 +11,7 @@ examples:
   multihost status 20261121-101500-3f2a   a run by id (a unique prefix is enough)
   multihost status --json | jq '.nodes[] | select(.state != "running")'
   multihost status --list                 the runs this controller knows, newest first
+  multihost status 1234                   a `run --slurm --detach` job, as Slurm sees it
   multihost status --all --ips=a,b,c      every run on these hosts, anyone's, queued too
 
 Works on any run, including one whose controller died or was detached: the hosts are
@@ -94,6 +95,11 @@ def main(args: argparse.Namespace) -> int:
         return list_runs(args)
     if args.run is None and show_queued(args):
         return 0
+    from .run_batch import batch_job, status as batch_status
+
+    job = batch_job(args.run)   # `run --slurm --detach`: Slurm's view of its batch job
+    if job is not None:
+        return batch_status(job, args)
     record = load_run(args.run)
     with cluster_for(record, args) as cluster:
         status = query(cluster, record)

@@ -11,6 +11,7 @@ examples:
   multihost stop                          the last run started from this controller
   multihost stop 20261121-101500-3f2a     a run by id (a unique prefix is enough)
   multihost stop --kill-wait 0            no grace: SIGKILL at once
+  multihost stop 1234                     a `run --slurm --detach` job: scancel, wait for its end
 
 Every process of the run on every host gets SIGTERM (whole process groups, so
 data-loader workers and other grandchildren too), then SIGKILL after --kill-wait
@@ -51,6 +52,11 @@ def main(args: argparse.Namespace) -> int:
         if ticket:
             print(f"queued run {args.run} ({ticket}) left the queue")
             return 0
+    from .run_batch import batch_job, stop as batch_stop
+
+    job = batch_job(args.run)   # `run --slurm --detach`: scancel of its batch job
+    if job is not None:
+        return batch_stop(job, args)
     record = load_run(args.run)
     grace = record.kill_wait if args.kill_wait is None else args.kill_wait
     if grace < 0:

@@ -60,6 +60,8 @@ def queued_jobs() -> List[dict]:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        if not isinstance(record, dict) or record.get("batch"):
+            continue   # a batch job has a status of its own (batch.py)
         state, reason = squeue(record.get("job_id", ""))
         if state != "PENDING":
             continue   # granted (the run has started) or gone
@@ -163,18 +165,18 @@ def allocation(ask: Ask, say: Callable[[str], None]) -> Iterator[Dict[str, str]]
             proc.wait()
 
 
-def run_in_allocation(ask: Ask, run: Callable[[], int], say: Callable[[str], None],
-                      detach: bool = False) -> int:
-    """``run()`` inside a new allocation (the environment salloc's shell would have)."""
+def refuse_inside() -> None:
     inside = os.environ.get("SLURM_JOB_ID")
     if inside:
         raise ConfigError(f"--slurm asks for a new allocation, and this already runs in Slurm "
                           f"job {inside}", fix="leave out --slurm (and -N): the run takes this "
                                                "allocation's nodes")
-    if detach:
-        raise ConfigError("--slurm with --detach is not supported yet: the allocation is "
-                          "released when the run ends, and a detached run does not end here",
-                          fix="leave out --detach, or salloc/sbatch yourself and run inside")
+
+
+def run_in_allocation(ask: Ask, run: Callable[[], int], say: Callable[[str], None]) -> int:
+    """``run()`` inside a new allocation (the environment salloc's shell would have).
+    With --detach the run is a batch job instead (batch.py)."""
+    refuse_inside()
     with allocation(ask, say) as env:
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)

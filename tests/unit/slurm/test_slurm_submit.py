@@ -20,11 +20,5 @@ def test_inside_an_allocation_slurm_is_not_asked_again(monkeypatch):
     assert "77" in err.value.cause and "leave out --slurm" in err.value.fix
 
 
-def test_detach_is_refused_until_it_can_leave_the_allocation_to_slurm(monkeypatch):
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    with pytest.raises(ConfigError):
-        run_in_allocation(Ask(2), lambda: 0, print, detach=True)
-
-
 def test_a_queued_run_says_its_job_and_slurms_reason():
     assert queued_line({"job_id": "1234", "reason": "Priority"}) == "queued (Slurm job 1234, Priority)"
