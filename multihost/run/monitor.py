@@ -35,13 +35,13 @@ from ..events import Listener, NodeChanged, NodeState, RunFinished, RunState, Ru
 from .outcome import Failure, NodeView, conclude, failures_of, parse_status, refine, root_cause
 from .plan import RunPlan
 from .restarts import attempt_label
+from .slurm_job import SlurmJobWatch
 from .start import RecordKeeper
 from .status_streams import StatusStreams
 
 POLL_INTERVAL = 0.2     # how often a host looks at its node's records
 STATUS_TIMEOUT = 5.0
 LOST_AFTER = 15.0
-SLURM_ASK_EVERY = 2.0   # seconds between two questions to Slurm about the job
 # A failure this close before the contact loss that found the job ended is Slurm's doing
 # (it signals every task at once; a rank's death may be heard first).
 SLURM_SLACK = 2.0
@@ -132,12 +132,8 @@ class Monitor:
         self.status_streams = StatusStreams(cluster, plan.run_id, poll_interval,
                                             self.queue, self.stop_polling)
         self.servers_stopped = False
-        # Under Slurm: the job the nodes are steps of, each node's kept launch step
-        # (slurm/steps.py), and what Slurm said when asked (slurm/ending.py).
-        self.slurm_job = str(getattr(getattr(cluster, "options", None), "job_id", "") or "")
-        self.steps = dict(steps or {})
-        self.slurm_asked_at: Optional[float] = None
-        self.slurm_asking = False
+        # Under Slurm: the job the nodes are steps of, and its end once Slurm said it.
+        self.slurm = SlurmJobWatch.of(cluster, steps, self.queue, self.stop_polling)
         self.slurm_cause: Optional[Failure] = None
         self.ended_by_slurm: Set[int] = set()
         self.unsaid: Dict[int, Tuple[MultihostError, float]] = {}   # contact losses held
@@ -187,14 +183,16 @@ class Monitor:
             self._slurm_answered(rank, payload, when)
             return
         if kind == "step":      # a node's kept launch step ended: has the job ended?
-            if not self._finished(rank) and rank not in self.ended_by_slurm:
-                self._ask_slurm(rank, when)
+            if not self._finished(rank) and rank not in self.ended_by_slurm \
+                    and self.slurm_cause is None:
+                self.slurm.ask(rank, when)
             return
         if kind == "error":
             self.last_error[rank] = payload
-            if self.slurm_job and rank not in self.ended_by_slurm and not self._finished(rank):
-                self._ask_slurm(rank, when)
-            if self.slurm_asking:   # said once Slurm answers that the job runs on
+            if rank not in self.ended_by_slurm and not self._finished(rank) \
+                    and self.slurm_cause is None:
+                self.slurm.ask(rank, when)
+            if self.slurm.asking:   # said once Slurm answers that the job runs on
                 self.unsaid[rank] = (payload, when)
             else:
                 self._contact_lost(rank, payload, when)
@@ -233,29 +231,10 @@ class Monitor:
                                   time=when))
 
     # --- Slurm ending the job under the run -------------------------------------------
-    def _ask_slurm(self, rank: int, when: float) -> None:
-        """Ask Slurm once (on a thread: scontrol may be slow) whether the job ended."""
-        if not self.slurm_job or self.slurm_cause is not None or self.slurm_asking or (
-                self.slurm_asked_at is not None
-                and when - self.slurm_asked_at < SLURM_ASK_EVERY):
-            return
-        from ..slurm.ending import job_end
-
-        self.slurm_asking, self.slurm_asked_at = True, when
-
-        def ask() -> None:
-            try:
-                answer = job_end(self.slurm_job)
-            except Exception:   # never let a thread die silently: no answer, as before
-                answer = None
-            self.queue.put(("slurm", rank, answer, when))
-
-        threading.Thread(target=ask, name="slurm-job", daemon=True).start()
-
     def _slurm_answered(self, rank: int, end, when: float) -> None:
         """The job ended (``end``, a slurm.ending.JobEnd): every node still running was
         ended by Slurm. Its end is the root cause unless a failure came well before."""
-        self.slurm_asking = False
+        self.slurm.answered()
         unsaid, self.unsaid = self.unsaid, {}
         if end is None or self.slurm_cause is not None:
             # The job runs on (or Slurm did not answer): the host may yet be lost.
@@ -277,20 +256,6 @@ class Monitor:
                 self.out_of_contact.discard(other.rank)
                 self._set_state(other.rank, "stopped", f"ended by Slurm (job {end.job_id} "
                                                        f"{end.cause})")
-
-    def _watch_steps(self) -> None:
-        """A thread per kept launch step: its end is put on the queue."""
-        def wait(rank: int, step) -> None:
-            try:
-                step.wait()
-            except Exception:
-                pass
-            if not self.stop_polling.is_set():
-                self.queue.put(("step", rank, None, time.time()))
-
-        for rank, step in self.steps.items():
-            threading.Thread(target=wait, args=(rank, step), name=f"step-{rank}",
-                             daemon=True).start()
 
     def _check_lost(self, now: float) -> None:
         for host in self.hosts:
@@ -366,7 +331,7 @@ class Monitor:
         for host in self.hosts:
             self.last_contact[host.rank] = now
             self.status_streams.open(host)
-        self._watch_steps()
+        self.slurm.watch_steps()
 
     def follow(self) -> AttemptResult:
         self.watch_all()
