@@ -134,7 +134,7 @@ def logs(job: dict, args: argparse.Namespace) -> int:
                           f"grep in the file: multihost status shows where it is")
     write = _json_lines(job["job_id"]) if args.json else _raw
     state = batch.job_state(job["job_id"])
-    if state.queued:
+    if state.queued and args.follow:
         print(f"multihost: {batch.line(job, state)}: its output starts when it runs",
               file=sys.stderr, flush=True)
     try:

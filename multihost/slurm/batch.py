@@ -268,16 +268,21 @@ def unreadable(record: dict, state: JobState) -> MultihostError:
 
 
 def follow(record: dict, write: Callable[[bytes], None], follow: bool = True,
-           poll: float = 0.5, grace: float = 10.0) -> JobState:
+           poll: float = 0.5, ask_every: float = 2.0, grace: float = 10.0) -> JobState:
     """Write the job's output file as it grows, ``READ_CHUNK`` at a time, until the job
-    ends (or, without ``follow``, what it holds now); the job's state at the end. A file
-    not seen here ``grace`` seconds after the job started is on its node only."""
+    ends (or, without ``follow``, what it holds now); the job's state at the end. The
+    file is read every ``poll`` seconds, slurmctld asked every ``ask_every``. A file not
+    seen here ``grace`` seconds after the job started is on its node only."""
     job = record["job_id"]
     handle = None
     missing_since: Optional[float] = None
+    asked = 0.0
     try:
         while True:
-            state = job_state(job)
+            if time.monotonic() - asked >= ask_every:
+                # Asked before the file is read: once the job has ended, this read is
+                # the last and has every line.
+                state, asked = job_state(job), time.monotonic()
             path = output_of(record, state)
             if handle is None and not state.queued:
                 try:
