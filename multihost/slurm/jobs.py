@@ -7,6 +7,7 @@ scheduler's view of the team's work beside multihost's own (run/holders.py).
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -16,6 +17,11 @@ from ..untrusted import clean_text
 
 # squeue's fields, the job name last: it is the one a user may write anything in.
 FORMAT = "%i|%u|%T|%M|%D|%R|%j"
+# Where Slurm's clients find the cluster's configuration (Debian's and the configless
+# cache of slurmd). Without one squeue would look for a controller in DNS (SRV records):
+# a machine with Slurm's clients installed and no cluster is not asked.
+CONFIGS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/run/slurm/conf/slurm.conf",
+           "/var/spool/slurmd/conf-cache/slurm.conf")
 HEADERS = ("JOBID", "USER", "STATE", "TIME", "NODES", "NODELIST(REASON)", "NAME")
 
 
@@ -51,7 +57,7 @@ def cluster_jobs(timeout: float = 5.0) -> Optional[Tuple[SlurmJob, ...]]:
     """Every job Slurm knows (all users, all partitions), or None where there is no Slurm
     to ask (squeue not on PATH, or it fails: no controller answering)."""
     squeue = shutil.which("squeue")
-    if not squeue:
+    if not squeue or not configured():
         return None
     try:
         done = subprocess.run([squeue, "-h", "-a", "-o", FORMAT], capture_output=True,
@@ -59,3 +65,10 @@ def cluster_jobs(timeout: float = 5.0) -> Optional[Tuple[SlurmJob, ...]]:
     except (OSError, subprocess.SubprocessError):
         return None
     return parse(done.stdout) if done.returncode == 0 else None
+
+
+def configured(env=None) -> bool:
+    """Is this machine part of a Slurm cluster (a configuration, or an allocation)?"""
+    env = os.environ if env is None else env
+    return bool(env.get("SLURM_CONF") or env.get("SLURM_JOB_ID")) \
+        or any(os.path.exists(path) for path in CONFIGS)
