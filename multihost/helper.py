@@ -11,8 +11,8 @@ A host's login shell may print before our command runs (``echo Welcome`` in .bas
 bash reads it for commands sshd starts). So the helper's output starts with a marker
 line, printed by the command line itself, after anything the shell printed: a reply is
 read after the marker, and a stream's stdout starts after it (``launch``). The marker
-must come within FIRST_OUTPUT_WITHIN seconds and after at most MAX_NOISE bytes: a host's
-shell can neither hang a reader nor fill the controller's memory.
+must come within MULTIHOST_HELPER_START seconds (60 by default, waits.py) and after at most
+MAX_NOISE bytes: a host's shell can neither hang a reader nor fill the controller's memory.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from . import waits
 from .errors import CommandTimeout, ConnectError, RemoteError
 from .transport import CommandResult, Process, Transport
 from .transport.openssh import login_command
@@ -41,7 +42,6 @@ MISSING = 97
 _installed_on: "weakref.WeakSet[Transport]" = weakref.WeakSet()
 # Its own line (the newline before it ends whatever the shell printed without one).
 MARKER = b"=multihost-helper-output="
-FIRST_OUTPUT_WITHIN = 60.0
 MAX_NOISE = 1 << 20
 HELPER_DIR = "$HOME/.cache/multihost"
 _ARCHIVE_TIME = 1577836800  # 2020-01-01: the same bytes from every checkout
@@ -142,8 +142,9 @@ class HelperOutput:
             return
         self._started = True
         own_deadline = self._process.read_timeout is None
+        within = waits.helper_start()
         if own_deadline:
-            self._process.set_timeout(FIRST_OUTPUT_WITHIN)
+            self._process.set_timeout(within)
         dropped = 0
         try:
             while True:
@@ -162,7 +163,7 @@ class HelperOutput:
                             "non-interactive ssh commands")
         except socket.timeout:
             raise CommandTimeout(
-                f"the helper did not start within {FIRST_OUTPUT_WITHIN:.0f}s: the login "
+                f"the helper did not start within {within:.0f}s: the login "
                 "shell's start-up files may wait for input or hang", host=self._label,
                 fix=f"check that `{self._login} true` returns at once; make ~/.bashrc "
                     "return early for non-interactive shells") from None

@@ -137,8 +137,10 @@ def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
     from ..fanout import HostGroup
     from ..transport import SrunOptions, SshOptions
     from ..transport.openssh import persist_seconds
+    from ..waits import check_environment
 
     persist_seconds()  # a bad MULTIHOST_CONTROL_PERSIST is refused before any host is touched
+    check_environment()  # and so is a bad MULTIHOST_LOST_AFTER or MULTIHOST_HELPER_START
     options = SshOptions(connect_timeout=args.connect_timeout,
                          accept_new_host_keys=args.accept_new_host_keys,
                          config_file=args.ssh_config)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .. import helper
+from .. import helper, waits
 from ..errors import BadReply, ConnectError, MultihostError
 from ..events import Listener, LogBlock, NodeChanged, NodeState, Notice
 from ..hosts import Host
@@ -30,7 +30,6 @@ from ..sync.ignore import MIRROR_MARKER
 from ..untrusted import GPU_LOG, as_int, clean_block, clean_text
 
 REMOTE_RUNS = "~/.multihost/runs"
-LOST_AFTER = 15.0       # seconds without a frame (heartbeats come every 2 s)
 RETRY_EVERY = 3.0
 SPARE_BYTES = 1 << 20   # free space a mirror behind waits for, beyond what it lacks
 
@@ -227,7 +226,8 @@ class LogFollower:
             "run_dir": f"{REMOTE_RUNS}/{self.run_id}", "offsets": start,
             "follow": self.follow, "compress": not transport.is_local})
         process.stdin.close()
-        process.set_timeout(LOST_AFTER)
+        # No frame (heartbeats come every 2 s) for as long as a run's host takes to be lost.
+        process.set_timeout(waits.lost_after())
         if self._lost.pop(host.rank, False):
             self._report(NodeChanged(host.rank, host.label, NodeState.RUNNING,
                                      detail="contact restored", time=time.time()))

@@ -38,8 +38,9 @@ UPSTREAM_WAIT = 900.0    # a node for its upstream, when the controller never sa
 # No byte from the upstream for this long: it is gone. A live upstream sends without
 # pause (it forwards as it reads); one whose link was cut goes silent, and nothing else
 # tells this host: its sshd keeps the session of a peer that vanished for hours. As
-# long as the controller takes to call a host of a run lost, so the hosts behind a cut
-# are fed from the controller in seconds, not minutes.
+# long as the controller takes to call a host of a run lost, and a little more (the
+# controller's request says how long: its MULTIHOST_LOST_AFTER, see waits.py), so the
+# hosts behind a cut are fed from the controller in seconds, not minutes.
 IDLE = 20.0
 MAX_NOISE = 1 << 20      # what a host's shell may print before the join's answer
 
@@ -69,7 +70,7 @@ class Rendezvous(object):
         except OSError:
             pass
 
-    def upstream(self, control, wait=UPSTREAM_WAIT):
+    def upstream(self, control, wait=UPSTREAM_WAIT, idle=IDLE):
         """The upstream's stream; ``control`` (the controller's stdin) ending means no
         upstream will come. Raises RelayError when none came."""
         conns = []    # connected, their stdin not handed over yet
@@ -88,7 +89,7 @@ class Rendezvous(object):
                     conn = handed.pop(fd)
                     first = _first_byte(fd)
                     if first:
-                        return _PipeStream(fd, conn, first)
+                        return _PipeStream(fd, conn, first, idle)
                     os.close(fd)  # ended without a byte: a hop the chain went around
                     conn.close()
                 for conn in [c for c in conns if c in ready]:
@@ -127,8 +128,9 @@ class _PipeStream(object):
     passed on (``before_wait``): a chain of 64 hops must not hold back 256 KB at each,
     on a slow link that is seconds before the last host gets a byte."""
 
-    def __init__(self, fd, conn, first=b""):
+    def __init__(self, fd, conn, first=b"", idle=IDLE):
         self.fd = fd
+        self.idle = idle
         self.conn = conn
         self.first = first
         self.before_wait = None
@@ -140,8 +142,8 @@ class _PipeStream(object):
         if not select.select([self.fd], [], [], 0)[0]:
             if self.before_wait is not None:
                 self.before_wait()
-            if not select.select([self.fd], [], [], IDLE)[0]:
-                raise StreamError("the upstream host sent nothing for %d s" % IDLE)
+            if not select.select([self.fd], [], [], self.idle)[0]:
+                raise StreamError("the upstream host sent nothing for %d s" % self.idle)
         try:
             return os.read(self.fd, count)
         except OSError as exc:
@@ -309,8 +311,9 @@ class Node(object):
         self.upstream = None
         self.rendezvous = Rendezvous(token) if spec.get("listen") else None
         try:
+            self.idle = float(spec.get("idle") or IDLE)
             self.downstream = Downstream(spec.get("next") or [], token)
-        except (KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError, AttributeError, ValueError):
             self.close()
             raise RelayError("bad relay request: run the sync again")
 
@@ -318,7 +321,7 @@ class Node(object):
         if self.rendezvous is None:
             return stdin
         try:
-            self.upstream = self.rendezvous.upstream(stdin)
+            self.upstream = self.rendezvous.upstream(stdin, idle=self.idle)
         except RelayError:
             self.downstream.end_input()  # the next node drops a hop that sent nothing
             self.downstream.finish()

@@ -231,6 +231,8 @@ def cluster_of(record: RunRecord, *, ssh_config: Optional[str] = None,
     """The hosts of a run, reached as the run was started unless told otherwise."""
     from ..fanout import HostGroup
     from ..transport.srun import from_record
+    from ..waits import check_environment
 
+    check_environment()   # a bad MULTIHOST_LOST_AFTER: one line, before a host is touched
     options = ssh_options(record, ssh_config=ssh_config, connect_timeout=connect_timeout)
     return HostGroup(record.hosts, from_record(record.ssh or {}, options))

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from ..errors import ConfigError
 from ..events import Listener, Notice, RunStarted, RunState
 from .restarts import attempt_label
-from .monitor import LOST_AFTER, POLL_INTERVAL, AttemptResult, Interrupts, Monitor
+from .monitor import POLL_INTERVAL, AttemptResult, Interrupts, Monitor
 from .plan import RunPlan, launch_request
 from .start import RecordKeeper, Starter
 from .records import RunRecord
@@ -26,7 +26,7 @@ class RunOptions:
     detach: bool = False
     wait_after_exit: Optional[float] = None
     poll_interval: float = POLL_INTERVAL
-    lost_after: float = LOST_AFTER
+    lost_after: Optional[float] = None    # None: MULTIHOST_LOST_AFTER's (waits.py)
     hang_timeout: Optional[float] = None
     # (attempt's result, its record) -> the label of the attempt that follows, or ''
     restarting: Callable[[Any, Any], str] = lambda result, record: ""

@@ -2,11 +2,12 @@
 
 One thread per host follows a ``run.watch`` stream (status_streams.py): a status line on
 every change and at least every second, so a silent stream means a dead link (it is
-reopened, and a host with no answer for LOST_AFTER seconds is lost). The main loop turns
+reopened, and a host with no answer for MULTIHOST_LOST_AFTER seconds, 15 by default, is
+lost: waits.py). The main loop turns
 the answers into NodeChanged events and decides:
 
 - the first rank that exits non-zero (or a node that fails, or a host unreachable for
-  LOST_AFTER seconds) ends the run on every host: ``run.stop`` with the grace period
+  those seconds) ends the run on every host: ``run.stop`` with the grace period
   (--kill-wait), after which the hosts' supervisors SIGKILL what is left;
 - Ctrl-C does the same; a second Ctrl-C stops with no grace;
 - --wait S ends the run S seconds after the first rank exited (srun -W);
@@ -29,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from .. import helper
+from .. import helper, waits
 from ..errors import CommandTimeout, ConnectError, MultihostError
 from ..events import Listener, NodeChanged, NodeState, RunFinished, RunState, RunStopping
 from .outcome import Failure, NodeView, conclude, failures_of, parse_status, refine, root_cause
@@ -41,7 +42,6 @@ from .status_streams import StatusStreams
 
 POLL_INTERVAL = 0.2     # how often a host looks at its node's records
 STATUS_TIMEOUT = 5.0
-LOST_AFTER = 15.0
 # A failure this close before the contact loss that found the job ended is Slurm's doing
 # (it signals every task at once; a rank's death may be heard first).
 SLURM_SLACK = 2.0
@@ -94,7 +94,7 @@ class AttemptResult:
 class Monitor:
     def __init__(self, cluster, plan: RunPlan, listener: Listener, keeper: RecordKeeper,
                  interrupts: Interrupts, *, poll_interval: float = POLL_INTERVAL,
-                 lost_after: float = LOST_AFTER, wait_after_exit: Optional[float] = None,
+                 lost_after: Optional[float] = None, wait_after_exit: Optional[float] = None,
                  settle: Callable[[bool], None] = lambda lost: None,
                  hung: Callable[[float], Optional[Failure]] = lambda now: None,
                  tick: Callable[[float], None] = lambda now: None,
@@ -106,7 +106,7 @@ class Monitor:
         self.keeper = keeper
         self.interrupts = interrupts
         self.poll_interval = poll_interval
-        self.lost_after = lost_after
+        self.lost_after = waits.lost_after() if lost_after is None else lost_after
         self.wait_after_exit = wait_after_exit
         self.settle = settle
         self.hung = hung      # --hang-timeout (hangs.py): a Failure when the run is hung

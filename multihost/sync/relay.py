@@ -22,7 +22,7 @@ import secrets
 import threading
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .. import helper
+from .. import helper, waits
 from ..errors import MultihostError
 from .transfer import close_process, stop_process
 
@@ -43,7 +43,7 @@ def chain_requests(ranks: Sequence[int], hops: Sequence[dict], roots: Dict[int, 
     for index, rank in enumerate(ranks):
         spec = {"token": token, "next": list(hops[index + 1:index + 1 + SKIP_AHEAD])}
         if index or fed:
-            spec["listen"] = True
+            spec.update(listen=True, idle=waits.relay_idle())
         request = {"root": roots[rank], "rank": rank, "keys": keys, "relay": spec}
         claim = (claims or {}).get(rank)
         if claim is not None:

@@ -14,7 +14,7 @@ import json
 import struct
 from typing import Callable, Optional
 
-from .. import helper
+from .. import helper, waits
 from ..errors import ConnectError, MultihostError, RemoteError
 from ..remote.sync_plan import NO_MANIFEST
 from ..remote.sync_wire import Writer, encode_node_request
@@ -39,7 +39,7 @@ class HostSession:
         """Start the helper now, before the manifest is ready: its interpreter starts up
         on the host while the controller is still hashing."""
         session = cls(transport, helper.launch(transport, OP, request,
-                                               first_line_within=helper.FIRST_OUTPUT_WITHIN))
+                                               first_line_within=waits.helper_start()))
         session.request = request
         return session
 

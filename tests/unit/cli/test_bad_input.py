@@ -300,6 +300,13 @@ def test_a_bad_control_persist_setting_is_refused(sandbox: Sandbox):
                    "seconds")
 
 
+@pytest.mark.parametrize("name,value", [("MULTIHOST_LOST_AFTER", "15s"),
+                                        ("MULTIHOST_HELPER_START", "0")])
+def test_a_bad_wait_setting_is_refused(sandbox: Sandbox, name, value):
+    sandbox.env[name] = value
+    assert_refused(sandbox, ["sync", "--ips=127.0.0.1"], f"{name}={value!r}", "seconds")
+
+
 # -- cases that need a host: this machine, run locally (no ssh) -----------------------------
 
 def test_gpus_the_host_does_not_have(sandbox: Sandbox):

@@ -160,7 +160,7 @@ def test_a_shell_that_never_starts_the_helper_ends_in_a_timeout_naming_the_host(
         output.readline()
     assert str(info.value).startswith("gpu3:2222: the helper did not start within 60s")
     assert "`ssh -p 2222 ai@gpu3 true`" in info.value.fix
-    assert process.timeouts == [helper.FIRST_OUTPUT_WITHIN, None]   # its own, then none again
+    assert process.timeouts == [60.0, None]   # its own (MULTIHOST_HELPER_START), then none again
 
 
 def test_every_operation_is_named_family_verb_and_lives_in_its_family_module():

@@ -1,0 +1,61 @@
+"""How long multihost waits on a host before it gives up: defaults made for a LAN,
+settable from the environment for a network or hosts slower (or faster) than that.
+
+- ``MULTIHOST_LOST_AFTER`` (15 s): a host of a followed run that answers nothing for this
+  long is lost (run/monitor.py, logs/follow.py), and a sync's relay hop whose upstream
+  sends nothing for this long plus 5 s is cut (remote/sync_relay.py): the hosts behind
+  it are then fed from the controller.
+- ``MULTIHOST_HELPER_START`` (60 s): the multihost helper on a host must print its first
+  line within this long, or its python is taken to hang while starting (helper.py).
+
+Read when a command needs them, not at import: a bad value is a ConfigError (one line,
+the fix), refused by the CLI before any host is touched (commands/common.py).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from .errors import ConfigError
+
+LOST_AFTER_ENV, LOST_AFTER = "MULTIHOST_LOST_AFTER", 15.0
+HELPER_START_ENV, HELPER_START = "MULTIHOST_HELPER_START", 60.0
+# A relay hop waits this much longer than the controller does for a lost host: a run's
+# cut host is said by the controller first, and a slow hop is not cut for a hiccup.
+RELAY_SLACK = 5.0
+
+
+def _seconds(name: str, default: float) -> float:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1):
+        raise ConfigError(f"{name}={text!r} is not a number of seconds (1 or more)",
+                          fix=f"set {name} to seconds, like {default:g} (the default), or "
+                              f"unset it")
+    return value
+
+
+def lost_after() -> float:
+    """Seconds without an answer after which a host of a run is lost."""
+    return _seconds(LOST_AFTER_ENV, LOST_AFTER)
+
+
+def relay_idle() -> float:
+    """Seconds a sync relay hop waits for a byte from its upstream host."""
+    return lost_after() + RELAY_SLACK
+
+
+def helper_start() -> float:
+    """Seconds a host's helper may take to print its first line."""
+    return _seconds(HELPER_START_ENV, HELPER_START)
+
+
+def check_environment() -> None:
+    """Refuse a bad setting now, before a host is touched."""
+    lost_after()
+    helper_start()
