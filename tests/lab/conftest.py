@@ -77,6 +77,12 @@ class LabHandle:
     def address(self, i: int) -> str:
         return self.lab.address(i)
 
+    def env_with(self, **names: str) -> Dict[str, str]:
+        """The controller's environment with ``names`` set, for one command: a test of a
+        host lost or a hung python sets the waits short (multihost/waits.py), as a user on
+        a fast network would."""
+        return {**self.env, **names}
+
     @property
     def addresses(self) -> List[str]:
         return [self.address(i) for i in range(1, self.n + 1)]

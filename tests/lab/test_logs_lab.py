@@ -105,7 +105,8 @@ def test_a_cut_host_keeps_its_lines_up_to_the_cut_and_shows_as_lost(lab, job):
     controller = lab.popen([sys.executable, "-m", "multihost",
                             *run_args(lab, job, "--kill-wait", "2", "--",
                                       "numbers.py", "600", "0.05")],
-                           cwd=job, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           cwd=job, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=lab.env_with(MULTIHOST_LOST_AFTER="6"))   # lost after 6 s
     deadline = time.time() + 30
     while time.time() < deadline and not list((job / "log").glob("*/198.18.0.12/log/workerlog.*")):
         time.sleep(0.2)

@@ -95,7 +95,8 @@ def test_three_links_cut_mid_run_are_all_named_and_the_others_stopped(lab64, cod
                         str(lab64.hostfile), "--launcher", "python", "--code", str(code),
                         "--no-check", "--kill-wait", "1", "--plain", "--log_dir",
                         str(tmp_path / "log"), "--", "sleeper.py", token],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=lab64.env_with(MULTIHOST_LOST_AFTER="8"))   # lost after 8 s
     run_id = None
     try:
         up = set()

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from test_faults import Controller, found_on, ips, run_argv, up_lines
+from test_faults import Controller, fast_lost, found_on, ips, run_argv, up_lines
 
 # Attempt 0: every rank says where it is, then waits (a long job). A later attempt (the
 # spare's): every rank says where it is and ends, so the run completes.
@@ -53,7 +53,8 @@ def status_of(lab, run_id: str) -> dict:
 def test_a_host_cut_mid_run_is_replaced_by_a_spare_that_takes_its_rank(lab, spare_code, token):
     controller = Controller(lab, run_argv(lab, spare_code, 3, "--spares", lab.address(4),
                                           "--kill-wait", "1", "--connect-timeout", "3",
-                                          "--", "spare_rank.py", token, "300", check=True))
+                                          "--", "spare_rank.py", token, "300", check=True),
+                            env=fast_lost(lab))
     try:
         run_id = controller.run_id()
         up_lines(controller, 3)
@@ -94,7 +95,8 @@ def test_a_host_cut_mid_run_is_replaced_by_a_spare_that_takes_its_rank(lab, spar
 def test_without_a_spare_a_host_cut_mid_run_ends_the_run_naming_it(lab, spare_code, token):
     controller = Controller(lab, run_argv(lab, spare_code, 3, "--max-restarts", "1",
                                           "--kill-wait", "1", "--connect-timeout", "3",
-                                          "--", "spare_rank.py", token, "300", check=True))
+                                          "--", "spare_rank.py", token, "300", check=True),
+                            env=fast_lost(lab))
     try:
         controller.run_id()
         up_lines(controller, 3)
