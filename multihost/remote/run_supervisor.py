@@ -230,6 +230,10 @@ class Supervisor(object):
                     grace = float(stop["grace"])
                 if stop.get("reason"):
                     self.node["stop_reason"] = stop["reason"]
+                if self.stopped_from_outside is not None:
+                    # Said before a rank is signalled: a controller that follows the run
+                    # reads the deaths that follow as the stop's, not as failures.
+                    self.record(stopping=self.stopped_from_outside)
                 self.teardown(grace)
             if not self.running():
                 self.stop_gpus()  # not an orphan: ours, and done with

@@ -124,6 +124,7 @@ class NodeView:
     servers: Tuple[RankView, ...] = ()   # parameter servers only: each one's end
     server_failed: Optional[RankView] = None   # the server whose end failed the node
     server_tail: Tuple[str, ...] = ()          # ... and its last lines
+    stopping: Optional[float] = None   # when a stop reached it (`stop`, scancel): not ended yet
 
     @property
     def finished(self) -> bool:
@@ -156,7 +157,8 @@ def parse_status(reply: Any) -> NodeView:
         launcher_tail=clean_lines(reply.get("launcher_tail")),
         serving=as_time(node.get("serving")) is not None,   # when every trainer here ended 0
         servers=servers, server_failed=_rank_view(server_failed) if server_failed else None,
-        server_tail=clean_lines(server_failed.get("tail")))
+        server_tail=clean_lines(server_failed.get("tail")),
+        stopping=as_time(node.get("stopping")))
 
 
 def _rank_view(record: dict) -> RankView:
@@ -233,6 +235,8 @@ def failures_of(node_rank: int, host: str, view: NodeView, now: float) -> List[F
         found.append(Failure(server.ended or now, node_rank, host, "server", None,
                              exit_code=server.exit_code, signal=server.signal,
                              server=server.rank, tail=view.server_tail))
+    if view.stopping is not None:   # what died once the node was asked to stop died of it
+        found = [f for f in found if f.time < view.stopping]
     if view.state == FAILED and not found:
         found.append(Failure(view.ended or now, node_rank, host, "node",
                              exit_code=view.exit_code, signal=view.signal, detail=view.detail))
