@@ -12,8 +12,9 @@ examples:
   multihost fetch 20261127-101500-3f2a output  another run's (a run id first)
 
 PATH is relative to the run's workdir on the host (where its code was synced). The copy
-is rsync over ssh, reaching the host as multihost does: a file already here and unchanged
-is skipped, a copy cut half way resumes where it stopped when the command is run again.
+is rsync over ssh, reaching the host as multihost does (over srun for a run whose nodes
+are steps of a Slurm job): a file already here and unchanged is skipped, a copy cut half
+way resumes where it stopped when the command is run again.
 """
 
 

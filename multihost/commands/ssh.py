@@ -14,7 +14,8 @@ examples:
 
 The shell opens in the run's workdir on that host (where the code was synced). It is the
 system `ssh`, reaching the host as multihost does: its user, port and key, your ssh
-config (ProxyJump included), and strict host-key checking.
+config (ProxyJump included), and strict host-key checking. For a run whose nodes are
+steps of a Slurm job it is `srun --pty`, a step of that job (no sshd needed).
 """
 
 
@@ -56,14 +57,14 @@ def find_node(record, target: str):
 
 
 def shell_argv(host, options, workdir: str) -> List[str]:
-    """The system `ssh` that opens a login shell in ``workdir``: multihost's own options
-    (user, port, key, config, strict host keys), with a terminal instead of none."""
-    from ..transport.openssh import client_argv
+    """A login shell in ``workdir`` with a terminal, reaching the host as the run did:
+    the system `ssh` with multihost's own options (user, port, key, config, strict host
+    keys), or `srun --pty` for a node of a Slurm job."""
+    from ..transport.srun import terminal_argv
 
-    argv = [word if word != "-T" else "-t" for word in client_argv(host, options)]
     remote = f"cd {shlex.quote(workdir)} && exec \"${{SHELL:-/bin/sh}}\" -l" if workdir \
         else "exec \"${SHELL:-/bin/sh}\" -l"
-    return argv + ["--", host.name, remote]
+    return terminal_argv(host, options, remote)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -87,6 +88,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
-        raise ConfigError(f"cannot start ssh: {exc.strerror}", host=node.label,
-                          fix="install the OpenSSH client (openssh-client)") from None
+        raise ConfigError(f"cannot start {argv[0]}: {exc.strerror}", host=node.label,
+                          fix="install the OpenSSH client (openssh-client)" if argv[0] == "ssh"
+                          else "run it where Slurm's commands are (a login node)") from None
     return 0

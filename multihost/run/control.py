@@ -215,24 +215,25 @@ def stop_replaced(record: RunRecord, options, grace: float,
 
 def ssh_options(record: RunRecord, *, ssh_config: Optional[str] = None,
                 connect_timeout: Optional[float] = None):
-    """How the run's hosts were reached (its record's ssh options), unless told otherwise:
-    for its commands, `multihost ssh` and `multihost fetch` alike."""
+    """How the run's hosts were reached (its record's ssh options, or srun steps of its
+    Slurm job), unless told otherwise: for its commands, `multihost ssh` and `multihost
+    fetch` alike."""
     from ..transport import SshOptions
+    from ..transport.srun import from_record
 
     ssh = record.ssh or {}
-    return SshOptions(
+    return from_record(ssh, SshOptions(
         connect_timeout=float(connect_timeout or ssh.get("connect_timeout") or 10.0),
         accept_new_host_keys=bool(ssh.get("accept_new_host_keys", False)),
-        config_file=ssh_config or ssh.get("config_file") or "~/.ssh/config")
+        config_file=ssh_config or ssh.get("config_file") or "~/.ssh/config"))
 
 
 def cluster_of(record: RunRecord, *, ssh_config: Optional[str] = None,
                connect_timeout: Optional[float] = None):
     """The hosts of a run, reached as the run was started unless told otherwise."""
     from ..fanout import HostGroup
-    from ..transport.srun import from_record
     from ..waits import check_environment
 
     check_environment()   # a bad MULTIHOST_LOST_AFTER: one line, before a host is touched
-    options = ssh_options(record, ssh_config=ssh_config, connect_timeout=connect_timeout)
-    return HostGroup(record.hosts, from_record(record.ssh or {}, options))
+    return HostGroup(record.hosts, ssh_options(record, ssh_config=ssh_config,
+                                               connect_timeout=connect_timeout))

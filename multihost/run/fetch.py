@@ -3,7 +3,8 @@
 Checkpoints and results end in each host's workdir; this is the way back, as SkyPilot's
 ``sky rsync-down`` and ClusterShell's ``clush --rcopy`` have it. It is the system's
 ``rsync`` over the system's ``ssh`` (the same user, port, key and host-key policy as
-``multihost ssh``): rsync already copies by content, resumes a partial file and shows
+``multihost ssh``), or over ``srun`` for a run whose nodes are steps of a Slurm job (no
+sshd needed): rsync already copies by content, resumes a partial file and shows
 progress, which nothing written here would do better.
 
 What a host sends is not trusted: links that point out of the fetched tree are dropped
@@ -23,7 +24,7 @@ from typing import List, Optional, Sequence
 
 from ..errors import ConfigError
 from ..transport import is_local_host
-from ..transport.openssh import client_argv
+from ..transport.srun import remote_shell
 from ..untrusted import clean_text
 from .control import ssh_options
 from .records import NodeRecord, RunRecord, host_from_dict, load_run
@@ -104,11 +105,11 @@ def _rsync_argv(record: RunRecord, node: NodeRecord, path: str, into: str,
     workdir = node.workdir or "."
     if is_local_host(host):
         return argv + [os.path.join(os.path.expanduser(workdir), path), into]
-    options = ssh_options(record)
     # rsync's remote paths start in the login's home: "~/x" is "x" there.
     remote = posixpath.join(workdir[2:] if workdir.startswith("~/") else workdir, path)
     target = host.name if ":" not in host.name else f"[{host.name}]"
-    return argv + ["-e", shlex.join(client_argv(host, options)), f"{target}:{remote}", into]
+    rsh = remote_shell(host, ssh_options(record))
+    return argv + ["-e", shlex.join(rsh), f"{target}:{remote}", into]
 
 
 def _failure(node: NodeRecord, path: str, dest: str, code: int, said: str,
@@ -126,6 +127,11 @@ def _failure(node: NodeRecord, path: str, dest: str, code: int, said: str,
         line = said.strip().splitlines()[-1] if said.strip() else "ssh failed"
         return Fetched(node.label, path, dest, f"cannot reach the host: {line}",
                        f"try `multihost check --ips {node.label}`")
+    step = next((l for l in said.splitlines() if l.startswith("srun: error: ")), "")
+    if step:    # a node of a Slurm job that srun could not reach (the job ended?)
+        return Fetched(node.label, path, dest, f"cannot reach the node: {step[6:]}",
+                       f"see whether the run's Slurm job is still there: "
+                       f"`multihost status {run_id}`")
     last = said.strip().splitlines()[-1] if said.strip() else f"exit status {code}"
     return Fetched(node.label, path, dest, f"rsync failed: {last}",
                    "run the same `multihost fetch` again: what arrived is kept")

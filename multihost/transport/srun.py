@@ -23,6 +23,7 @@ the caller's environment, HOME and cwd included, so the line first goes home lik
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from ..errors import ConnectError
 from ..hosts import Host
 from .base import Command, CommandResult, Process, SshOptions
 from .local import LocalProcess, LocalTransport
+from .openssh import client_argv
 
 # What a login would do first: the node's own home for this user, and start there.
 GO_HOME = ('HOME=$(getent passwd "$(id -u)" | cut -d: -f6); export HOME; '
@@ -72,6 +74,38 @@ def step_error(stderr: bytes, node: str, job_id: str) -> Optional[ConnectError]:
 def srun_argv(node: str, job_id: str, line: str, srun: str = "srun") -> List[str]:
     return [srun, "--overlap", "--nodes=1", "--ntasks=1", "-w", node, "--jobid", str(job_id),
             "--job-name=multihost", "--quiet", "-u", "/bin/sh", "-c", GO_HOME + line]
+
+
+def step_options(job_id: str, srun: str = "srun") -> List[str]:
+    """srun as one task on one node of job ``job_id`` (the node's ``-w`` still to come)."""
+    return [srun, "--overlap", "--nodes=1", "--ntasks=1", "--jobid", str(job_id),
+            "--job-name=multihost", "--quiet"]
+
+
+def remote_shell(host: Host, options: SshOptions) -> List[str]:
+    """What runs a program on ``host`` as a run's commands reach it, called as
+    ``argv + [host.name, PROGRAM, ARG...]``: rsync's remote shell (``-e``). ssh, or for
+    a node of a Slurm job a step that first goes home as a login would (so a path
+    relative to the home means the same through both)."""
+    if not isinstance(options, SrunOptions):
+        return client_argv(host, options)
+    # rsync puts the node name first: the wrapper takes it for -w; -u passes rsync's
+    # protocol bytes as they come (srun holds back output until a newline otherwise).
+    script = ('node=$1; shift; exec ' + shlex.join(step_options(options.job_id) + ["-u"]) +
+              ' -w "$node" /bin/sh -c "$0" sh "$@"')
+    return ["/bin/sh", "-c", script, GO_HOME + 'exec "$@"']
+
+
+def terminal_argv(host: Host, options: SshOptions, line: str) -> List[str]:
+    """An interactive session on ``host`` that runs the shell ``line`` at home, with a
+    terminal: ``ssh -t``, or for a node of a Slurm job ``srun --pty`` (its login shell
+    from the password database, as ssh would take it)."""
+    if isinstance(options, SrunOptions):
+        return step_options(options.job_id) + [
+            "-w", host.name, "--pty", "/bin/sh", "-c",
+            GO_HOME + 'SHELL=$(getent passwd "$(id -u)" | cut -d: -f7); export SHELL; ' + line]
+    argv = [word if word != "-T" else "-t" for word in client_argv(host, options)]
+    return argv + ["--", host.name, line]
 
 
 @dataclass(frozen=True)
