@@ -4,15 +4,33 @@ queue clean, and a torchrun started by hand is named."""
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from test_run import hostfile, run_id_in
 
-SHORT = "import os, time; time.sleep(float(os.environ.get('NAP', '8'))); print('done', flush=True)\n"
+# Naps NAP seconds, or less: until the file GO names exists (the hosts share /var/tmp),
+# made by the test once it has seen what it waits for.
+SHORT = ("import os, time\n"
+         "end, go = time.time() + float(os.environ.get('NAP', '8')), os.environ.get('GO')\n"
+         "while time.time() < end and not (go and os.path.exists(go)):\n"
+         "    time.sleep(0.1)\n"
+         "print('done', flush=True)\n")
+
+
+@pytest.fixture
+def go():
+    """A file whose making ends a nap (SHORT's GO), removed after the test."""
+    path = Path("/var/tmp") / f"mh-go-{secrets.token_hex(4)}"
+    yield path
+    path.unlink(missing_ok=True)
 
 
 def code_dir(tmp_path):
@@ -49,10 +67,10 @@ def all_runs(lab, hosts, *extra):
     return json.loads(result.stdout)["runs"]
 
 
-def test_busy_names_the_holder_and_a_queued_run_starts_when_it_ends(lab, tmp_path):
+def test_busy_names_the_holder_and_a_queued_run_starts_when_it_ends(lab, tmp_path, go):
     code = code_dir(tmp_path)
     hosts = hostfile(lab, tmp_path, 2)
-    first = start(lab, hosts, code, tmp_path, nap="12")
+    first = start(lab, hosts, code, tmp_path, "--env", f"GO={go}", nap="90")
     assert first.returncode == 0, first.stderr
     first_id = run_id_in(first.stdout)
     check = lab.multihost("check", "--hostfile", str(hosts), "--plain", timeout=120)
@@ -74,6 +92,7 @@ def test_busy_names_the_holder_and_a_queued_run_starts_when_it_ends(lab, tmp_pat
             [[first_id, "bert-large", "root", "running"]]
         assert any("second" in line and "queued (1st)" in line for line in plain.splitlines())
         assert runs["second"]["state"] == "queued" and runs["second"]["place"] == 1
+        go.touch()   # the first run ends now
         out, err = waiting.communicate(timeout=120)
     finally:
         if waiting.poll() is None:
@@ -168,10 +187,10 @@ def test_ones_own_account_from_another_controller_is_waited_for_not_killed(lab, 
         lab.multihost("stop", first_id, "--kill-wait", "1", timeout=60)
 
 
-def test_a_detached_queued_run_waits_in_the_background_and_runs(lab, tmp_path):
+def test_a_detached_queued_run_waits_in_the_background_and_runs(lab, tmp_path, go):
     code = code_dir(tmp_path)
     hosts = hostfile(lab, tmp_path, 2)
-    first = start(lab, hosts, code, tmp_path, nap="8")
+    first = start(lab, hosts, code, tmp_path, "--env", f"GO={go}", nap="90")
     first_id = run_id_in(first.stdout)
     try:
         began = time.monotonic()
@@ -183,6 +202,7 @@ def test_a_detached_queued_run_waits_in_the_background_and_runs(lab, tmp_path):
         assert time.monotonic() - began < 20            # it did not wait in the foreground
         assert "waits for its hosts in the background" in queued_bg.stderr
         assert newest(all_runs(lab, hosts))["later"]["state"] == "queued"
+        go.touch()   # the first run ends now
         deadline = time.monotonic() + 90
         while True:
             seen = newest(all_runs(lab, hosts))

@@ -19,7 +19,21 @@ import pytest
 
 from test_run import REPO, hostfile, run_id_in
 
-NAP = "import os, time; time.sleep(float(os.environ.get('NAP', '8'))); print('done', flush=True)\n"
+# Naps NAP seconds, or less: until the file GO names exists (the hosts share /var/tmp),
+# made by the test once it has seen what it waits for.
+NAP = ("import os, time\n"
+       "end, go = time.time() + float(os.environ.get('NAP', '8')), os.environ.get('GO')\n"
+       "while time.time() < end and not (go and os.path.exists(go)):\n"
+       "    time.sleep(0.1)\n"
+       "print('done', flush=True)\n")
+
+
+@pytest.fixture
+def go():
+    """A file whose making ends a nap (NAP's GO), removed after the test."""
+    path = Path("/var/tmp") / f"mh-go-{secrets.token_hex(4)}"
+    yield path
+    path.unlink(missing_ok=True)
 
 
 class User:
@@ -115,10 +129,11 @@ def everyone(run, hosts, *extra):
     return {r["name"]: r for r in sorted(json.loads(result.stdout)["runs"], key=lambda r: r["since"])}
 
 
-def test_another_users_run_is_busy_named_and_never_stopped_by_the_fix(lab, tmp_path, bob):
+def test_another_users_run_is_busy_named_and_never_stopped_by_the_fix(lab, tmp_path, bob, go):
     hosts = hostfile(lab, tmp_path, 2)
     code = root_code(tmp_path)
-    first = root_run(lab, hosts, code, tmp_path, "bert-large", "20", "--detach")
+    first = root_run(lab, hosts, code, tmp_path, "bert-large", "90", "--detach", "--env",
+                     f"GO={go}")
     assert first.returncode == 0, first.stderr
     first_id = run_id_in(first.stdout)
     try:
@@ -147,6 +162,7 @@ def test_another_users_run_is_busy_named_and_never_stopped_by_the_fix(lab, tmp_p
             time.sleep(0.5)
         seen = everyone(lab.multihost, hosts)
         assert seen["bobs"]["user"] == bob.name and seen["bobs"]["state"] == "queued"
+        go.touch()   # root's run ends now
         out, err = waiting.communicate(timeout=120)
         assert waiting.returncode == 0, err
         assert 'queued: 1st, behind root\'s run "bert-large"' in err
@@ -157,12 +173,13 @@ def test_another_users_run_is_busy_named_and_never_stopped_by_the_fix(lab, tmp_p
         lab.multihost("stop", first_id, "--kill-wait", "1", timeout=60)
 
 
-def test_three_runs_with_overlapping_host_sets_all_finish(lab, tmp_path, bob):
+def test_three_runs_with_overlapping_host_sets_all_finish(lab, tmp_path, bob, go):
     code = root_code(tmp_path)
     a = ",".join(lab.address(i) for i in (1, 2))
     b = ",".join(lab.address(i) for i in (2, 3))
     c = ",".join(lab.address(i) for i in (1, 3))
-    first = root_run(lab, hostfile(lab, tmp_path, 3), code, tmp_path, "wide", "10", "--detach")
+    first = root_run(lab, hostfile(lab, tmp_path, 3), code, tmp_path, "wide", "90", "--detach",
+                     "--env", f"GO={go}")
     assert first.returncode == 0, first.stderr
     runs = []
     for name, ips, who in (("ab", a, "root"), ("bc", b, "bob"), ("ca", c, "root")):
@@ -178,6 +195,14 @@ def test_three_runs_with_overlapping_host_sets_all_finish(lab, tmp_path, bob):
                                    "nap.py"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, stdin=subprocess.DEVNULL))
         time.sleep(1.0)  # they ask in this order
+    deadline = time.monotonic() + 60
+    while True:
+        seen = everyone(lab.multihost, hostfile(lab, tmp_path, 3))
+        if all(seen.get(n, {}).get("state") == "queued" for n in ("ab", "bc", "ca")):
+            break
+        assert time.monotonic() < deadline and all(p.poll() is None for p in runs), seen
+        time.sleep(0.5)
+    go.touch()   # the wide run ends now: the three take their turns
     for proc in runs:
         out, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, err

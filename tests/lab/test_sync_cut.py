@@ -32,7 +32,7 @@ def test_a_relay_hop_cut_mid_sync_is_noticed_fast_and_the_hosts_behind_it_fed_di
     for i in range(36):
         (code / "pkg" / f"m{i}.py").write_text(f"N = {i}\n")
     for i in range(4):
-        (code / f"w{i}.bin").write_bytes(os.urandom(21 << 20))      # 84 MB: host to host
+        (code / f"w{i}.bin").write_bytes(os.urandom(6 << 20))   # 24 MB (over 16): host to host
     workdir = f"/root/cut-{os.urandom(3).hex()}"
     lines = []
     for i in HOSTS:
@@ -42,7 +42,9 @@ def test_a_relay_hop_cut_mid_sync_is_noticed_fast_and_the_hosts_behind_it_fed_di
         proc = lab.popen([sys.executable, "-m", "multihost", "sync", "--ips",
                           ",".join(lab.address(i) for i in HOSTS), "--code", str(code),
                           "--workdir", workdir, "--plain"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         # a hop silent for this + 5 s is cut (15 + 5 by default)
+                         env=lab.env_with(MULTIHOST_LOST_AFTER="6"))
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
         reader.start()
         deadline = time.monotonic() + 30
