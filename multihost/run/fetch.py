@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 
 from ..errors import ConfigError
 from ..transport import is_local_host
-from ..transport.srun import remote_shell
+from ..transport.srun import remote_shell, step_error
 from ..untrusted import clean_text
 from .control import ssh_options
 from .records import NodeRecord, RunRecord, host_from_dict, load_run
@@ -94,6 +94,14 @@ def _fetch_one(record: RunRecord, node: NodeRecord, path: str, to: str, every_ho
                        "install rsync (e.g. `apt-get install rsync`)")
     if done.returncode == 0:
         return Fetched(node.label, path, str(dest))
+    job = str((record.ssh or {}).get("job_id") or "")
+    unreached = step_error(done.stderr, node.label, job) if job else None
+    if unreached is not None:   # srun started no step: its job has ended, or is not there
+        remote = posixpath.join(node.workdir or "~", path)
+        return Fetched(node.label, path, str(dest), unreached.cause,
+                       f"the run's Slurm job is needed to reach {node.label} by srun; where "
+                       f"ssh is allowed: `rsync -rlt {node.host.get('name')}:{remote} "
+                       f"{into}/`" if unreached.kind == unreached.LOST else unreached.fix)
     return _failure(node, path, str(dest), done.returncode,
                     done.stderr.decode(errors="replace")[-2000:], record.run_id)
 
@@ -127,11 +135,6 @@ def _failure(node: NodeRecord, path: str, dest: str, code: int, said: str,
         line = said.strip().splitlines()[-1] if said.strip() else "ssh failed"
         return Fetched(node.label, path, dest, f"cannot reach the host: {line}",
                        f"try `multihost check --ips {node.label}`")
-    step = next((l for l in said.splitlines() if l.startswith("srun: error: ")), "")
-    if step:    # a node of a Slurm job that srun could not reach (the job ended?)
-        return Fetched(node.label, path, dest, f"cannot reach the node: {step[6:]}",
-                       f"see whether the run's Slurm job is still there: "
-                       f"`multihost status {run_id}`")
     last = said.strip().splitlines()[-1] if said.strip() else f"exit status {code}"
     return Fetched(node.label, path, dest, f"rsync failed: {last}",
                    "run the same `multihost fetch` again: what arrived is kept")

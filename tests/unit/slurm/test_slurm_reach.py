@@ -67,3 +67,18 @@ def test_a_terminal_on_a_node_of_a_slurm_job_is_srun_pty_and_ssh_t_elsewhere():
     assert argv[-1].endswith("cd /srv/job && exec sh -l")
     argv = terminal_argv(Host("h2", 0), SshOptions(), "cd /srv/job && exec sh -l")
     assert argv[0] == "ssh" and "-t" in argv and argv[-2:] == ["h2", "cd /srv/job && exec sh -l"]
+
+
+def test_fetch_after_the_slurm_job_ended_says_so_with_a_fix_over_ssh(tmp_path, monkeypatch):
+    from multihost.run.fetch import fetch
+    from multihost.run.records import save_run
+
+    (tmp_path / "srun").write_text("#!/bin/sh\necho 'srun: error: Unable to confirm allocation "
+                                   "for job 7: Invalid job id specified' >&2\nexit 1\n")
+    (tmp_path / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    save_run(run_record({"transport": "srun", "job_id": "7"}), make_last=True)
+    (result,) = fetch(["out/model.pt"], to=str(tmp_path / "got"))
+    assert result.error.startswith("Slurm job 7 has ended"), result.error
+    assert result.fix.endswith(f"`rsync -rlt h2:/srv/job/out/model.pt {tmp_path}/got/out/`")
