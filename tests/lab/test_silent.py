@@ -63,11 +63,11 @@ def test_a_controller_killed_mid_launch_leaves_nothing_and_status_says_why(lab, 
     for i in range(1, 5):
         lines.append(f"[{lab.address(i)}]")
         # The hosts after the first `launched` are still on their way when it dies.
-        python = slow_launch_python(lab, i, name, 12) if i > launched else sys.executable
+        python = slow_launch_python(lab, i, name, 6) if i > launched else sys.executable
         lines.append(f"python = {python}")
     hostfile = tmp_path / "hosts.ini"
     hostfile.write_text("\n".join(lines) + "\n")
-    argv = run_argv(lab, code, 4, "--launch-timeout", "8")
+    argv = run_argv(lab, code, 4, "--launch-timeout", "5")
     argv[argv.index("--ips"):argv.index("--ips") + 2] = ["--hostfile", str(hostfile)]
     del argv[argv.index("--python"):argv.index("--python") + 2]
     controller = Controller(lab, argv + ["--", "sleeper.py"])
@@ -79,7 +79,7 @@ def test_a_controller_killed_mid_launch_leaves_nothing_and_status_says_why(lab, 
         killed = time.monotonic()
         controller.kill()
         assert sum(n.get("state") == "running" for n in record_of(lab, run_id)["nodes"]) == launched
-        # Within the bounded time (8 s, the grace, the late launches' 12 s): nothing left.
+        # Within the bounded time (5 s, the grace, the late launches' 6 s): nothing left.
         wait_for(lambda: not found_on(lab, range(1, 5), run_id), 60,
                  "the run's processes were left on the hosts")
         assert time.monotonic() - killed < 45
@@ -145,7 +145,7 @@ STUCK = textwrap.dedent("""\
 
 def test_a_hang_is_blamed_on_the_rank_whose_stack_stands_apart(lab, code):
     (code / "stuck.py").write_text(STUCK)
-    controller = Controller(lab, run_argv(lab, code, 4, "--kill-wait", "1", "--hang-timeout", "8")
+    controller = Controller(lab, run_argv(lab, code, 4, "--kill-wait", "1", "--hang-timeout", "5")
                             + ["--", "stuck.py"])
     try:
         run_id = controller.run_id()
@@ -153,7 +153,7 @@ def test_a_hang_is_blamed_on_the_rank_whose_stack_stands_apart(lab, code):
     finally:
         controller.kill()
     last = controller.text("err").strip().splitlines()[-1]
-    assert "hung: no rank wrote a line for 8s" in last, last
+    assert "hung: no rank wrote a line for 5s" in last, last
     assert last.startswith("multihost: 198.18.0.13: ") and "node 2, rank 2" in last, last
     assert "rank 2's stack differs from every other rank's" in last, last
     cause = json.loads(lab.multihost("status", run_id, "--json", timeout=60).stdout)["root_cause"]
@@ -285,8 +285,10 @@ def test_a_host_whose_python_hangs_is_blamed_alone_and_left_clean(lab, tmp_path,
                                 f"{f'/root/{token}' if i == 2 else sys.executable}\n" for i in (1, 2, 3)))
 
     def check_blames_host_2_alone():
+        # Given up on at the check's deadline: its ssh connect, --timeout and a margin.
         checked = lab.multihost("check", "--hostfile", str(hostfile), "--code", str(code),
-                                "--plain", timeout=300)
+                                "--plain", "--connect-timeout", "3", "--timeout", "1",
+                                timeout=300)
         text = checked.stdout + checked.stderr
         assert checked.returncode != 0
         assert f"FAIL {lab.address(2)}: " in text, text[-4000:]
@@ -302,12 +304,15 @@ def test_a_host_whose_python_hangs_is_blamed_alone_and_left_clean(lab, tmp_path,
                                 "--code", str(code), "--plain", timeout=300)
         assert "helper" not in healthy.stdout + healthy.stderr
         check_blames_host_2_alone()
+        # A python that has not started the helper in 8 s (MULTIHOST_HELPER_START, 60 s by
+        # default) hangs.
         synced = lab.multihost("sync", "--hostfile", str(hostfile), "--code", str(code),
-                               "--plain", timeout=300)
+                               "--plain", timeout=300,
+                               env=lab.env_with(MULTIHOST_HELPER_START="8"))
         assert synced.returncode != 0
         lines = [line for line in synced.stderr.splitlines() if line.startswith("multihost: ")]
-        assert any(lab.address(2) in line and "hangs while starting" in line for line in lines), \
-            synced.stderr[-3000:]
+        assert any(lab.address(2) in line and "did not start within 8s" in line
+                   and "hangs while starting" in line for line in lines), synced.stderr[-3000:]
         assert not any(lab.address(1) in line or lab.address(3) in line for line in lines), \
             synced.stderr[-3000:]
         wait_for(lambda: not found_on(lab, [2], token), 15, "the hung python was left on host 2")
