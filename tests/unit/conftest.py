@@ -1,5 +1,6 @@
 """Fixtures shared by the unit tests."""
 import os
+import signal
 import sys
 
 import pytest
@@ -14,6 +15,16 @@ def host_registry(tmp_path_factory, monkeypatch):
     """Every test's runs on this machine have a host registry of their own: tests (and
     the people running them) at the same time must not see each other's runs as busy."""
     monkeypatch.setenv("MULTIHOST_HOLDS_DIR", str(tmp_path_factory.mktemp("holds")))
+
+
+@pytest.fixture(autouse=True)
+def pipe_signal():
+    """`multihost logs` called in this process (cli.main) lets a closed pipe end it, as a
+    command meant for `| head` should; the next test must get Python's default back, or
+    a test of a broken stream would end pytest itself."""
+    before = signal.getsignal(signal.SIGPIPE)
+    yield
+    signal.signal(signal.SIGPIPE, before)
 
 
 @pytest.fixture
