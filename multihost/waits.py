@@ -25,7 +25,7 @@ HELPER_START_ENV, HELPER_START = "MULTIHOST_HELPER_START", 60.0
 RELAY_SLACK = 5.0
 
 
-def _seconds(name: str, default: float) -> float:
+def _seconds(name: str, default: float, least: float) -> float:
     text = os.environ.get(name, "").strip()
     if not text:
         return default
@@ -33,16 +33,17 @@ def _seconds(name: str, default: float) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value >= 1):
-        raise ConfigError(f"{name}={text!r} is not a number of seconds (1 or more)",
+    if not (math.isfinite(value) and value >= least):
+        raise ConfigError(f"{name}={text!r} is not a number of seconds ({least:g} or more)",
                           fix=f"set {name} to seconds, like {default:g} (the default), or "
                               f"unset it")
     return value
 
 
 def lost_after() -> float:
-    """Seconds without an answer after which a host of a run is lost."""
-    return _seconds(LOST_AFTER_ENV, LOST_AFTER)
+    """Seconds without an answer after which a host of a run is lost (3 at least: a log
+    stream's heartbeat comes every 2 s)."""
+    return _seconds(LOST_AFTER_ENV, LOST_AFTER, 3.0)
 
 
 def relay_idle() -> float:
@@ -52,7 +53,7 @@ def relay_idle() -> float:
 
 def helper_start() -> float:
     """Seconds a host's helper may take to print its first line."""
-    return _seconds(HELPER_START_ENV, HELPER_START)
+    return _seconds(HELPER_START_ENV, HELPER_START, 1.0)
 
 
 def check_environment() -> None:
