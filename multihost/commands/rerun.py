@@ -1,6 +1,7 @@
 """``multihost rerun [RUN]``: start a recorded run again, as it was.
 
-The same hosts (as the run recorded them, with every per-host setting), the same
+The same hosts (as the run recorded them, with every per-host setting; a run inside a
+Slurm allocation takes the nodes of the allocation it is rerun in), the same
 command, launcher, environment files and options, from the job file every run keeps
 in its record (``~/.multihost/runs/RUN/job.toml``); the code as it is now, unless
 ``--same-code`` refuses a code tree that changed since.
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     from ..cli import build_parser
+    from ..errors import ConfigError
     from ..run.jobfile import job_to_rerun
     from ..run.records import load_run
     from . import run as run_command
@@ -52,5 +54,14 @@ def main(args: argparse.Namespace) -> int:
         words += ["--env", item]
     words += [flag for flag in ("--detach", "--plain", "--json") if getattr(args, flag[2:])]
     run_args = build_parser("run").parse_args(words)  # the secrets given again come last
-    run_args._hosts = record.hosts  # as recorded, not as the hostfile says today
+    if (record.ssh or {}).get("transport") == "srun":
+        # Its nodes were a Slurm allocation's, now gone: a new allocation's are taken.
+        from ..slurm import current
+
+        if current() is None:
+            raise ConfigError(f"run {record.run_id} ran on the nodes of Slurm job "
+                              f"{record.ssh.get('job_id')}: a rerun needs an allocation",
+                              fix=f"salloc -N {len(record.nodes)} multihost rerun {record.run_id}")
+    else:
+        run_args._hosts = record.hosts  # as recorded, not as the hostfile says today
     return run_command.main(run_args)

@@ -68,7 +68,7 @@ def shell_argv(host, options, workdir: str) -> List[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..errors import ConfigError
+    from ..errors import ConfigError, ConnectError
     from ..run.control import ssh_options
     from ..run.records import host_from_dict, load_run
     from ..transport import is_local_host
@@ -84,7 +84,19 @@ def main(args: argparse.Namespace) -> int:
                               fix=f"see `multihost status {record.run_id}`") from None
         shell = os.environ.get("SHELL") or "/bin/sh"
         os.execvp(shell, [shell, "-l"])
-    argv = shell_argv(host, ssh_options(record), node.workdir)
+    options = ssh_options(record)
+    job = getattr(options, "job_id", "")
+    if job:   # a node of a Slurm job: srun reaches it only while the job lives
+        from ..slurm.ending import job_end
+
+        ended = job_end(job)
+        if ended is not None:
+            line = f"cd {shlex.quote(node.workdir or '.')} && exec $SHELL -l"
+            raise ConnectError(f"Slurm job {job} {ended.ending.words}: srun reaches none of "
+                               "its nodes now", host=node.label, kind=ConnectError.LOST,
+                               fix=f"where the site allows ssh: ssh -t {host.name} "
+                                   f"{shlex.quote(line)}")
+    argv = shell_argv(host, options, node.workdir)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:

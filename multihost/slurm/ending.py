@@ -33,32 +33,30 @@ _FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(\S*)")
 
 @dataclass(frozen=True)
 class Ending:
-    """One way a Slurm job ends: what is said of it, and the fix (``{nodes}``: the
-    run's node count, ``{time}``: a --time twice the job's limit)."""
+    """One way a Slurm job ends: what is said of it, and the fix. In the fix, ``{again}``
+    is a command that runs the same job in a new allocation (``multihost rerun`` inside
+    salloc takes the new allocation's nodes), ``{nodes}`` the run's node count."""
 
     words: str
     fix: str
 
 
-AGAIN = ("salloc -N {nodes} again and run inside it, or let multihost ask Slurm: "
-         "multihost run --slurm -N {nodes} ...")
 ENDINGS: Dict[str, Ending] = {
-    "CANCELLED": Ending("was cancelled (CANCELLED by scancel)", AGAIN),
-    "TIMEOUT": Ending("reached its time limit (TIMEOUT)",
-                      "ask for more time: salloc -N {nodes} --time={time} and run inside it, "
-                      "or multihost run --slurm -N {nodes} --time={time} ..."),
+    "CANCELLED": Ending("was cancelled (CANCELLED by scancel)", "{again}"),
+    "TIMEOUT": Ending("reached its time limit (TIMEOUT)", "ask for more time: {again}"),
     "NODE_FAIL": Ending("lost a node (NODE_FAIL)",
-                        "see why Slurm took the node down: sinfo -R; then " + AGAIN),
-    "PREEMPTED": Ending("was preempted by a job of higher priority (PREEMPTED)", AGAIN),
-    "DEADLINE": Ending("reached its deadline (DEADLINE)", AGAIN),
+                        "`sinfo -R` says why Slurm took the node down; then {again}"),
+    "PREEMPTED": Ending("was preempted by a job of higher priority (PREEMPTED)", "{again}"),
+    "DEADLINE": Ending("reached its deadline (DEADLINE)", "{again}"),
     "OUT_OF_MEMORY": Ending("ran out of memory (OUT_OF_MEMORY)",
-                            "ask for more memory: salloc -N {nodes} --mem=..., then run again"),
-    "BOOT_FAIL": Ending("failed to boot a node (BOOT_FAIL)", "sinfo -R; then " + AGAIN),
+                            "ask for each node's whole memory (--mem=0): {again}"),
+    "BOOT_FAIL": Ending("failed to boot a node (BOOT_FAIL)",
+                        "`sinfo -R` says why; then {again}"),
     "COMPLETED": Ending("ended (COMPLETED: its batch script or salloc's command exited)",
-                        "keep the job's script or shell waiting until the run ends; " + AGAIN),
+                        "keep the job's script or shell waiting until the run ends: {again}"),
     "FAILED": Ending("ended (FAILED: its batch script or salloc's command failed)",
-                     "keep the job's script or shell waiting until the run ends; " + AGAIN),
-    "GONE": Ending("has ended (Slurm no longer knows it)", AGAIN),
+                     "keep the job's script or shell waiting until the run ends: {again}"),
+    "GONE": Ending("has ended (Slurm no longer knows it)", "{again}"),
 }
 # While COMPLETING, the Reason says which ending it is.
 _BY_REASON = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "DeadLine": "DEADLINE",
@@ -90,9 +88,18 @@ class JobEnd:
         """``Slurm job 7 reached its time limit (TIMEOUT) and Slurm ended every rank``."""
         return f"Slurm job {self.job_id} {self.ending.words} and Slurm ended every rank"
 
-    def fix(self, nodes: int) -> str:
-        longer = f"{self.time_limit * 2}" if self.time_limit else "HH:MM:SS"
-        return self.ending.fix.format(nodes=nodes, time=longer)
+    def fix(self, nodes: int, run_id: str, batch: bool = False) -> str:
+        """The fix, typed as is: the same run again in a new allocation of ``nodes``
+        nodes (with ``batch``, as a batch job, as the run was), with twice the time
+        limit after a TIMEOUT and the nodes' whole memory after an OUT_OF_MEMORY."""
+        ask = f"-N {nodes}"
+        if self.cause == "TIMEOUT":
+            ask += f" --time={self.time_limit * 2}" if self.time_limit else " --time=UNLIMITED"
+        if self.cause == "OUT_OF_MEMORY":
+            ask += " --mem=0"
+        again = (f"sbatch {ask} --wrap 'multihost rerun {run_id} --plain'" if batch
+                 else f"salloc {ask} multihost rerun {run_id}")
+        return self.ending.fix.format(again=again)
 
 
 def _minutes(text: str) -> Optional[int]:

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import time
+from pathlib import Path
 
 from test_run import SLEEPER, leftovers, run_id_in
 from test_slurm import in_allocation, shared_dir, slurm_lab  # noqa: F401 (fixtures)
@@ -59,8 +60,8 @@ def test_scancel_from_outside_ends_the_run_at_once_in_one_line(slurm_lab, tmp_pa
     assert "rc=143" in out, out + err[-3000:]
     said = [l for l in err.splitlines() if l.startswith(f"multihost: run {run_id} ended")]
     assert said == [f"multihost: run {run_id} ended: Slurm job {job} was cancelled (CANCELLED by "
-                    "scancel) and Slurm ended every rank (fix: salloc -N 2 again and run inside "
-                    "it, or let multihost ask Slurm: multihost run --slurm -N 2 ...)"], err[-3000:]
+                    "scancel) and Slurm ended every rank (fix: salloc -N 2 multihost rerun "
+                    f"{run_id})"], err[-3000:]
     assert "lost" not in err and "multihost stop" not in err, err[-3000:]
     shown = slurm_lab.multihost("status", run_id, "--plain", timeout=60).stdout
     assert shown.startswith(f"run {run_id}: stopped (exit 143)"), shown
@@ -132,3 +133,28 @@ def test_status_all_inside_an_allocation_takes_its_nodes(slurm_lab):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Slurm jobs (squeue, every user): 1" in r.stdout, r.stdout
     assert re.search(r"(?m)^\d+\s+root\s+RUNNING\s+\S+\s+2\s+h\[1-2\]", r.stdout), r.stdout
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+
+
+def test_the_fix_after_a_slurm_end_works_when_typed_and_ssh_says_the_job_ended(slurm_lab, tmp_path):
+    # The fix an ended job gives (`salloc -N 2 multihost rerun RUN`) runs the same job on
+    # the new allocation's nodes; outside one, rerun says what to type; and `ssh` to a
+    # node of the ended job says the job ended, with the ssh that still reaches it.
+    first = in_allocation(slurm_lab, f"multihost run --nproc_per_node 2 --code {EXAMPLES} "
+                                     f"--plain --log_dir {tmp_path / 'log'} -- ranks.py", timeout=240)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_id = run_id_in(first.stderr)
+    outside = slurm_lab.multihost("rerun", run_id, "--plain", timeout=60)
+    assert outside.returncode != 0
+    assert outside.stderr.strip().splitlines()[-1].endswith(
+        f"(fix: salloc -N 2 multihost rerun {run_id})"), outside.stderr
+    typed = slurm_lab.run(["salloc", "-N", "2", "multihost", "rerun", run_id, "--plain"], timeout=240)
+    assert typed.returncode == 0, typed.stderr[-3000:]
+    assert (typed.stdout + typed.stderr).count("all_reduce sum=10 expected=10 ok") == 4
+    shell = slurm_lab.multihost("ssh", "h2", "--run", run_id, timeout=60)
+    assert shell.returncode != 0
+    said = shell.stderr.strip().splitlines()[-1]
+    assert said.startswith("multihost: h2: Slurm job ") and "srun reaches none of its nodes" in said, said
+    assert "fix: where the site allows ssh: ssh -t h2 " in said, said

@@ -22,7 +22,7 @@ from multihost.slurm.ending import EXIT_SLURM_ENDED, JobEnd, parse_scontrol
 
 # Recorded in the Slurm lab (Slurm 22.05) a second after `salloc --time=1` ran out:
 # the job is still COMPLETING, and its Reason says why.
-TIMEOUT_LINE = "JobId=1 JobName=interactive UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901759 Nice=0 Account=(null) QOS=(null) JobState=COMPLETING Reason=TimeLimit Dependency=(null) Requeue=1 Restarts=0 BatchFlag=0 Reboot=0 ExitCode=0:0 RunTime=00:01:00 TimeLimit=00:01:00 TimeMin=N/A SubmitTime=2026-11-27T18:01:06 EligibleTime=2026-11-27T18:01:06 AccrueTime=Unknown StartTime=2026-11-27T18:01:06 EndTime=2026-11-27T18:02:06 Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-27T18:01:06 Scheduler=Main Partition=debug AllocNode:Sid=ctl:3798 ReqNodeList=(null) ExcNodeList=(null) NodeList=h[1-2] BatchHost=h1 NumNodes=2 NumCPUs=4 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=4,node=2,billing=4 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=NO Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/work/main/tests/lab Power="
+TIMEOUT_LINE = "JobId=1 JobName=interactive UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901759 Nice=0 Account=(null) QOS=(null) JobState=COMPLETING Reason=TimeLimit Dependency=(null) Requeue=1 Restarts=0 BatchFlag=0 Reboot=0 ExitCode=0:0 RunTime=00:01:00 TimeLimit=00:01:00 TimeMin=N/A SubmitTime=2026-11-27T18:01:06 EligibleTime=2026-11-27T18:01:06 AccrueTime=Unknown StartTime=2026-11-27T18:01:06 EndTime=2026-11-27T18:02:06 Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-27T18:01:06 Scheduler=Main Partition=debug AllocNode:Sid=ctl:3798 ReqNodeList=(null) ExcNodeList=(null) NodeList=h[1-2] BatchHost=h1 NumNodes=2 NumCPUs=4 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=4,node=2,billing=4 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=NO Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/home/alice/exp Power="
 CANCELLED_LINE = TIMEOUT_LINE.replace("JobState=COMPLETING Reason=TimeLimit",
                                       "JobState=CANCELLED Reason=None")
 
@@ -30,15 +30,16 @@ CANCELLED_LINE = TIMEOUT_LINE.replace("JobState=COMPLETING Reason=TimeLimit",
 def test_a_time_limit_is_named_as_such_with_a_longer_time_to_ask_for():
     end = parse_scontrol("1", TIMEOUT_LINE)
     assert end.line() == "Slurm job 1 reached its time limit (TIMEOUT) and Slurm ended every rank"
-    fix = end.fix(nodes=2)
-    assert "salloc -N 2 --time=2 " in fix and "multihost run --slurm -N 2 --time=2 " in fix
-    assert "multihost stop" not in fix
+    assert end.fix(2, "20261127-1") == "ask for more time: salloc -N 2 --time=2 multihost rerun 20261127-1"
+    # In a batch job, a batch job again.
+    assert end.fix(2, "20261127-1", batch=True) == \
+        "ask for more time: sbatch -N 2 --time=2 --wrap 'multihost rerun 20261127-1 --plain'"
 
 
 def test_a_cancelled_job_is_named_as_cancelled_and_a_running_one_is_not_an_end():
     end = parse_scontrol("1", CANCELLED_LINE)
     assert end.line() == "Slurm job 1 was cancelled (CANCELLED by scancel) and Slurm ended every rank"
-    assert "salloc -N 3 again" in end.fix(nodes=3)
+    assert end.fix(3, "r1") == "salloc -N 3 multihost rerun r1"
     # Right after scancel the job is COMPLETING with no reason: a cancel too.
     assert JobEnd("1", "COMPLETING", "None").cause == "CANCELLED"
     assert parse_scontrol("1", TIMEOUT_LINE.replace("JobState=COMPLETING", "JobState=RUNNING")) is None
