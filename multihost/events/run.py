@@ -180,6 +180,7 @@ class RootCause:
     tail: Tuple[str, ...] = field(default_factory=tuple)
     local_rank: Optional[int] = None   # the rank on its host, when known (names its log)
     after: Tuple[str, ...] = field(default_factory=tuple)   # the ranks that stopped after it
+    kind: str = "rank"              # run/outcome.Failure.kind: "slurm" when Slurm ended the job
 
 
 @dataclass(frozen=True)

@@ -298,7 +298,7 @@ def to_event(failure: Failure, tail: Sequence[str] = (),
     return RootCause(host=failure.host, node_rank=failure.node_rank, rank=failure.rank,
                      exit_code=failure.status, reason=failure.reason,
                      tail=tuple(tail) or failure.tail, local_rank=failure.local_rank,
-                     after=tuple(after))
+                     after=tuple(after), kind=failure.kind)
 
 
 AFTER_LINES = 8   # of the ranks that stopped after the root cause: more are counted

@@ -156,7 +156,8 @@ def cause_from_json(data: Optional[Dict[str, Any]]) -> Optional[RootCause]:
     return RootCause(host=data.get("host", "?"), node_rank=data.get("node_rank", -1),
                      rank=data.get("rank"), exit_code=data.get("exit_code"),
                      reason=data.get("reason", ""), tail=tuple(data.get("tail") or ()),
-                     local_rank=data.get("local_rank"), after=tuple(data.get("after") or ()))
+                     local_rank=data.get("local_rank"), after=tuple(data.get("after") or ()),
+                     kind=data.get("kind", "rank"))
 
 
 def record_to_json(record: RunRecord) -> Dict[str, Any]:

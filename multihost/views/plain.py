@@ -163,7 +163,7 @@ class PlainView:
             self.say(f"run {event.run_id} succeeded")
         elif cause is None:
             self.say(f"run {event.run_id} {ended_how(event.exit_code)} (exit {event.exit_code})")
-        else:
+        elif cause.kind != "slurm":   # Slurm's end of the job is the run's one error line
             lines = [f"run {event.run_id} failed; root cause: {describe_root_cause(cause)}"]
             lines += [f"  | {line}" for line in cause.tail]
             lines += [f"  then {line}" for line in cause.after]
