@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from test_run import SLEEPER, leftovers, run_id_in
+from test_run import paddle_python  # noqa: F401 (the cached paddle venv)
 from test_slurm import cmdline, shared_dir, slurm_lab  # noqa: F401 (fixtures)
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
@@ -48,6 +49,22 @@ def test_run_slurm_puts_ranks_in_slurms_order_and_a_failing_rank_is_its_one_line
     assert seen == {0: ("h1", 0, 4, 0), 1: ("h1", 1, 4, 0), 2: ("h2", 0, 4, 1), 3: ("h2", 1, 4, 1)}
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("multihost: h2: run ") and "rank 3 (local rank 1): exit 3" in last, last
+    assert leftovers(slurm_lab, 2, run_id_in(r.stderr)) == {}
+    assert slurm_jobs(slurm_lab) == ""
+
+
+def test_a_paddle_job_through_run_slurm_names_the_trainer_that_died_in_slurms_order(
+        slurm_lab, tmp_path, paddle_python):
+    r = slurm_lab.multihost("run", "--slurm", "-N", "2", "--python", paddle_python, "--launcher",
+                            "paddle", "--nproc_per_node", "2", "--start-port", "17160", "--code",
+                            str(EXAMPLES), "--no-check", "--kill-wait", "2", "--plain",
+                            "--log_dir", str(tmp_path / "log"), "--", "ranks.py",
+                            "--fail-rank", "2", "--exit-code", "3", "--after", "2", timeout=300)
+    assert r.returncode == 3, r.stderr[-3000:]
+    seen = sorted(re.findall(r"(?m)^(\S+) \[\d+\]: paddle trainer_id=(\d) ", r.stdout))
+    assert seen == [("h1", "0"), ("h1", "1"), ("h2", "2"), ("h2", "3")], r.stdout[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("multihost: h2: run ") and "rank 2 (local rank 0): exit 3" in last, last
     assert leftovers(slurm_lab, 2, run_id_in(r.stderr)) == {}
     assert slurm_jobs(slurm_lab) == ""
 
