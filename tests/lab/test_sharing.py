@@ -155,7 +155,7 @@ def test_a_hand_started_torchrun_is_named(lab, tmp_path):
         session.wait()
 
 
-def test_ones_own_account_from_another_controller_is_waited_for_not_killed(lab, tmp_path):
+def test_ones_own_account_from_another_controller_is_waited_for_not_killed(lab, tmp_path, go):
     code = code_dir(tmp_path)
     hosts = hostfile(lab, tmp_path, 2)
     other = tmp_path / "ctl2"              # a second controller of the same account
@@ -165,7 +165,7 @@ def test_ones_own_account_from_another_controller_is_waited_for_not_killed(lab, 
         return lab.run(["env", f"HOME={other}", sys.executable, "-m", "multihost", *args],
                        timeout=120)
 
-    first = start(lab, hosts, code, tmp_path, nap="10")
+    first = start(lab, hosts, code, tmp_path, "--env", f"GO={go}", nap="30")
     assert first.returncode == 0, first.stderr
     first_id = run_id_in(first.stdout)
     try:
@@ -177,9 +177,20 @@ def test_ones_own_account_from_another_controller_is_waited_for_not_killed(lab, 
         assert "kill" not in said, said
         # The fix, followed: the check waits its turn, then the hosts are ready.
         began = time.monotonic()
-        waited = second("check", "--hostfile", str(hosts), "--plain", "--queue")
-        assert waited.returncode == 0, waited.stdout + waited.stderr
-        assert 'queued: 1st, behind root\'s run "bert-large"' in waited.stderr
+        waiting = lab.popen(["env", f"HOME={other}", sys.executable, "-m", "multihost", "check",
+                             "--hostfile", str(hosts), "--plain", "--queue"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+        said_lines = []
+        for line in waiting.stderr:   # as it waits, it says so; then the first run ends
+            said_lines.append(line)
+            if 'queued: 1st, behind root\'s run "bert-large"' in line:
+                go.touch()
+                break
+        out, err = waiting.communicate(timeout=120)
+        err = "".join(said_lines) + err
+        assert waiting.returncode == 0, out + err
+        assert 'queued: 1st, behind root\'s run "bert-large"' in err
         assert time.monotonic() - began < 40
         seen = newest(all_runs(lab, hosts))
         assert seen["bert-large"]["state"] == "succeeded"
