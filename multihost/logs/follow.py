@@ -158,9 +158,12 @@ class LogFollower:
         return True
 
     def stop(self) -> None:
+        """Stop following, waiting 2 s in all for the threads to end: not 2 s for each,
+        as each lost host's thread stays blocked until its read times out."""
         self._stop.set()
+        deadline = time.monotonic() + 2
         for thread in self._threads:
-            thread.join(timeout=2)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     # -- one host -----------------------------------------------------------------------
     def _follow_node(self, node: Node) -> None:
