@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from ..errors import ConfigError
 from ..events import Listener, Notice, RunStarted, RunState
 from .restarts import attempt_label
-from .monitor import POLL_INTERVAL, AttemptResult, Interrupts, Monitor
+from .interrupts import Interrupts
+from .monitor import POLL_INTERVAL, AttemptResult, Monitor
 from .plan import RunPlan, launch_request
 from .start import RecordKeeper, Starter
 from .records import RunRecord

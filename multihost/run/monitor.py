@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from .outcome import Failure, NodeView, conclude, failures_of, parse_status, ref
 from .plan import RunPlan
 from .restarts import attempt_label
 from .slurm_job import SlurmJobWatch
+from .interrupts import Interrupts
 from .start import RecordKeeper
 from .status_streams import StatusStreams
 
@@ -48,35 +48,6 @@ STATUS_TIMEOUT = 5.0
 SLURM_SLACK = 2.0
 TAIL_LINES = 20
 _STATES = {s.value: s for s in NodeState}
-
-
-class Interrupts:
-    """Counts SIGINTs while installed (the first stops gracefully, the second at once)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.detached = False     # stop following; the run goes on
-        self.reason: Optional[str] = None   # set by a stop that is not a Ctrl-C (the dashboard)
-        self._previous = {}
-
-    def __call__(self) -> bool:
-        return self.count > 0
-
-    def _handle(self, signum, frame) -> None:
-        self.count += 1
-
-    def __enter__(self) -> "Interrupts":
-        # SIGTERM (`timeout`, a batch system ending the controller) counts as a Ctrl-C:
-        # the run is stopped on every host. SIGKILL can not be caught: the run goes on.
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from multihost.events import LogLine, NodeChanged, NodeState, RunFinished, RunSt
 from multihost.fanout import HostGroup
 from multihost.hosts import Host
 from multihost.job import JobOptions
-from multihost.run.monitor import Interrupts, Monitor
+from multihost.run.interrupts import Interrupts
+from multihost.run.monitor import Monitor
 from multihost.run.follow import RunOptions, start_and_follow
 from multihost.run.plan import build_plan
 from multihost.run.start import RecordKeeper

@@ -12,7 +12,8 @@ from multihost.hosts import Host
 from multihost.job import JobOptions
 from multihost.run import launchers as launch
 from multihost.run.follow import Outcome
-from multihost.run.monitor import Interrupts, Monitor
+from multihost.run.interrupts import Interrupts
+from multihost.run.monitor import Monitor
 from multihost.run.pipeline import failure_of
 from multihost.run.plan import build_plan
 from multihost.run.records import NodeRecord, RunRecord, host_to_dict, load_run, new_run_id
