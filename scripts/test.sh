@@ -7,8 +7,10 @@ bash scripts/setup.sh
 # The paddle launcher is tested against the real paddle.distributed.launch (paddlepaddle
 # from PyPI, CPU, installed once into a cached venv); MULTIHOST_TEST_PADDLE=0 skips it.
 export MULTIHOST_TEST_PADDLE="${MULTIHOST_TEST_PADDLE:-1}"
+# Two workers: the unit tests on one, the lab tests (which mostly wait on real processes
+# and timeouts) file by file on both; MULTIHOST_TEST_WORKERS=0 runs everything in order.
 set +e
-.venv/bin/python -m pytest -q -ra "$@"
+.venv/bin/python -m pytest -q -ra -n "${MULTIHOST_TEST_WORKERS:-2}" --dist loadgroup "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

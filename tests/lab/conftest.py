@@ -235,8 +235,30 @@ class LabHandle:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents:
+        path = Path(str(item.fspath)).resolve()
+        if HERE in path.parents:
             item.add_marker(pytest.mark.lab)
+            # With workers (scripts/test.sh: -n 2 --dist loadgroup) a file's tests stay on
+            # one worker, so each file's lab is built once.
+            item.add_marker(pytest.mark.xdist_group(path.stem))
+
+
+def cached_venv(venv: Path, packages: Sequence[str], probe: str) -> str:
+    """The python of a venv that ``probe`` (python code) passes in, made once with
+    ``packages`` where it is missing; one maker at a time, whatever the test workers."""
+    import fcntl
+
+    python = venv / "bin" / "python"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not python.exists() or subprocess.run([str(python), "-c", probe],
+                                                 capture_output=True).returncode != 0:
+            base = Path(sys.base_prefix) / "bin" / "python3"
+            subprocess.run([str(base), "-m", "venv", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True,
+                           timeout=1800)
+    return str(python)
 
 
 def _tcp_peer(pid: int) -> Optional[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import cached_venv
 from test_run import hostfile, leftovers, paddle_python, run_id_in  # noqa: F401 (fixture)
 
 PS_VENV_DEFAULT = "/var/cache/multihost-tests/paddle-ps-venv"   # hosts see /var (not /tmp)
@@ -88,20 +89,11 @@ def test_a_paddle_script_runs_under_paddles_launcher_without_launcher_flag(
 def ps_python() -> str:
     """A cached venv with paddlepaddle 2.6.2 (MULTIHOST_PADDLE_PS_VENV picks where)."""
     import os
-    import subprocess
-    import sys
 
     if os.environ.get("MULTIHOST_TEST_PADDLE") != "1":
         pytest.skip("set MULTIHOST_TEST_PADDLE=1 to test parameter-server jobs")
     venv = Path(os.environ.get("MULTIHOST_PADDLE_PS_VENV", PS_VENV_DEFAULT))
-    python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import paddle.distributed.fleet"]
-    if not python.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
-        base = Path(sys.base_prefix) / "bin" / "python3"
-        subprocess.run([str(base), "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *PS_PACKAGES], check=True,
-                       timeout=1800)
-    return str(python)
+    return cached_venv(venv, PS_PACKAGES, "import paddle.distributed.fleet")
 
 
 # A real parameter-server program on paddle's fleet API (static graph, CPU, geo mode):

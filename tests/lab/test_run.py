@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import cached_venv
+
 REPO = Path(__file__).resolve().parent.parent.parent
 EXAMPLES = REPO / "examples"
 
@@ -323,14 +325,7 @@ def paddle_python() -> str:
     if os.environ.get("MULTIHOST_TEST_PADDLE") != "1":
         pytest.skip("set MULTIHOST_TEST_PADDLE=1 to test the paddle launcher")
     venv = Path(os.environ.get("MULTIHOST_PADDLE_VENV", PADDLE_VENV_DEFAULT))
-    python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import paddle"]
-    if not python.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
-        base = Path(sys.base_prefix) / "bin" / "python3"
-        subprocess.run([str(base), "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "paddlepaddle==3.3.1"], check=True,
-                       timeout=1800)
-    return str(python)
+    return cached_venv(venv, ["paddlepaddle==3.3.1"], "import paddle")
 
 
 def test_paddle_launch_gives_trainer_ids_and_endpoints_in_ip_order(lab, tmp_path, paddle_python):

@@ -57,3 +57,12 @@ def env(tmp_path, monkeypatch):
 def _sync(e, **kw):
     with HostGroup(e.hosts) as cluster:
         return sync_code(cluster, str(e.code), workdirs=e.workdirs, **kw)
+
+
+def pytest_collection_modifyitems(config, items):
+    # With workers (scripts/test.sh: -n 2 --dist loadgroup) the unit tests run one after
+    # another on one worker, beside the lab tests (which mostly wait) on the other.
+    here = os.path.dirname(os.path.abspath(__file__))
+    for item in items:
+        if os.path.abspath(str(item.fspath)).startswith(here + os.sep):
+            item.add_marker(pytest.mark.xdist_group("unit"))
