@@ -61,12 +61,7 @@ class JobState:
 
 
 def sbatch_argv(ask: Ask, name: str = "multihost") -> List[str]:
-    argv = ["sbatch", "--parsable", f"--nodes={ask.nodes}", f"--job-name={name}"]
-    for flag, value in (("--partition", ask.partition), ("--time", ask.time),
-                        ("--gres", ask.gres)):
-        if value:
-            argv.append(f"{flag}={value}")
-    return argv
+    return ["sbatch", "--parsable", f"--nodes={ask.nodes}", f"--job-name={name}", *ask.limits()]
 
 
 def batch_script(run_argv: Sequence[str]) -> str:

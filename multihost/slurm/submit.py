@@ -36,14 +36,15 @@ class Ask:
     time: Optional[str] = None
     gres: Optional[str] = None
 
+    def limits(self) -> List[str]:
+        """The request beyond its node count, as salloc's and sbatch's own options."""
+        return [f"{flag}={value}" for flag, value in (("--partition", self.partition),
+                                                      ("--time", self.time), ("--gres", self.gres))
+                if value]
+
 
 def salloc_argv(ask: Ask) -> List[str]:
-    argv = ["salloc", "--no-shell", f"--nodes={ask.nodes}", f"--job-name={JOB_NAME}"]
-    for flag, value in (("--partition", ask.partition), ("--time", ask.time),
-                        ("--gres", ask.gres)):
-        if value:
-            argv.append(f"{flag}={value}")
-    return argv
+    return ["salloc", "--no-shell", f"--nodes={ask.nodes}", f"--job-name={JOB_NAME}", *ask.limits()]
 
 
 def queue_path(job_id: str) -> Path:

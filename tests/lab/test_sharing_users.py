@@ -18,22 +18,7 @@ from pathlib import Path
 import pytest
 
 from test_run import REPO, hostfile, run_id_in
-
-# Naps NAP seconds, or less: until the file GO names exists (the hosts share /var/tmp),
-# made by the test once it has seen what it waits for.
-NAP = ("import os, time\n"
-       "end, go = time.time() + float(os.environ.get('NAP', '8')), os.environ.get('GO')\n"
-       "while time.time() < end and not (go and os.path.exists(go)):\n"
-       "    time.sleep(0.1)\n"
-       "print('done', flush=True)\n")
-
-
-@pytest.fixture
-def go():
-    """A file whose making ends a nap (NAP's GO), removed after the test."""
-    path = Path("/var/tmp") / f"mh-go-{secrets.token_hex(4)}"
-    yield path
-    path.unlink(missing_ok=True)
+from test_sharing import SHORT as NAP, go  # noqa: F401 (a fixture)
 
 
 class User:
