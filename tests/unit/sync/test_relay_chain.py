@@ -1,7 +1,10 @@
 """The relay chain's pure parts and its rendezvous, on this machine: who a node takes
 as its upstream, when it gives up, how the answers of a chain's nodes are merged."""
 import os
+import shutil
 import socket
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -11,9 +14,13 @@ from multihost.sync.relay import SKIP_AHEAD, chain_requests, feeder_spec, merge_
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    return tmp_path
+def home(monkeypatch):
+    # A short home, as real ones are: the relay's socket lives below it, and a socket's
+    # path has at most 107 bytes (pytest's own temporary paths can be longer).
+    path = Path(tempfile.mkdtemp(prefix="mh", dir="/tmp"))
+    monkeypatch.setenv("HOME", str(path))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def connect(path):
