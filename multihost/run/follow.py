@@ -115,6 +115,9 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         keeper.update(node0_argv=display["command"], env=display["env"], started=time.time())
         starter.launch()
         if options.detach:
+            if interrupts():   # Ctrl-C came as the last nodes confirmed: nothing goes on
+                starter.rollback("interrupted during the launch")
+                raise KeyboardInterrupt
             keeper.update(state=RunState.RUNNING)
             return Outcome(True)
         from .progress import ProgressWatch

@@ -156,14 +156,17 @@ class Starter:
         if results[0].ok and len(hosts) > 1 and not self.interrupted():
             results += self.cluster.map(self._launch_one, hosts[1:])
         failed = [r for r in results if not r.ok]
-        if not failed and len(results) == len(hosts) and self.launch_timeout is not None \
-                and not self.interrupted():
+        # Once every node runs, a Ctrl-C is the running run's: the nodes still get the
+        # word they wait for, and the follower stops them as it does for any Ctrl-C.
+        everywhere = not failed and len(results) == len(hosts)
+        if everywhere and self.launch_timeout is not None:
             failed = [r for r in self.cluster.map(self._confirm_one, hosts) if not r.ok]
         for result in failed:
             self.keeper.node(result.host.rank, state="failed", detail=str(result.error.cause))
             self._node_event(result.host, NodeState.FAILED, str(result.error))
-        if failed or self.interrupted() or len(results) < len(hosts):
-            self.rollback("the run did not start everywhere")
+        if failed or not everywhere:
+            self.rollback("the run did not start everywhere" if failed
+                          else "interrupted during the launch")
             if failed:
                 raise first_error(failed)
             raise KeyboardInterrupt

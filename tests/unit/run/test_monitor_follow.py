@@ -138,6 +138,24 @@ def test_ctrl_c_during_the_launch_is_recorded_with_the_130_run_exits_with(host):
     assert record.state == "stopped" and record.exit_code == 130
 
 
+def test_ctrl_c_once_every_node_runs_stops_the_run_as_a_running_one(host):
+    # The moment between a node's "running" and the word that every node launched: the
+    # run has started, so it ends as any Ctrl-C ends a run (stopped on every host), not
+    # as a launch that "did not start everywhere".
+    holder, plan_record = {}, plan_and_record(host, "sleep")
+
+    def interrupt_once_running(event):
+        if isinstance(event, NodeChanged) and event.state == NodeState.RUNNING:
+            holder["controls"].interrupts.count += 1
+
+    with HostGroup([host]) as cluster:
+        outcome = start_and_follow(cluster, *plan_record, interrupt_once_running,
+                                   RunOptions(poll_interval=0.2), holder)
+    assert outcome.result.exit_code == 130 and outcome.result.interrupted
+    record = load_run(plan_record[0].run_id)
+    assert record.state == "stopped" and "did not start" not in record.nodes[0].detail
+
+
 def test_the_dashboards_stop_is_recorded_as_such_not_as_ctrl_c(host):
     holder = {}
     plan, record = plan_and_record(host, "sleep")
