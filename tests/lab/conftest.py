@@ -233,6 +233,7 @@ class LabHandle:
         raise AssertionError(f"left behind: {left}")
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = Path(str(item.fspath)).resolve()

@@ -59,6 +59,7 @@ def _sync(e, **kw):
         return sync_code(cluster, str(e.code), workdirs=e.workdirs, **kw)
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     # With workers (scripts/test.sh: -n 2 --dist loadgroup) the unit tests run one after
     # another on one worker, beside the lab tests (which mostly wait) on the other.
