@@ -34,6 +34,7 @@ from .. import helper, waits
 from ..errors import CommandTimeout, ConnectError, MultihostError
 from ..events import Listener, NodeChanged, NodeState, RunFinished, RunState, RunStopping
 from .outcome import Failure, NodeView, conclude, failures_of, parse_status, refine, root_cause
+from .peers import peer_first
 from .plan import RunPlan
 from .restarts import attempt_label
 from .slurm_job import SlurmJobWatch
@@ -371,6 +372,9 @@ class Monitor:
         tail: Tuple[str, ...] = ()
         if cause is not None:
             cause, tail = self._explain(cause)
+            peer = peer_first(cause, tail, self._candidates())
+            if peer is not None:   # it died of that peer's death (peers.py)
+                cause, tail = self._explain(peer)
             if tail and not cause.tail:  # the fix can then read what it printed last
                 cause = dataclasses.replace(cause, tail=tuple(tail))
         # A stop asked for on purpose (the dashboard's [s]) ends like `multihost stop`.
