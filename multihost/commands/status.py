@@ -68,17 +68,27 @@ def list_runs(args) -> int:
 
 
 def show_queued(args) -> bool:
-    """A `run --slurm` still waiting in Slurm's queue is the newest run: say so."""
+    """A run still waiting (in Slurm's queue for `run --slurm`, in line on its hosts for
+    `run --queue`) has no record yet and is the newest run: say so. With a run named,
+    only that one (by its --name or id)."""
+    from ..run.queue import waiting, waiting_line
     from ..slurm.submit import queued_jobs, queued_line
 
-    jobs = queued_jobs()
+    jobs = queued_jobs() if args.run is None else []
     for job in jobs:
         if args.json:
             print(json.dumps({"state": "queued", "slurm_job": job["job_id"],
                               "reason": job["reason"], "nodes": job.get("nodes")}))
         else:
             print(queued_line(job))
-    return bool(jobs)
+    tickets = waiting(args.run)
+    for ticket in tickets:
+        if args.json:
+            print(json.dumps({"state": "queued", "run_id": ticket.get("run_id"),
+                              "name": ticket.get("name"), "hosts": ticket.get("hosts")}))
+        else:
+            print(waiting_line(ticket))
+    return bool(jobs or tickets)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -93,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
         return main_all(args)
     if args.list:
         return list_runs(args)
-    if args.run is None and show_queued(args):
+    if show_queued(args):
         return 0
     from .run_batch import batch_job, status as batch_status
 

@@ -137,27 +137,46 @@ def ticket_for(cluster, job, start_port: Optional[int], name: str) -> Ticket:
     return Ticket(cluster, name, gpus, ports)
 
 
-def stop_queued(handle: str, timeout: float = 30.0) -> Optional[str]:
-    """Take a run of this controller out of the line by its name or ticket id: the
-    ticket's id, or None when no queued run has that name."""
+def waiting(handle: Optional[str] = None) -> List[dict]:
+    """This controller's runs waiting in line whose waiting process lives (newest
+    first), or only the one named ``handle`` (its --name or ticket id); a ticket whose
+    process is gone is stale and removed."""
     try:
         files = list(tickets_dir().glob("*.json"))
     except OSError:
-        return None
+        return []
+    found = []
     for path in files:
         try:
             ticket = json.loads(path.read_text())
-        except (OSError, ValueError):
+            os.kill(int(ticket["pid"]), 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)
             continue
-        if handle not in (ticket.get("name"), ticket.get("run_id")):
-            continue
+        if handle is None or handle in (ticket.get("name"), ticket.get("run_id")):
+            found.append(dict(ticket, path=str(path)))
+    return sorted(found, key=lambda t: t.get("run_id", ""), reverse=True)
+
+
+def waiting_line(ticket: dict) -> str:
+    """``queued (run 20261127-..., "second"): waiting in line for h1, h2``."""
+    name = f', "{ticket["name"]}"' if ticket.get("name") else ""
+    return (f"queued (run {ticket.get('run_id')}{name}): waiting in line for "
+            f"{fold(ticket.get('hosts') or [])}; `multihost status --all` shows the line, "
+            f"`multihost stop {ticket.get('name') or ticket.get('run_id')}` leaves it")
+
+
+def stop_queued(handle: str, timeout: float = 30.0) -> Optional[str]:
+    """Take a run of this controller out of the line by its name or ticket id: the
+    ticket's id, or None when no queued run has that name."""
+    for ticket in waiting(handle):
         try:
             os.kill(int(ticket["pid"]), signal.SIGINT)
-        except (OSError, ValueError, KeyError):
-            path.unlink(missing_ok=True)  # its controller is gone: the entry goes stale
+        except OSError:
+            os.unlink(ticket["path"])  # its controller is gone: the entry goes stale
             return ticket.get("run_id")
         deadline = time.time() + timeout
-        while path.exists() and time.time() < deadline:
+        while os.path.exists(ticket["path"]) and time.time() < deadline:
             time.sleep(0.1)
         return ticket.get("run_id")
     return None

@@ -92,6 +92,12 @@ def test_busy_names_the_holder_and_a_queued_run_starts_when_it_ends(lab, tmp_pat
             [[first_id, "bert-large", "root", "running"]]
         assert any("second" in line and "queued (1st)" in line for line in plain.splitlines())
         assert runs["second"]["state"] == "queued" and runs["second"]["place"] == 1
+        # From this controller, by its name (it has no record yet) and as the newest run.
+        for shown in (lab.multihost("status", "second", timeout=60),
+                      lab.multihost("status", timeout=60)):
+            assert shown.returncode == 0, shown.stderr
+            assert shown.stdout.startswith("queued (run ") and '"second"): waiting in line for' \
+                in shown.stdout and "multihost stop second" in shown.stdout, shown.stdout
         go.touch()   # the first run ends now
         out, err = waiting.communicate(timeout=120)
     finally:
