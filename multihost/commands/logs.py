@@ -264,7 +264,8 @@ def _follow(cluster, record, pairs, listener, keys) -> int:
     follower.stop()
     _refuse_bad_replies(follower)
     status = _final_status(cluster, record, follower)
-    listener(RunFinished(record.run_id, status.exit_code, status.root_cause, time=time.time()))
+    listener(RunFinished(record.run_id, status.exit_code, status.root_cause, time=time.time(),
+                         logs=record.log_dir))   # where the mirror is, as `run` says at its end
     return status.exit_code
 
 

@@ -99,6 +99,8 @@ def test_a_killed_controller_loses_and_repeats_nothing(lab, job):
     everything = list(range(150))
     assert mirrored(job, run_id) == {rank: everything for rank in range(6)}
     assert numbered(again.stdout) == {rank: everything for rank in range(6)}
+    # It ends as the run would have: the run's end, then where its logs are.
+    assert f"multihost: run {run_id} succeeded\nmultihost: logs: " in again.stderr, again.stderr
 
 
 def test_a_cut_host_keeps_its_lines_up_to_the_cut_and_shows_as_lost(lab, job):
