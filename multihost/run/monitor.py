@@ -23,7 +23,6 @@ The decisions themselves are pure (outcome.py); this module only does the talkin
 from __future__ import annotations
 
 import dataclasses
-import os
 import queue
 import threading
 import time
@@ -216,8 +215,7 @@ class Monitor:
             return
         host = self.hosts[rank]
         cause = Failure(when, rank, host.label, "slurm", detail=end.line(),
-                        fix=end.fix(len(self.hosts), self.plan.run_id,
-                                    batch=os.environ.get("ENVIRONMENT") == "BATCH"))
+                        fix=end.fix(len(self.hosts), self.plan.run_id))
         self.slurm_cause = cause
         if self.trigger is None or self.trigger.time >= when - SLURM_SLACK:
             self.trigger = cause

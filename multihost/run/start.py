@@ -25,8 +25,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import helper
-from ..errors import EXIT_INTERRUPTED, ConnectError, LaunchError, MultihostError
-from ..events import Listener, NodeChanged, NodeState, RunState
+from ..errors import EXIT_INTERRUPTED, ConnectError, LaunchError, MultihostError, RunFailed
+from ..events import Listener, NodeChanged, NodeState, RootCause, RunState
 from ..fanout import HostResult
 from ..hosts import Host
 from ..slurm.steps import keeps_steps, launch_kept
@@ -161,9 +161,22 @@ class Starter:
         everywhere = not failed and len(results) == len(hosts)
         if everywhere and self.launch_timeout is not None:
             failed = [r for r in self.cluster.map(self._confirm_one, hosts) if not r.ok]
-        for result in failed:
+        # A step that failed because Slurm ended the job is Slurm's doing, not the node's.
+        ended = self.slurm_ended() if failed else None
+        for result in failed if ended is None else ():
             self.keeper.node(result.host.rank, state="failed", detail=str(result.error.cause))
             self._node_event(result.host, NodeState.FAILED, str(result.error))
+        if ended is not None:
+            from ..slurm.ending import EXIT_SLURM_ENDED
+
+            host = failed[0].host
+            self.rollback("the Slurm job ended", state=RunState.STOPPED,
+                          exit_code=EXIT_SLURM_ENDED,
+                          root_cause=RootCause(host.label, host.rank, None, EXIT_SLURM_ENDED,
+                                               ended.line(), kind="slurm"))
+            raise RunFailed(f"run {self.plan.run_id} ended: {ended.line()}",
+                            fix=ended.fix(len(self.plan.nodes), self.plan.run_id),
+                            exit_code=EXIT_SLURM_ENDED)
         if failed or not everywhere:
             self.rollback("the run did not start everywhere" if failed
                           else "interrupted during the launch")
@@ -171,12 +184,23 @@ class Starter:
                 raise first_error(failed)
             raise KeyboardInterrupt
 
+    def slurm_ended(self):
+        """The end of the Slurm job the nodes are steps of (a slurm.ending.JobEnd), when
+        it ended during the launch (scancel, the time limit); else None."""
+        job = str(getattr(getattr(self.cluster, "options", None), "job_id", "") or "")
+        if not job:
+            return None
+        from ..slurm.ending import job_end
+
+        return job_end(job)
+
     def _confirm_one(self, host: Host, transport) -> Any:
         return helper.call(transport, "run.launched", {"run_id": self.plan.run_id},
                            timeout=CONFIRM_TIMEOUT)
 
     def rollback(self, reason: str, grace: Optional[float] = None,
-                 state: Optional[RunState] = None) -> List[HostResult]:
+                 state: Optional[RunState] = None, exit_code: Optional[int] = None,
+                 root_cause: Optional[RootCause] = None) -> List[HostResult]:
         """Stop the run on every host that was prepared (and maybe launched)."""
         hosts = [self.plan.nodes[rank].host for rank in sorted(self.prepared)]
         grace = self.plan.kill_wait if grace is None else grace
@@ -192,6 +216,7 @@ class Starter:
         results = self.cluster.map(one, hosts) if hosts else []
         final = state or (RunState.STOPPED if self.interrupted() else RunState.FAILED)
         # A Ctrl-C here ends `multihost run` with 130: the record says what the user saw.
-        code = EXIT_INTERRUPTED if final == RunState.STOPPED and self.interrupted() else None
-        self.keeper.update(state=final, ended=time.time(), exit_code=code)
+        code = EXIT_INTERRUPTED if final == RunState.STOPPED and self.interrupted() else exit_code
+        cause = {} if root_cause is None else {"root_cause": root_cause}
+        self.keeper.update(state=final, ended=time.time(), exit_code=code, **cause)
         return results

@@ -16,6 +16,7 @@ another shell.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -88,10 +89,13 @@ class JobEnd:
         """``Slurm job 7 reached its time limit (TIMEOUT) and Slurm ended every rank``."""
         return f"Slurm job {self.job_id} {self.ending.words} and Slurm ended every rank"
 
-    def fix(self, nodes: int, run_id: str, batch: bool = False) -> str:
+    def fix(self, nodes: int, run_id: str, batch: Optional[bool] = None) -> str:
         """The fix, typed as is: the same run again in a new allocation of ``nodes``
-        nodes (with ``batch``, as a batch job, as the run was), with twice the time
-        limit after a TIMEOUT and the nodes' whole memory after an OUT_OF_MEMORY."""
+        nodes (in a batch job, as a batch job: sbatch sets ENVIRONMENT=BATCH for its
+        script), with twice the time limit after a TIMEOUT and the nodes' whole memory
+        after an OUT_OF_MEMORY."""
+        if batch is None:
+            batch = os.environ.get("ENVIRONMENT") == "BATCH"
         ask = f"-N {nodes}"
         if self.cause == "TIMEOUT":
             ask += f" --time={self.time_limit * 2}" if self.time_limit else " --time=UNLIMITED"

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from multihost.errors import ConnectError
+from multihost.errors import ConnectError, LaunchError, MultihostError
+from multihost.events import NodeState
 from multihost.hosts import Host
 from multihost.job import JobOptions
 from multihost.run import launchers as launch
@@ -104,3 +105,50 @@ def test_a_job_that_still_runs_leaves_the_lost_host_to_the_usual_wait(plan_recor
     result = Monitor(EndedJobCluster(plan.nodes[0].host), plan, lambda e: None, RecordKeeper(record),
                      Interrupts(), poll_interval=0.1, lost_after=0.5).follow()
     assert result.exit_code == 255 and result.lost == (0,) and result.root_cause.kind == "lost"
+
+
+class LaunchCluster(EndedJobCluster):
+    """Job 7's nodes as a launch meets them: each launch answers, then scancel comes and
+    the step that confirms the launch is cancelled."""
+
+    def map(self, operation, hosts):
+        from multihost.fanout import HostResult
+
+        results = []
+        for host in hosts:
+            try:
+                results.append(HostResult(host, operation(host, None)))
+            except MultihostError as err:
+                results.append(HostResult(host, error=err))
+            except AttributeError:   # the rollback's stop: no node answers any more
+                results.append(HostResult(host, error=ConnectError("gone", host=host.label,
+                                                                    kind=ConnectError.LOST)))
+        return results
+
+
+def test_a_job_cancelled_during_the_launch_ends_the_run_in_slurms_words(plan_record, monkeypatch):
+    from multihost.errors import RunFailed
+    from multihost.run.start import Starter
+
+    plan, record = plan_record
+    monkeypatch.setattr(ending, "job_end", lambda job: parse_scontrol(job, CANCELLED_LINE))
+    events = []
+    starter = Starter(LaunchCluster(plan.nodes[0].host), plan, events.append, RecordKeeper(record))
+    starter.prepared = {0: None}
+    monkeypatch.setattr(starter, "_launch_one", lambda host, t: {"started": time.time()})
+
+    def cancelled(host, t):
+        raise LaunchError("helper operation 'run.launched' failed: slurmstepd-h1: error: "
+                          "*** STEP 7.3 ON h1 CANCELLED AT 2026-11-27T20:08:33 ***", host="h1")
+
+    monkeypatch.setattr(starter, "_confirm_one", cancelled)
+    monkeypatch.setattr(Starter, "launch_timeout", property(lambda self: 120.0))
+    with pytest.raises(RunFailed) as raised:
+        starter.launch()
+    assert str(raised.value).startswith(f"run {plan.run_id} ended: Slurm job 7 was cancelled "
+                                        "(CANCELLED by scancel) and Slurm ended every rank")
+    assert raised.value.exit_code == 143
+    assert not [e for e in events if getattr(e, "state", None) == NodeState.FAILED]
+    saved = load_run(plan.run_id)
+    assert saved.state.value == "stopped" and saved.exit_code == 143
+    assert saved.root_cause.kind == "slurm"
