@@ -66,6 +66,14 @@ def lab_processes(lab: LabHandle, names=("slurm", "munged", "srun")) -> list:
     return found
 
 
+def sleeper_code(tmp_path: Path) -> Path:
+    """A code directory holding test_run's SLEEPER as sleeper.py."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "sleeper.py").write_text(SLEEPER)
+    return code
+
+
 def cmdline(pid: int) -> bytes:
     try:
         return open(f"/proc/{pid}/cmdline", "rb").read()
@@ -193,9 +201,7 @@ def test_run_inside_salloc_puts_ranks_in_slurms_node_order(slurm_lab, tmp_path):
 
 
 def test_a_failing_rank_inside_salloc_is_the_root_cause_and_nothing_is_left(slurm_lab, tmp_path):
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "sleeper.py").write_text(SLEEPER)
+    code = sleeper_code(tmp_path)
     r = in_allocation(slurm_lab, f"multihost run --nproc_per_node 2 --code {code} --no-check "
                                  f"--kill-wait 2 --plain --log_dir {tmp_path / 'log'} "
                                  "-- sleeper.py 3 2", timeout=240)
@@ -209,9 +215,7 @@ def test_a_failing_rank_inside_salloc_is_the_root_cause_and_nothing_is_left(slur
 
 
 def test_ctrl_c_inside_salloc_leaves_nothing_on_any_node_and_ends_the_job(slurm_lab, tmp_path):
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "sleeper.py").write_text(SLEEPER)
+    code = sleeper_code(tmp_path)
     proc = slurm_lab.popen(["salloc", "-N", "2", "multihost", "run", "--launcher", "python",
                             "--nproc_per_node", "2", "--code", str(code), "--no-check",
                             "--kill-wait", "2", "--plain", "--log_dir", str(tmp_path / "log"),
@@ -347,9 +351,7 @@ def test_scancel_of_the_allocation_ends_every_rank_on_every_node(slurm_lab, tmp_
     # Each node's supervisor lives in a job step that lasts as long as the run, so Slurm
     # itself ends the ranks: a supervisor detached as over ssh would escape the step and
     # keep them running after scancel.
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "sleeper.py").write_text(SLEEPER)
+    code = sleeper_code(tmp_path)
     r = in_allocation(slurm_lab, f"multihost run --launcher python --nproc_per_node 2 --code {code} "
                                  f"--no-check --plain --log_dir {tmp_path / 'log'} -- sleeper.py "
                                  ">/dev/null 2>&1 & "
@@ -369,9 +371,7 @@ def test_scancel_of_the_allocation_ends_every_rank_on_every_node(slurm_lab, tmp_
 
 def test_status_and_stop_from_another_shell_reach_the_nodes_through_srun(slurm_lab, tmp_path):
     # The nodes' sshd is stopped: only srun can reach them now.
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "sleeper.py").write_text(SLEEPER)
+    code = sleeper_code(tmp_path)
     for i in (1, 2):
         slurm_lab.lab.sshd_stop(i)
     try:

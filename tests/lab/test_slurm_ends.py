@@ -8,8 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from test_run import SLEEPER, leftovers, run_id_in
-from test_slurm import in_allocation, shared_dir, slurm_lab  # noqa: F401 (fixtures)
+from test_run import leftovers, run_id_in
+from test_slurm import in_allocation, shared_dir, sleeper_code, slurm_lab  # noqa: F401 (fixtures)
 
 
 def sleepers_up(lab, proc, count: int = 2, within: float = 120) -> None:
@@ -36,9 +36,7 @@ def no_leftovers(lab, run_id: str, within: float = 30) -> None:
 
 
 def test_scancel_from_outside_ends_the_run_at_once_in_one_line(slurm_lab, tmp_path):
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "sleeper.py").write_text(SLEEPER)
+    code = sleeper_code(tmp_path)
     proc = slurm_lab.popen(["salloc", "-N", "2", "sh", "-c",
                             f"multihost run --launcher python --nproc_per_node 2 --code {code} "
                             f"--no-check --plain --log_dir {tmp_path / 'log'} -- sleeper.py; "
@@ -81,9 +79,7 @@ def test_check_inside_salloc_says_each_node_ran_an_srun_step(slurm_lab):
 
 
 def test_status_all_shows_slurms_jobs_beside_the_runs(slurm_lab, tmp_path):
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "sleeper.py").write_text(SLEEPER)
+    code = sleeper_code(tmp_path)
     holder = slurm_lab.popen(["salloc", "-N", "2", "-J", "holder", "multihost", "run",
                               "--launcher", "python", "--nproc_per_node", "1", "--code", str(code),
                               "--no-check", "--plain", "--log_dir", str(tmp_path / "log"), "--",

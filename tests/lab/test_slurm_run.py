@@ -14,22 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from test_run import SLEEPER, leftovers, run_id_in
+from test_run import leftovers, run_id_in
 from test_run import paddle_python  # noqa: F401 (the cached paddle venv)
-from test_slurm import cmdline, shared_dir, slurm_lab  # noqa: F401 (fixtures)
+from test_slurm import cmdline, shared_dir, sleeper_code, slurm_lab  # noqa: F401 (fixtures)
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 
 
 def slurm_jobs(lab) -> str:
     return lab.run(["squeue", "-h", "-o", "%i %T"], check=True).stdout.strip()
-
-
-def sleeper_code(tmp_path: Path) -> Path:
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "sleeper.py").write_text(SLEEPER)
-    return code
 
 
 # -- multihost run --slurm, from outside an allocation -------------------------------------
