@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from multihost.check.parsers import parse_gpu_use, parse_gpus  # noqa: E402
-from multihost.remote import ops_check, run_gpus  # noqa: E402
+from multihost.remote.check import ops as ops_check  # noqa: E402
+from multihost.remote.run import gpus as run_gpus  # noqa: E402
 
 SAMPLES = 3             # idle samples of the sampler's query, SAMPLE_GAP s apart
 SAMPLE_GAP = 1.0

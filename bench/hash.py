@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from multihost.remote.sync_fs import HashCache, default_threads, hash_files  # noqa: E402
+from multihost.remote.sync.fs import HashCache, default_threads, hash_files  # noqa: E402
 
 GOAL = 3.0
 

@@ -51,7 +51,8 @@ _BOOT = "from mhremote.main import main\nmain()\n"
 def _sources() -> "list[tuple[str, bytes]]":
     source = Path(__file__).with_name("remote")
     return [("__main__.py", _BOOT.encode())] + [
-        (f"mhremote/{path.name}", path.read_bytes()) for path in sorted(source.glob("*.py"))]
+        (f"mhremote/{path.relative_to(source).as_posix()}", path.read_bytes())
+        for path in sorted(source.rglob("*.py"))]
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,7 +3,7 @@ settable from the environment for a network or hosts slower (or faster) than tha
 
 - ``MULTIHOST_LOST_AFTER`` (15 s): a host of a followed run that answers nothing for this
   long is lost (run/monitor.py, logs/follow.py), and a sync's relay hop whose upstream
-  sends nothing for this long plus 5 s is cut (remote/sync_relay.py): the hosts behind
+  sends nothing for this long plus 5 s is cut (remote/sync/relay.py): the hosts behind
   it are then fed from the controller.
 - ``MULTIHOST_HELPER_START`` (60 s): the multihost helper on a host must print its first
   line within this long, or its python is taken to hang while starting (helper.py).

@@ -33,7 +33,7 @@ class HostProbe:
     reach: Optional[dict] = None           # {"rtt", "method", "tcp"} or {"skip": why}
     ssh_ms: Optional[float] = None
     ssh_error: Optional[MultihostError] = None
-    facts: Optional[dict] = None           # the helper's reply (remote/ops_check.gather)
+    facts: Optional[dict] = None           # the helper's reply (remote/check/ops.gather)
     facts_error: Optional[MultihostError] = None
     clock_skew: Optional[float] = None     # seconds, remote minus controller
     clock_error: float = 0.0               # the measurement's own uncertainty
@@ -103,7 +103,7 @@ def groups(values: Dict[int, Optional[str]], cluster: Cluster) -> str:
 
 def same_machine(cluster: Cluster) -> Dict[int, HostProbe]:
     """{rank: the first entry on the same machine} for every later entry that reaches a
-    machine already listed (its boot id and network namespace, see remote/ops_check)."""
+    machine already listed (its boot id and network namespace, see remote/check/ops)."""
     probes = {probe.host.rank: probe for probe in cluster.probes}
     identities = {rank: (probe.fact("hostname") or {}).get("machine") if probe.facts else None
                   for rank, probe in probes.items()}

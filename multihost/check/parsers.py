@@ -172,7 +172,7 @@ def nccl_from_dists(names: Iterable[str]) -> Optional[str]:
 
 
 def parse_software(probe: Dict[str, object]) -> Software:
-    """The python probe's reply (see remote/ops_check.PYTHON_PROBE) as versions."""
+    """The python probe's reply (see remote/check/ops.PYTHON_PROBE) as versions."""
     torch = probe.get("torch") or {}
     paddle = probe.get("paddle") or {}
     torch_version, torch_cuda = parse_torch_version(str(torch.get("version_py", ""))) \

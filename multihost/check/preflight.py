@@ -33,7 +33,8 @@ from ..events import CheckStage, Listener
 from ..fanout import HostGroup
 from ..hosts import Host
 from ..job import AUTO_PORT_RANGE, JobOptions, workdir_for
-from ..remote import net_ping, ops_check_net as net
+from ..remote.check import ping as net_ping
+from ..remote.check import net
 from ..run.records import run_ids
 
 DEFAULT_BUDGET = 8.0        # seconds a host may spend gathering facts
@@ -95,7 +96,7 @@ def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] 
 
 def _facts_request(session: Session, sessions: Sequence[Session], job: JobOptions,
                    workdir: str, budget: float) -> dict:
-    """What one host is asked in the first round (see remote/ops_check.gather): the
+    """What one host is asked in the first round (see remote/check/ops.gather): the
     probes its checks read (registry.probes_for)."""
     host = session.host
     low, high = AUTO_PORT_RANGE
@@ -110,7 +111,7 @@ def _facts_request(session: Session, sessions: Sequence[Session], job: JobOption
         "ping_timeout": PING_TIMEOUT, "budget": budget,
         "data": list(job.data) + list(host.data),
         # Where the controller's own environment lives: a host may have one at the same
-        # path, with the framework its python3 lacks (remote/ops_check_python).
+        # path, with the framework its python3 lacks (remote/check/python).
         "prefix": sys.prefix,
     }
 

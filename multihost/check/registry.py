@@ -4,7 +4,7 @@
     def judge_disk(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]: ...
 
 The record says what the check asks of each host (the names of host-side probes in
-``remote/ops_check.PROBES``, gathered in the one helper call per host), what a timeout of
+``remote/check/ops.PROBES``, gathered in the one helper call per host), what a timeout of
 its probe means, and where its column stands in the report. The package's ``__init__``
 imports every module of ``check/checks/``, so a check exists by being there, as
 pyinfra's facts do: a new check is one file in that folder, and its test.

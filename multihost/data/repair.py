@@ -22,7 +22,7 @@ from .model import DataReport, DataSyncReport, HostDataSync, PathState
 from .verify import _scan, verify_data
 from ..errors import MultihostError, SyncError
 from ..fanout import HostGroup
-from ..remote.sync_fs import FILE
+from ..remote.sync.fs import FILE
 from ..events import Listener, SyncProgress
 from ..sync import call_streaming, hop_spec, pipe_errors_raise
 from ..sync.relay import Chain

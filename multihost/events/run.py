@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
-from ..remote.run_states import FINAL_STATES
+from ..remote.run.states import FINAL_STATES
 
 if TYPE_CHECKING:
     from ..run.stragglers import Straggler

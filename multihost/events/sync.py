@@ -53,7 +53,7 @@ class DataProgress:
 @dataclass(frozen=True)
 class SyncWaiting:
     """A host's helper waits for another sync of its workdir to finish (one writer at a
-    time: remote/sync_lock.py); ``text`` names it."""
+    time: remote/sync/lock.py); ``text`` names it."""
 
     host: str
     text: str

@@ -10,7 +10,7 @@ stdout (our ``launcher.log``), between its own messages. Shown as they are, loca
 shown skips the copies.
 
 The host's log stream sends a sweep's worker logs before the launcher's output, and
-reads the launcher's size first (``remote/ops_logs.py``), so every echoed line has
+reads the launcher's size first (``remote/logs/ops.py``), so every echoed line has
 already been seen in ``workerlog.0`` when it arrives here: a launcher line equal to the
 oldest rank-0 line not yet echoed is that echo. Anything else is the launcher's own.
 """

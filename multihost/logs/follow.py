@@ -22,7 +22,7 @@ from .. import helper, waits
 from ..errors import BadReply, ConnectError, MultihostError
 from ..events import Listener, LogBlock, NodeChanged, NodeState, Notice
 from ..hosts import Host
-from ..remote.run_states import FINAL_STATES
+from ..remote.run.states import FINAL_STATES
 from .echo import ConfigBlock, LauncherEcho, fold_signal_trace
 from .frames import LineJoiner, read_frame
 from .gpus import GpuFeed

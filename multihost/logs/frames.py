@@ -1,5 +1,5 @@
 """The controller's side of the ``logs.tail`` wire format (the codec is
-remote/log_frames.py, shared with the host), read as untrusted input: a frame that is not
+remote/logs/frames.py, shared with the host), read as untrusted input: a frame that is not
 exactly what the protocol defines ends the host's stream with one line naming the host,
 before anything is written.
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import BadReply
-from ..remote import log_frames
+from ..remote.logs import frames as log_frames
 from ..untrusted import CUT_MARK, MAX_LINE, clean_text, is_log_name
 
 
@@ -28,7 +28,7 @@ class Frame:
 
 
 def read_frame(stream, host: str) -> Optional[Frame]:
-    """The next frame (read by the one codec, remote/log_frames.py), or None at the end of
+    """The next frame (read by the one codec, remote/logs/frames.py), or None at the end of
     the stream; BadReply naming the host for anything malformed or a name the protocol
     does not define."""
     try:

@@ -1,5 +1,5 @@
 """A run's GPU samples, read from each host's ``gpu.log``: the host's supervisor writes
-it (remote/run_gpus.py), the log follower streams and mirrors it like a rank's log, and
+it (remote/run/gpus.py), the log follower streams and mirrors it like a rank's log, and
 this turns its lines into ``GpuSample`` events and finds the GPUs that sit idle.
 
 A host is untrusted: every line is parsed strictly (check/parsers.py reads the rows, as

@@ -1,19 +1,33 @@
 """Load the module of the operation asked for (or every one), then run it.
 
-Every operation is named ``family.verb``, and its family names its module: ``check.host``
-and ``run.launch`` live in ``ops_check`` and ``ops_run``. Only that module is imported:
-every command starts a helper on every host, and importing every family's module costs
-each call about 20 ms more of the host's CPU. An unknown family falls back to loading every
-module.
+Every operation is named ``family.verb``, and FAMILIES names the module that registers a
+family's operations: ``check.host`` lives in ``check/ops.py``, ``run.launch`` in
+``run/ops.py``; the subpackages mirror the controller's features. Only that module is
+imported: every command starts a helper on every host, and importing every family's
+module costs each call about 20 ms more of the host's CPU. An unknown family falls back
+to loading every module.
 """
 import importlib
-import os
 import sys
 
 from . import proto
 
 # spelled out: str.isascii is 3.7+ and `string` costs an import on every call
 LOWERCASE = "abcdefghijklmnopqrstuvwxyz"
+
+FAMILIES = {
+    "basic": "basic",
+    "check": "check.ops",
+    "linktest": "check.linktest",
+    "collective": "check.collective",
+    "run": "run.ops",
+    "stacks": "run.stacks",
+    "slurm": "run.slurm",
+    "logs": "logs.ops",
+    "sync": "sync.ops",
+    "data": "data.ops",
+    "hold": "registry.ops",
+}
 
 
 def family_of(name):
@@ -23,20 +37,15 @@ def family_of(name):
 
 
 def load_ops():
-    for directory in sys.modules[__package__].__path__:
-        for name in sorted(os.listdir(directory)):
-            if name.startswith("ops_") and name.endswith(".py"):
-                importlib.import_module("%s.%s" % (__package__, name[:-3]))
+    for module in FAMILIES.values():
+        importlib.import_module("%s.%s" % (__package__, module))
 
 
 def main():
     name = sys.argv[1] if len(sys.argv) > 1 else ""
-    family = family_of(name)
-    if family:
-        try:
-            importlib.import_module("%s.ops_%s" % (__package__, family))
-        except ImportError:
-            pass
+    module = FAMILIES.get(family_of(name))
+    if module:
+        importlib.import_module("%s.%s" % (__package__, module))
     if name not in proto.OPS:
         load_ops()
     sys.exit(proto.dispatch(sys.argv))

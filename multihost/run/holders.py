@@ -1,5 +1,5 @@
 """Every run on a set of hosts, from every controller and user: read from each host's
-registry (remote/holds.py) and merged by run, as ``status --all`` shows it (squeue's
+registry (remote/registry/holds.py) and merged by run, as ``status --all`` shows it (squeue's
 view of a cluster without a scheduler).
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .. import helper
 from ..nodeset import fold
 from ..untrusted import clean_report
-from ..remote.holds import fold_ints
+from ..remote.registry.holds import fold_ints
 
 STATES = ("queued", "starting", "running", "succeeded", "failed", "stopped", "lost")
 
@@ -106,7 +106,7 @@ def gather(cluster) -> Tuple[List[SharedRun], list]:
 
 
 def age(seconds: Optional[float]) -> str:
-    from ..remote.holds import age as words
+    from ..remote.registry.holds import age as words
     return "-" if seconds is None else words(seconds)
 
 

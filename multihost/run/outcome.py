@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import EXIT_CONNECT, EXIT_INTERRUPTED
 from ..events import RootCause, RunState
-from ..remote.run_states import FAILED, FINAL_STATES, STOPPED, SUCCEEDED
+from ..remote.run.states import FAILED, FINAL_STATES, STOPPED, SUCCEEDED
 from ..slurm.ending import EXIT_SLURM_ENDED
 from ..untrusted import as_dict, as_int, as_list, as_time, clean_lines, clean_text
 

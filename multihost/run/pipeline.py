@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, RunFailed
-from ..remote.run_states import NO_SPACE
+from ..remote.run.states import NO_SPACE
 from ..hosts import Host
 from ..job import JobOptions
 from ..transport.srun import record_fields

@@ -1,7 +1,7 @@
 """``run --queue``: wait in line for hosts another run holds, then start as usual.
 
 The waiting run writes a queue entry (a ticket: an id, when it asked, its GPUs) into the
-registry of every host it needs (remote/holds.py) and refreshes it every POLL seconds.
+registry of every host it needs (remote/registry/holds.py) and refreshes it every POLL seconds.
 Its turn comes when, on every one of its hosts, no live run holds what it needs and no
 queue entry that asked earlier wants the same GPUs. Every controller orders tickets the
 same way (by when they asked, then by id), so runs with overlapping host sets never wait
@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from .. import helper
 from ..errors import ConnectError, MultihostError
 from ..nodeset import fold
-from ..remote.holds import holder_line, overlaps
+from ..remote.registry.holds import holder_line, overlaps
 from .holders import _nth, registry_entries
 from .records import new_run_id, state_dir
 from .sharing import controller

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..errors import ConfigError
 from ..events import RootCause, RunState
 from ..hosts import Host
-from ..remote.run_states import FINAL_STATES
+from ..remote.run.states import FINAL_STATES
 
 RUN_ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
 HOST_FIELDS = ("name", "rank", "user", "port", "identity_file", "workdir", "python", "gpus",

@@ -1,5 +1,5 @@
 """A run as the other users of its hosts see it: its entry in each host's registry
-(remote/holds.py), and the name people call it by.
+(remote/registry/holds.py), and the name people call it by.
 """
 from __future__ import annotations
 

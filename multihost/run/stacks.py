@@ -5,7 +5,7 @@ rank is stuck in all_reduce, and where is the other one?).
     samples = collect(cluster, record)        # one RankStack per rank, in rank order
     for group in group_stacks(samples): ...   # StackGroup(stack, ranks, hosts), biggest first
 
-Each host answers ``stacks.dump`` (remote/ops_stacks.py): py-spy where the host has it,
+Each host answers ``stacks.dump`` (remote/run/stacks.py): py-spy where the host has it,
 else the stack hook the rank wrapper installs. Stacks are host text: they are shown
 through the views' sanitising only, never raw.
 """

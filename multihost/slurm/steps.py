@@ -4,7 +4,7 @@ Over ssh, ``run.launch`` starts a detached supervisor and returns. Under Slurm t
 supervisor would escape the srun step that started it: with proctrack/cgroup Slurm kills
 it as soon as that step ends, with proctrack/linuxproc Slurm loses track of it (scancel
 and the end of the allocation would leave the ranks running). So on a node reached by
-srun, the launch is ``slurm.launch`` (remote/ops_slurm.py) started as a stream: its first
+srun, the launch is ``slurm.launch`` (remote/run/slurm.py) started as a stream: its first
 line is the same reply, and the step (the srun kept here) then lasts until the node's
 supervisor ends, with its exit status as the step's.
 """

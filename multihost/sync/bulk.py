@@ -19,7 +19,7 @@ from typing import Callable, List, Optional
 
 from .. import helper
 from ..errors import ConnectError, MultihostError
-from ..remote.sync_wire import Writer
+from ..remote.sync.wire import Writer
 from .transfer import HOP_CIPHERS, SendBuffer
 from ..transport.openssh import DEFAULT_CONFIG, known_hosts_name, login_command, ssh_base
 

@@ -15,7 +15,7 @@ from ..events import Listener
 from ..fanout import HostGroup
 from .manifest import Entry, Manifest
 from .model import HostNeeds, HostSync, merge_result
-from ..remote.sync_wire import Writer
+from ..remote.sync.wire import Writer
 from .bulk import openssh_argv, stream_openssh
 from .session import HostSession
 from .relay import Chain, head_failure
@@ -33,7 +33,7 @@ def direct_fill(needs: HostNeeds, code_root: str, entries: Sequence[Entry],
     ``dirs``: whether it carries the list of paths the sync owns (default: a first stream
     that changes it) and the directories (default: a first stream), when a relay does.
     ``part``: [pass, streams of that pass to the host]: the last one of them to end
-    whole unmarks the host's tree (remote/sync_lock.py)."""
+    whole unmarks the host's tree (remote/sync/lock.py)."""
     if tracked is None:
         tracked = first and changes_owned(needs)
     if dirs is None:
@@ -77,7 +77,7 @@ def deliver(cluster: HostGroup, manifest: Manifest, needs: Dict[int, HostNeeds],
             ) -> Tuple[Dict[int, HostSync], Dict[int, Dict[str, list]]]:
     """Results per host, and each host's stat keys of what it now holds in sync (for
     fastpath.py's record). ``claims``: what each host's helpers show its workdir's
-    lock (remote/sync_lock.py)."""
+    lock (remote/sync/lock.py)."""
     return _Delivery(cluster, manifest, needs, sessions, emit, claims or {}).run()
 
 

@@ -3,7 +3,7 @@ recognised with one `stat` command, without starting Python there.
 
 After each complete sync of a host, the controller records, per (host, workdir, code
 directory), every manifest entry with the host's stat key of it (type, size, mtime,
-ctime, inode; see ``remote/sync_fs.stat_key``), the same key the host's own hash cache
+ctime, inode; see ``remote/sync/fs.stat_key``), the same key the host's own hash cache
 trusts (the entries themselves once for every host synced from the same manifest: see
 ``save_record``). The next sync first asks the host for those keys with coreutils' `stat`
 (one round trip, no interpreter) while the code is hashed here, and compares every key;
@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 from .manifest import Manifest
 from ..machines import IDENTITY_SHELL
-from ..remote.sync_lock import MARKER, SUFFIX as LOCK_SUFFIX
+from ..remote.sync.lock import MARKER, SUFFIX as LOCK_SUFFIX
 
 STATE_DIR = "~/.cache/multihost/sync-state"
 VERSION = 4
@@ -225,7 +225,7 @@ def matches_manifest(record: dict, manifest: Manifest) -> bool:
 
 def stat_command(remote_root: str) -> str:
     """`stat` of the NUL-separated names on stdin, after a line of the workdir's
-    generation (the first line of its lock, remote/sync_lock.py: read by the shell
+    generation (the first line of its lock, remote/sync/lock.py: read by the shell
     itself, '-' when there is none) and the machine's identity (machines.py: one machine
     listed twice is refused); a tree marked incomplete fails at once."""
     return (f"cd -P -- {shlex.quote(remote_root)} && test ! -e {MARKER} && "
@@ -301,7 +301,7 @@ def host_unchanged(transport, record: dict, timeout: float = 60) -> bool:
     if not done.ok:
         return False
     # Whatever is sent from the record is applied only at this generation: a sync that
-    # wrote the host meanwhile makes that stream refused (remote/sync_lock.py).
+    # wrote the host meanwhile makes that stream refused (remote/sync/lock.py).
     record["gen"], record["machine"] = stat_generation(done.stdout), stat_machine(done.stdout)
     if record.get("stat") and hashlib.sha256(done.stdout).hexdigest() == record["stat"]:
         return True

@@ -4,7 +4,7 @@ A manifest lists every directory, file and symlink that travels (ignore rules ap
 with its size, mode, mtime and sha256 (a link: its target). Hashes come from a cache
 keyed by (path, size, mtime, ctime, inode) in ``~/.cache/multihost/hashes``, so an
 unchanged tree is only stat()ed. The same code hashes the hosts' trees
-(``remote/sync_fs.py``), so both sides agree on what "the same" means.
+(``remote/sync/fs.py``), so both sides agree on what "the same" means.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, SyncError
-from ..remote.sync_fs import DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, scan_tree
+from ..remote.sync.fs import DIR, FILE, LINK, MODE_BITS, HashCache, hash_files, scan_tree
 from .ignore import IgnoreRules
 
 # Above these, data has probably got into the code directory: say so (never refuse).

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from ..errors import MultihostError, SyncError, and_more
-from ..remote.sync_fs import DIR, FILE
+from ..remote.sync.fs import DIR, FILE
 from .manifest import Entry, Manifest
 
 SHOWN = 5  # paths named per host in a report; the rest are counted
@@ -181,7 +181,7 @@ def merge_result(label: str, needs: HostNeeds, nodes: List[dict], error: Optiona
 
 
 def waited_note(waited) -> str:
-    """A host's helper waited for another writer of its workdir (remote/sync_lock.py)."""
+    """A host's helper waited for another writer of its workdir (remote/sync/lock.py)."""
     seconds, holder = waited
     return f"waited {float(seconds):.0f} s for {holder}"
 

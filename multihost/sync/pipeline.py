@@ -41,7 +41,7 @@ from .manifest import Manifest, build_manifest, code_revision, size_warnings
 from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result,
                     needs_from_plan, sync_error, waited_note)
 from .session import HostSession
-from ..remote.sync_lock import STALE
+from ..remote.sync.lock import STALE
 from .transfer import RELAY_MIN_BYTES, stream_to
 
 __all__ = ["sync_code"]
@@ -50,7 +50,7 @@ __all__ = ["sync_code"]
 # does not answer by then is left for the paramiko path, not waited for.
 THROUGH_MASTER = 5.0
 # Seconds a host's helper waits for another sync of the same workdir to end before
-# this sync is refused there (remote/sync_lock.py); a run's hold is never waited for.
+# this sync is refused there (remote/sync/lock.py); a run's hold is never waited for.
 WAIT_ENV, WAIT_DEFAULT = "MULTIHOST_SYNC_WAIT", 60.0
 
 

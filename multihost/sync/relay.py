@@ -1,4 +1,4 @@
-"""The controller's side of a relay chain (the hosts' side: remote/sync_relay.py).
+"""The controller's side of a relay chain (the hosts' side: remote/sync/relay.py).
 
 Every host of the chain gets its node at once, over the controller's own open
 connection: the head reads the stream from the controller, every other node listens on
@@ -38,7 +38,7 @@ def chain_requests(ranks: Sequence[int], hops: Sequence[dict], roots: Dict[int, 
     """The sync.receive request of each node of the chain, head first. ``fed``: the
     head too listens, for a feeder outside the chain (``feeder_spec``); ``keys``: each
     node answers the stat keys of what it wrote (a code sync records them); ``claims``:
-    what a node shows its workdir's lock, and its part of the sync (remote/sync_lock)."""
+    what a node shows its workdir's lock, and its part of the sync (remote/sync/lock)."""
     requests = []
     for index, rank in enumerate(ranks):
         spec = {"token": token, "next": list(hops[index + 1:index + 1 + SKIP_AHEAD])}

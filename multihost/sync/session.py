@@ -16,8 +16,8 @@ from typing import Callable, Optional
 
 from .. import helper, waits
 from ..errors import ConnectError, MultihostError, RemoteError
-from ..remote.sync_plan import NO_MANIFEST
-from ..remote.sync_wire import Writer, encode_node_request
+from ..remote.sync.plan import NO_MANIFEST
+from ..remote.sync.wire import Writer, encode_node_request
 from ..transport.base import BrokenStream
 from .transfer import SendBuffer, close_process
 

@@ -3,7 +3,7 @@
 Every host gets one ``sync.receive`` stream from the controller with its deletions,
 directories, links, mode changes and the files only it needs. Files that several hosts
 need and that weigh enough travel once: the controller sends them to the first of those
-hosts, which forwards them to the next as it writes them (``remote/sync_relay.py``),
+hosts, which forwards them to the next as it writes them (``remote/sync/relay.py``),
 so the controller's uplink carries them once instead of once per host. A host the
 relay could not reach, or a file the relay could not deliver, is then sent directly.
 """
@@ -20,8 +20,8 @@ from .. import helper
 from ..errors import ConnectError, MultihostError, RemoteError
 from ..events import Listener, SyncProgress
 from ..hosts import Host
-from ..remote.sync_fs import FILE, LINK
-from ..remote.sync_wire import Writer
+from ..remote.sync.fs import FILE, LINK
+from ..remote.sync.wire import Writer
 from .manifest import Entry
 from ..transport.base import BrokenStream, pipe_errors_raise  # noqa: F401 (its old home)
 from ..transport.openssh import known_hosts_name, ssh_base

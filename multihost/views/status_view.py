@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import IO
 
-from ..remote.run_states import LAUNCH_LOST
+from ..remote.run.states import LAUNCH_LOST
 
 
 def _ago(when, now) -> str:

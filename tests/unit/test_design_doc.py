@@ -1,8 +1,8 @@
 """docs/design.md is the map a newcomer reads first, and its trust-boundary table is the
 security contract: the gates every byte a host sends goes through. Each code name it
 gives in backticks, ``package.module.name`` under ``multihost.`` (``logs.frames.read_frame``,
-``run.outcome.parse_status``, ``remote.log_frames.read_frame``), must exist, and each
-file it names (``pipeline.py``, ``remote/ops_run.py``) must be there: a rename or a
+``run.outcome.parse_status``, ``remote.logs.frames.read_frame``), must exist, and each
+file it names (``pipeline.py``, ``remote/run/ops.py``) must be there: a rename or a
 removal cannot leave the map pointing at a gate, a function or a module that is gone."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ FILE = re.compile(r"[\w./-]*\w\.py")
 FILE_SUFFIXES = {"py", "json", "log", "N", "md", "tmpl", "toml", "ini", "gz", "txt", "lock"}
 NOT_CODE = {
     "FAMILY.verb",           # the pattern of helper operation names
-    "remote/ops_FAMILY.py",  # and of their modules
+    "remote/FAMILY/ops.py",  # and of their modules
     "package.module.name",   # the pattern of the names checked here
     "name.isascii",          # a method call on some string, as vermin cannot see it
 }

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from multihost.check.parsers import parse_gpu_use
-from multihost.remote import ops_check, run_gpus
+from multihost.remote.check import ops as ops_check
+from multihost.remote.run import gpus as run_gpus
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_truth.sh"

@@ -9,7 +9,7 @@ from typing import Dict, Iterable, Optional, Sequence, Set
 from ..judge import Cluster, HostProbe, folded, groups, not_checked, route_iface, same_machine
 from .. import fixes
 from .sharing import holders
-from ...remote.holds import holder_line
+from ...remote.registry.holds import holder_line
 from ..registry import check
 from ..report import FAIL, PASS, SKIP, WARN, CheckResult
 from ...hosts import Host

@@ -1,5 +1,5 @@
 """The other users of a host: is it held by a run (anyone's, from any controller: the
-host registry of remote/holds.py), and does a training run there that multihost did not
+host registry of remote/registry/holds.py), and does a training run there that multihost did not
 start (a torchrun, paddle's launcher, a process on a GPU)?
 
 A fix here never stops a live run that is not one's own: it waits (`--queue`), goes
@@ -15,7 +15,7 @@ from ..parsers import parse_gpus
 from ..registry import check
 from ..report import FAIL, PASS, WARN, CheckResult
 from ...errors import and_more
-from ...remote.holds import fold_ints, holder_line, overlaps
+from ...remote.registry.holds import fold_ints, holder_line, overlaps
 
 
 def job_needs(probe: HostProbe, cluster: Cluster):

@@ -90,7 +90,7 @@ def _wanted(cluster: Cluster) -> dict:
 
 
 def _other_python(probe: HostProbe, cluster: Cluster, wanted: dict) -> Optional[str]:
-    """``add `--python P``` for an interpreter on this host (remote/ops_check_python)
+    """``add `--python P``` for an interpreter on this host (remote/check/python)
     that has every framework of ``wanted`` (at its version, when one is given); with no
     framework wanted, one that has torch or paddle."""
     for other in (probe.fact("python") or {}).get("others") or []:

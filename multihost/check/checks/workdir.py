@@ -4,7 +4,7 @@ The sync writes the code's files into the workdir (over any file of the same nam
 the job its logs and checkpoints: a workdir of ``/etc``, ``/usr`` or the home directory
 itself would scatter them among the system's or the user's own files (``.bashrc``,
 ``authorized_keys``). Judged on the host's own terms: the host reports its home and the
-workdir with ``~``, ``..`` and symlinks resolved (remote/ops_check.disk_facts), so
+workdir with ``~``, ``..`` and symlinks resolved (remote/check/ops.disk_facts), so
 ``~``, ``/usr/../etc/`` and a link to ``/etc`` are all seen for what they are.
 
 Shown only for the hosts where the workdir is such a directory.

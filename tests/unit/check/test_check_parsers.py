@@ -13,8 +13,8 @@ import pytest
 from multihost.check.parsers import (fold_ranges, gib, nccl_code, nccl_from_dists, parse_gpu_apps,
                                      parse_gpus, parse_paddle_version, parse_software,
                                      parse_torch_version)
-from multihost.remote.ops_check_proc import parse_proc_net_tcp
-from multihost.remote.ops_check_net import (iface_by_route, interface_of, parse_ip_addr,
+from multihost.remote.check.proc import parse_proc_net_tcp
+from multihost.remote.check.net import (iface_by_route, interface_of, parse_ip_addr,
                                             parse_proc_net_route)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "check"

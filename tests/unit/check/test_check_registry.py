@@ -9,7 +9,7 @@ from multihost.check.registry import check, checks, probes_for
 from multihost.check.report import PASS, CheckResult
 from multihost.hosts import Host
 from multihost.job import JobOptions
-from multihost.remote import ops_check
+from multihost.remote.check import ops as ops_check
 from multihost.views.check_view import render_plain
 from test_check_samples import lab_probes, report_of
 

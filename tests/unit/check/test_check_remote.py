@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from multihost.remote import net_ping, ops_check, ops_check_net as net
+from multihost.remote.check import ping as net_ping
+from multihost.remote.check import ops as ops_check
+from multihost.remote.check import net
 
 RUN_ID = "20261121-101500-3f2a"
 
@@ -186,7 +188,7 @@ def test_ping_this_machine():
 # is a bridge with no port (nothing answers on it): the echo request never leaves it.
 SILENT_PING = """
 import json, sys
-from multihost.remote import net_ping
+from multihost.remote.check import ping as net_ping
 print(json.dumps(net_ping.ping_many(["198.18.0.254"], timeout=0.3, tries=1)[0]))
 """
 SILENT_NET = ("ip link set lo up && ip link add mhsilent type bridge && "

@@ -9,7 +9,7 @@ import pytest
 from multihost.check.fixes import actions
 from multihost.check.report import FAIL
 from multihost.cli import build_parser
-from multihost.remote import ops_check
+from multihost.remote.check import ops as ops_check
 from test_check_samples import lab_probes, report_of, with_facts
 
 # What `multihost check` proposes for a job run from here (the default workdir).

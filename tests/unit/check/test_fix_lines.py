@@ -17,7 +17,7 @@ from multihost.check.report import CheckReport
 from multihost.data import DataReport, HostData, PathDiff
 from multihost.hosts import Host
 from multihost.job import JobOptions
-from multihost.remote import ops_check_python
+from multihost.remote.check import python as ops_check_python
 from multihost.views.check_view import render_plain
 from test_check_samples import ADDRESSES, lab_probes, report_of, with_facts
 

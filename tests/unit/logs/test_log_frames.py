@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import multihost.remote as remote
-from multihost.remote import log_frames as frames
+from multihost.remote.logs import frames
 
 
 def read_all(raw: bytes):
@@ -58,6 +58,6 @@ def test_a_stream_cut_inside_a_frame_is_an_error_not_a_short_read():
 
 
 def test_the_host_side_of_runs_and_logs_parses_as_python_3_6():
-    for name in ("log_frames", "run_states", "ops_logs"):
+    for name in ("logs/frames", "run/states", "logs/ops"):
         source = (Path(remote.__file__).parent / f"{name}.py").read_text()
         ast.parse(source, filename=name, feature_version=(3, 6))

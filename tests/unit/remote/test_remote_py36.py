@@ -32,7 +32,7 @@ def test_the_helper_needs_nothing_newer_than_python_3_6():
 
 def test_the_helper_calls_no_method_of_a_builtin_type_newer_than_3_6():
     found = []
-    for path in sorted(REMOTE.glob("*.py")):
+    for path in sorted(REMOTE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Attribute) and node.attr in UNTYPED_NEWER_METHODS:
                 found.append(f"{path.name}:{node.lineno} .{node.attr} "

@@ -1,4 +1,4 @@
-"""The host side of GPUs in view (remote/run_gpus.py), driven as the supervisor's loop
+"""The host side of GPUs in view (remote/run/gpus.py), driven as the supervisor's loop
 drives it, with a stand-in nvidia-smi in a temporary directory."""
 import os
 import shutil
@@ -6,7 +6,7 @@ import stat
 import time
 from pathlib import Path
 
-from multihost.remote.run_gpus import GpuSampler
+from multihost.remote.run.gpus import GpuSampler
 
 HERE = Path(__file__).resolve().parent
 STANDIN = HERE.parent.parent / "lab" / "nvidia_smi_standin.py"
@@ -72,7 +72,7 @@ def test_an_interval_of_zero_never_asks(tmp_path):
 
 
 def test_a_hung_nvidia_smi_is_killed_and_stop_leaves_none_running(tmp_path, monkeypatch):
-    import multihost.remote.run_gpus as run_gpus
+    import multihost.remote.run.gpus as run_gpus
 
     monkeypatch.setattr(run_gpus, "TIMEOUT", 0.3)
     bin_dir = standin(tmp_path / "bin", "exec sleep 600\n")

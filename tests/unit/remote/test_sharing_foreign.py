@@ -5,7 +5,9 @@ import subprocess
 import sys
 import time
 
-from multihost.remote import holds, ops_check_proc, ops_hold
+from multihost.remote.registry import holds
+from multihost.remote.check import proc as ops_check_proc
+from multihost.remote.registry import ops as ops_hold
 
 
 def launcher(tmp_path, name="torchrun", wait=10.0):

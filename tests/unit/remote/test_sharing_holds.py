@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from multihost.remote import holds, ops_hold
+from multihost.remote.registry import holds
+from multihost.remote.registry import ops as ops_hold
 from multihost.remote.proto import OpError
 
 RUN_A = "20261127-110200-ab12"

@@ -282,7 +282,7 @@ def test_the_rank_wrapper_records_signals_and_dies_the_same_way(host, tmp_path):
 
     run_dir = tmp_path / "rw"
     (run_dir / "log").mkdir(parents=True)
-    wrapper = Path(launch.__file__).parent.parent / "remote" / "run_rankwrap.py"
+    wrapper = Path(launch.__file__).parent.parent / "remote" / "run" / "rankwrap.py"
     env = dict(os.environ, LOCAL_RANK="1", RANK="5")
     done = subprocess.run([sys.executable, "-S", str(wrapper), str(run_dir), sys.executable,
                            "-c", "import os, signal; print('hi'); os.kill(os.getpid(), 9)"],
@@ -310,9 +310,9 @@ def test_a_rank_is_judged_by_when_its_script_began_to_exit_not_by_its_slow_atexi
     (run_dir / "log").mkdir(parents=True)
     (run_dir / "stackhook").mkdir()
     remote = Path(launch.__file__).parent.parent / "remote"
-    shutil.copy(remote / "run_stackhook.py", run_dir / "stackhook" / "sitecustomize.py")
+    shutil.copy(remote / "run" / "stackhook.py", run_dir / "stackhook" / "sitecustomize.py")
     script = "import atexit, sys, time; atexit.register(time.sleep, 1.5); sys.exit(3)"
-    done = subprocess.run([sys.executable, "-S", str(remote / "run_rankwrap.py"), str(run_dir),
+    done = subprocess.run([sys.executable, "-S", str(remote / "run" / "rankwrap.py"), str(run_dir),
                            sys.executable, "-c", script],
                           env=dict(os.environ, LOCAL_RANK="1", RANK="3"), timeout=30)
     assert done.returncode == 3

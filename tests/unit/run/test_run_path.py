@@ -9,7 +9,7 @@ from multihost import helper
 from multihost.run import launchers as launch
 from multihost.hosts import Host
 from multihost.job import JobOptions
-from multihost.remote.run_files import python_first_on_path
+from multihost.remote.run.files import python_first_on_path
 from multihost.run.plan import Prepared, build_plan, launch_request
 from multihost.run.records import new_run_id
 from multihost.transport import LocalTransport

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from multihost.remote import sync_relay, sync_rendezvous
-from multihost.remote.sync_relay import RelayError, Rendezvous
+from multihost.remote.sync import relay as sync_relay
+from multihost.remote.sync import rendezvous as sync_rendezvous
+from multihost.remote.sync.relay import RelayError, Rendezvous
 from multihost.sync.relay import SKIP_AHEAD, chain_requests, feeder_spec, merge_answers
 
 
@@ -230,9 +231,9 @@ def run_join(home, stdin):
     import subprocess
     import sys
 
-    code = ("import sys; from multihost.remote import sync_rendezvous; "
+    code = ("import sys; from multihost.remote.sync import rendezvous as sync_rendezvous; "
             "sys.exit(sync_rendezvous.join({'token': '0123456789abcdef'}))")
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(sync_rendezvous.__file__))))
+    repo = str(Path(sync_rendezvous.__file__).resolve().parents[3])
     env = dict(os.environ, HOME=str(home), PYTHONPATH=repo)
     return subprocess.Popen([sys.executable, "-c", code], stdin=stdin, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env)

@@ -12,7 +12,7 @@ import pytest
 
 from multihost.errors import ConnectError, SyncError
 from multihost.hosts import Host
-from multihost.remote.sync_fs import CACHE_DIR, tree_key
+from multihost.remote.sync.fs import CACHE_DIR, tree_key
 from multihost.sync.transfer import stream_to
 from multihost.transport import LocalTransport
 

@@ -10,7 +10,7 @@ import pytest
 
 from multihost import helper
 from multihost.hosts import Host
-from multihost.remote.sync_wire import MAGIC, Reader, StreamError, Writer, encode
+from multihost.remote.sync.wire import MAGIC, Reader, StreamError, Writer, encode
 from multihost.transport import LocalTransport
 
 
@@ -120,9 +120,8 @@ def test_the_host_side_parses_as_python_3_6():
 
     import multihost.remote as remote
 
-    names = ["sync_fs", "sync_wire", "sync_apply", "sync_plan", "sync_relay",
-             "sync_host",
-             "data_host", "ops_sync", "ops_data"]
+    names = ["sync/fs", "sync/wire", "sync/apply", "sync/plan", "sync/relay",
+             "sync/host", "data/host", "sync/ops", "data/ops"]
     for name in names:
         source = (Path(remote.__file__).parent / f"{name}.py").read_text()
         ast.parse(source, filename=name, feature_version=(3, 6))
@@ -131,7 +130,7 @@ def test_the_host_side_parses_as_python_3_6():
 def test_a_list_of_100000_owned_paths_reaches_the_host(tmp_path, local):
     """The paths a sync owns once went in the stream's first header, which a receiver
     refuses above 1 MB: a first sync of some 25,000 files or more failed on every host."""
-    from multihost.remote.sync_plan import read_tracked
+    from multihost.remote.sync.plan import read_tracked
     from multihost.sync.deliver import direct_fill
     from multihost.sync.model import HostNeeds
 

@@ -18,8 +18,8 @@ import pytest
 
 from multihost.errors import RemoteError
 from multihost.hosts import Host
-from multihost.remote import sync_rendezvous
-from multihost.remote.sync_wire import (MAGIC, MAX_NODE_REQUEST, NODE_MAGIC, StreamError,
+from multihost.remote.sync import rendezvous as sync_rendezvous
+from multihost.remote.sync.wire import (MAGIC, MAX_NODE_REQUEST, NODE_MAGIC, StreamError,
                                         encode, encode_node_request, read_next)
 from multihost.sync.session import HostSession
 from multihost.transport import LocalTransport

@@ -1,4 +1,4 @@
-"""One writer per workdir on a host (remote/sync_lock.py): a second writer is refused
+"""One writer per workdir on a host (remote/sync/lock.py): a second writer is refused
 naming the first, or waits for it; a dead holder is taken over; a tree being written is
 marked until the last part of its sync ends whole. Holders are separate processes, as
 on a host (record locks never conflict within one process)."""
@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from multihost.remote.sync_lock import (MARKER, STALE, Busy, Claim, marked, refuse_unfinished)
+from multihost.remote.sync.lock import (MARKER, STALE, Busy, Claim, marked, refuse_unfinished)
 
 HOLD = """
 import sys, time
-from multihost.remote.sync_lock import Claim
+from multihost.remote.sync.lock import Claim
 claim = Claim(sys.argv[1], {"id": sys.argv[2], "kind": sys.argv[3], "what": sys.argv[4],
                             "born": time.time()}).take()
 if len(sys.argv) > 5:
@@ -131,7 +131,7 @@ def test_a_cut_part_leaves_the_tree_marked_and_a_run_refuses_it(root):
 
 
 def test_a_lock_that_cannot_be_opened_refuses_a_sync_but_not_a_run(root, monkeypatch):
-    from multihost.remote import sync_lock
+    from multihost.remote.sync import lock as sync_lock
 
     def unwritable(*args, **kwargs):
         raise PermissionError(13, "Permission denied")

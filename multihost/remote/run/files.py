@@ -1,0 +1,441 @@
+"""A run's state on a host: its directory, its JSON records, the host lock, and the
+processes that belong to it. Stdlib only, Python 3.6+ (this runs on the hosts).
+
+Layout (see docs/design.md, "State on a host"):
+    ~/.multihost/lock                     one run at a time (json: run_id, supervisor)
+    ~/.multihost/runs/<run_id>/spec.json  what was started (secrets masked)
+                              node.json  the supervisor's record, replaced atomically
+                              rank.<N>.json  one record per local rank (pid, exit)
+                              launcher.log, supervisor.log, log/workerlog.<N>
+
+A process belongs to a run when it descends from the run's supervisor or carries
+MULTIHOST_RUN_ID=<run_id> in its environment. Nothing is ever found or killed by name.
+"""
+import errno
+import fcntl
+import json
+import os
+import signal
+import time
+
+from .states import FINAL_STATES, LAUNCH_LOST, NO_SPACE
+
+ROOT = os.path.join("~", ".multihost")
+HEX = "0123456789abcdef"
+MARKER = "MULTIHOST_RUN_ID"
+
+
+def root_dir():
+    return os.path.expanduser(ROOT)
+
+
+def valid_run_id(run_id):
+    """``YYYYmmdd-HHMMSS-xxxx`` (checked without `re`: every helper start pays imports)."""
+    parts = (run_id or "").split("-")
+    return (len(parts) == 3 and len(parts[0]) == 8 and len(parts[1]) == 6 and len(parts[2]) == 4
+            and (parts[0] + parts[1]).isdigit() and all(c in HEX for c in parts[2]))
+
+
+def run_dir(run_id):
+    if not valid_run_id(run_id):
+        raise ValueError("bad run id %r" % (run_id,))
+    return os.path.join(root_dir(), "runs", run_id)
+
+
+def private_dirs(path):
+    """``mkdir -p`` where every directory made is the user's only (0700; ``makedirs``
+    gives the parents it makes the umask's mode). ``~/.multihost`` and its ``runs/``, left
+    open by an older version or by hand, are closed again: runs hold logs and commands."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
+    for directory in (root_dir(), os.path.join(root_dir(), "runs")):
+        make_private(directory, 0o700)
+
+
+def make_private(path, mode):
+    """chmod ``path`` to ``mode`` when others (or the group) may read it; never follows a
+    link placed there, and a file that went away is fine."""
+    try:
+        st = os.lstat(path)
+        if st.st_uid == os.getuid() and st.st_mode & 0o077 and not os.path.islink(path):
+            os.chmod(path, mode)
+    except OSError:
+        pass
+
+
+def make_run_files_private(run_dir):
+    """What a launcher wrote into the run (paddle's own workerlogs, torchrun's files)
+    with its umask's mode becomes 0600 like the files multihost writes itself."""
+    for directory in (run_dir, os.path.join(run_dir, "log")):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            make_private(path, 0o700 if os.path.isdir(path) else 0o600)
+
+
+def write_json(path, data):
+    """Replace ``path`` atomically (readers never see half a file); mode 0600."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(data, out, sort_keys=True)
+        out.write("\n")
+    os.replace(tmp, path)
+
+
+def open_private(path):
+    """Open a log for appending, unbuffered; a new file is the user's only (0600): a
+    job's output can hold what it read from its environment."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab", 0)
+
+
+LAUNCHED = "launched.json"   # written by run.launched once every node of the run runs
+
+
+def launch_deadline(node):
+    """When a node prepared for a run of several nodes gives up waiting for the word that
+    every node launched (None: it waits for nothing: one node, or told already)."""
+    timeout = node.get("launch_timeout")
+    if not timeout or node.get("prepared") is None:
+        return None
+    return float(node["prepared"]) + float(timeout)
+
+
+def launch_expired(run_dir, node, now=None):
+    """True once a node's launch deadline passed without the word that all launched."""
+    deadline = launch_deadline(node)
+    if deadline is None or (now or time.time()) < deadline:
+        return False
+    return not os.path.exists(os.path.join(run_dir, LAUNCHED))
+
+
+RESERVE = "reserve"
+RESERVE_BYTES = 256 << 10
+
+
+def make_reserve(run_dir):
+    """Room kept in the run directory for the node's last record: a full disk (the ranks'
+    logs filled it) must still let the supervisor say so, not die mute. Best effort."""
+    try:
+        with open(os.path.join(run_dir, RESERVE), "wb") as out:
+            out.write(b"\0" * RESERVE_BYTES)
+    except OSError:
+        pass
+
+
+def free_reserve(run_dir):
+    try:
+        os.unlink(os.path.join(run_dir, RESERVE))
+    except OSError:
+        pass
+
+
+def no_space(run_dir):
+    """True when the file system of the run directory has (next to) no room left."""
+    try:
+        st = os.statvfs(run_dir)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 << 10
+
+
+def read_json(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def tail_lines(path, count=20, max_bytes=32768):
+    """The last ``count`` lines of a file, decoded safely ([] when it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").replace("\r", "\n").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first one is probably cut
+    return [line for line in lines if line.strip()][-count:]
+
+
+def rank_records(run_dir):
+    """Every rank.<N>.json of the run, by local rank."""
+    records = []
+    try:
+        names = sorted(os.listdir(run_dir))
+    except OSError:
+        return []
+    for name in names:
+        if name.startswith("rank.") and name.endswith(".json"):
+            rec = read_json(os.path.join(run_dir, name))
+            if isinstance(rec, dict):
+                records.append(rec)
+    return sorted(records, key=lambda r: r.get("local_rank", 0))
+
+
+# --- processes --------------------------------------------------------------------
+
+def _stat(pid):
+    """(state, ppid, pgid, start ticks) of a process, or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+        fields = raw[raw.rindex(")") + 2:].split()
+        return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None  # gone between the listing and the read (an empty or cut read)
+
+
+def start_ticks(pid):
+    stat = _stat(pid)
+    return stat[3] if stat else None
+
+
+def is_alive(pid, ticks=None):
+    """The very process recorded (same start time) still runs; a zombie counts as gone."""
+    if not pid:
+        return False
+    stat = _stat(int(pid))
+    if stat is None or stat[0] in ("Z", "X"):
+        return False
+    return ticks is None or stat[3] == ticks
+
+
+def _all_pids():
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def run_marker(pid):
+    """The MULTIHOST_RUN_ID a process carries, or None (or unreadable: not ours)."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            env = f.read()
+    except OSError:
+        return None
+    prefix = ("%s=" % MARKER).encode()
+    for entry in env.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode("utf-8", "replace")
+    return None
+
+
+def _has_marker(pid, run_id):
+    return run_marker(pid) == run_id
+
+
+def own_marked_processes(excluded=()):
+    """{run_id: [pid, ...]} of this user's live processes that carry a run's marker.
+    Another user's processes are never ours to report or stop, root's view included."""
+    uid = os.getuid()
+    found = {}
+    for pid in _all_pids():
+        if pid in excluded or not _owned(pid, uid):
+            continue  # (a zombie's environ reads empty: it carries no marker)
+        run_id = run_marker(pid)
+        if run_id is not None:
+            found.setdefault(run_id, []).append(pid)
+    return found
+
+
+def ancestors():
+    """This process and its ancestors: the ssh session that runs us may carry a marker."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        stat = _stat(pid)
+        pid = stat[1] if stat else 0
+    return pids
+
+
+def run_processes(run_id, root_pid=None):
+    """{pid: (pgid, ticks)} of every live process of the run, never this process, the
+    root itself, or any of our ancestors."""
+    stats = {}
+    for pid in _all_pids():
+        stat = _stat(pid)
+        if stat is not None and stat[0] not in ("Z", "X"):
+            stats[pid] = stat
+    excluded = set()
+    pid = os.getpid()
+    while pid > 1 and pid not in excluded:
+        excluded.add(pid)
+        pid = stats[pid][1] if pid in stats else 0
+    if root_pid:
+        excluded.add(root_pid)
+    children = {}
+    for pid, stat in stats.items():
+        children.setdefault(stat[1], []).append(pid)
+    found = set()
+    todo = list(children.get(root_pid, [])) if root_pid else []
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    uid = os.getuid()
+    for pid in stats:
+        if pid not in found and pid not in excluded and _owned(pid, uid) and _has_marker(pid, run_id):
+            found.add(pid)
+    return {pid: (stats[pid][2], stats[pid][3]) for pid in found - excluded}
+
+
+def _owned(pid, uid):
+    """Run by this user. Root too asks this: a marker in another user's process (copied
+    from an environment, or that user's own run) does not make it part of root's run."""
+    try:
+        return os.stat("/proc/%d" % pid).st_uid == uid
+    except OSError:
+        return False
+
+
+def signal_processes(procs, sig, skip_groups=(), done_groups=None):
+    """Send ``sig`` to each process group of ``procs`` once (so data-loader workers and
+    other grandchildren get it too), and to single processes in ``skip_groups``."""
+    done_groups = set() if done_groups is None else done_groups
+    for pid, (pgid, _) in sorted(procs.items()):
+        try:
+            if pgid in skip_groups or pgid <= 1:
+                os.kill(pid, sig)
+            elif pgid not in done_groups:
+                done_groups.add(pgid)
+                os.killpg(pgid, sig)
+        except OSError as err:
+            if err.errno not in (errno.ESRCH, errno.EPERM):
+                raise
+    return done_groups
+
+
+def terminate(run_id, root_pid, grace, kill_now=lambda: False, skip_groups=()):
+    """SIGTERM to every process group of the run, up to ``grace`` seconds for them to
+    go, then SIGKILL to whatever is left. Returns the number of processes killed hard."""
+    procs = run_processes(run_id, root_pid)
+    if not procs:
+        return 0
+    termed = signal_processes(procs, signal.SIGTERM, skip_groups)
+    deadline = time.time() + max(0.0, grace)
+    while procs and time.time() < deadline and not kill_now():
+        time.sleep(0.05)
+        procs = run_processes(run_id, root_pid)
+        # Newcomers in a group not signalled yet (a fork racing the first signal).
+        fresh = {p: v for p, v in procs.items() if v[0] not in termed}
+        if fresh:
+            signal_processes(fresh, signal.SIGTERM, skip_groups, termed)
+    hard = 0
+    for _ in range(100):  # SIGKILL cannot be ignored; a D-state process can take a while
+        procs = run_processes(run_id, root_pid)
+        if not procs:
+            break
+        hard = max(hard, len(procs))
+        signal_processes(procs, signal.SIGKILL, skip_groups)
+        time.sleep(0.05)
+    return hard
+
+
+def supervisor_alive(node):
+    """The run's supervisor (recorded with its start time) is still running."""
+    sup = (node or {}).get("supervisor") or {}
+    return is_alive(sup.get("pid"), sup.get("ticks"))
+
+
+# --- the host lock ----------------------------------------------------------------
+
+class Busy(Exception):
+    def __init__(self, holder):
+        Exception.__init__(self, holder.get("run_id"))
+        self.holder = holder
+
+
+def lock_path():
+    return os.path.join(root_dir(), "lock")
+
+
+def _holder_active(holder, stale_after):
+    """Is the run that holds the lock still there? A lock whose supervisor is gone, or
+    which was prepared long ago and never launched, or whose run ended, is stale."""
+    run_id = holder.get("run_id")
+    if not valid_run_id(run_id):
+        return False
+    node = read_json(os.path.join(run_dir(run_id), "node.json"), {})
+    if node.get("state") in FINAL_STATES:
+        return False
+    if node.get("supervisor"):
+        return supervisor_alive(node)
+    return time.time() - float(holder.get("time") or 0) < stale_after
+
+
+def _locked(update):
+    """Run ``update(current) -> new or None`` on the lock content under flock."""
+    private_dirs(root_dir())
+    fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = os.read(fd, 65536)
+        try:
+            current = json.loads(raw.decode()) if raw.strip() else {}
+        except ValueError:
+            current = {}
+        new = update(current)
+        if new is not None:
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)
+            if new:
+                os.write(fd, (json.dumps(new, sort_keys=True) + "\n").encode())
+        return current
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def take_lock(run_id, stale_after=120.0):
+    """Take the host lock for ``run_id`` (or take over a stale one); raise Busy."""
+    def update(current):
+        if current.get("run_id") not in (None, run_id) and _holder_active(current, stale_after):
+            raise Busy(current)
+        return {"run_id": run_id, "time": time.time(), "supervisor": None}
+    return _locked(update)
+
+
+def set_lock_supervisor(run_id, supervisor):
+    def update(current):
+        if current.get("run_id") != run_id:
+            return None
+        current["supervisor"] = supervisor
+        return current
+    _locked(update)
+
+
+def release_lock(run_id):
+    _locked(lambda current: {} if current.get("run_id") == run_id else None)
+
+
+def python_first_on_path(env, python):
+    """PATH as an activated environment has it: the job's interpreter's directory first.
+    Programs shell out to `python` (PaddleRec's data pipe runs `python reader.py`); found
+    elsewhere on PATH, or not at all, the child dies and its parent may not notice."""
+    import shutil
+
+    if not python:
+        return env
+    python = os.path.expanduser(python)
+    if os.sep not in python:
+        python = shutil.which(python, path=env.get("PATH") or os.defpath) or ""
+    directory = os.path.dirname(os.path.abspath(python)) if python else ""
+    if directory and os.path.isdir(directory):
+        rest = [p for p in (env.get("PATH") or os.defpath).split(os.pathsep)
+                if p and p != directory]
+        env["PATH"] = os.pathsep.join([directory] + rest)
+    return env

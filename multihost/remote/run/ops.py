@@ -1,0 +1,445 @@
+"""Operations of ``multihost run`` on a host: prepare, launch, status, stop.
+
+prepare  takes the host lock, creates the run directory, reports the absolute paths and
+         addresses the controller needs to render the launcher's command. Done on every
+         host before anything starts anywhere, so a busy host stops the run early.
+launch   starts the detached supervisor (supervisor.py) and returns once the
+         launcher runs. The request comes on stdin: env values never appear in argv.
+status   node.json, whether the supervisor still lives, every rank's exit, log tails.
+watch    the same as a stream: one JSON line on every change and at least every second,
+         until the node has finished (one process per host instead of one per poll:
+         a helper start costs ~0.1 s of CPU on the host, a watch loop next to nothing).
+launched tells the node that every node of the run launched: without that word by the
+         launch deadline (prepare + --launch-timeout), a node stops its ranks itself,
+         and a node never launched counts as stopped, so a controller lost half way
+         through a launch leaves no rank waiting in a rendezvous that never fills.
+stop     asks the supervisor to stop the run (grace, then SIGKILL) and waits for its
+         final record; without a supervisor, stops the run's processes itself.
+"""
+import json
+import os
+import sys
+import time
+
+from ..registry import holds
+from ..registry import ops as ops_hold
+from . import attempt as run_attempt
+from . import files as run_files
+from ..sync import lock as sync_lock
+from ..proto import OpError, op
+
+SIOCGIFADDR = 0x8915
+LAUNCH_TIMEOUT = 30.0
+
+
+def _run_dir(request):
+    try:
+        return run_files.run_dir(request.get("run_id"))
+    except ValueError as err:
+        raise OpError(str(err), "give a run id like 20250101-120000-ab12")
+
+
+def _interfaces():
+    """{interface: IPv4 address} of this host, by ioctl (no ip/ifconfig needed)."""
+    import fcntl
+    import socket
+    import struct
+
+    found = {}
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return found
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for name in names:
+            try:
+                raw = fcntl.ioctl(sock.fileno(), SIOCGIFADDR,
+                                  struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address
+            found[name] = socket.inet_ntoa(raw[20:24])
+    return found
+
+
+@op("run.prepare")
+def prepare(request):
+    import pkgutil
+    import socket
+
+    run_dir = _run_dir(request)
+    run_id = request["run_id"]
+    # A relative workdir is relative to the home directory, as for ssh and the sync, even
+    # when the helper runs elsewhere (this machine's host runs in the controller's cwd).
+    workdir = os.path.join(os.path.expanduser("~"), os.path.expanduser(request.get("cwd") or "~"))
+    if not os.path.isdir(workdir):
+        raise OpError("workdir %s does not exist" % workdir,
+                      "sync the code there (run without --no-sync) or give the right --workdir")
+    try:  # a tree a sync is writing, or left half written, is never run
+        sync_lock.check_for_run(workdir, run_id)
+    except sync_lock.Busy as busy:
+        raise OpError(busy.text, busy.fix)
+    node_path = os.path.join(run_dir, "node.json")
+    attempt = int(request.get("attempt") or 0)
+    if attempt:
+        run_attempt.archive_attempt(run_dir, attempt)
+    run_files.private_dirs(os.path.join(run_dir, "log"))
+    try:  # claimed atomically: two entries of one machine prepare at the same moment
+        os.close(os.open(node_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        # Run ids are new for every run: another entry of this very run prepared here.
+        raise OpError("run %s already exists on this host: the machine is listed twice "
+                      "(under another name or address)" % run_id,
+                      "list each machine once in --ips or the hostfile (`multihost check` "
+                      "names the entries)")
+    try:
+        ops_hold.claim(request)
+    except OpError:
+        os.unlink(node_path)
+        raise
+    if not request.get("allow_concurrent"):
+        try:
+            run_files.take_lock(run_id, max(float(request.get("stale_after", 120)),
+                                            float(request.get("launch_timeout") or 0) + 30))
+        except run_files.Busy as busy:
+            os.unlink(node_path)
+            holds.remove("run", run_id)
+            holder = busy.holder.get("run_id")
+            since = time.strftime("%H:%M:%S", time.localtime(float(busy.holder.get("time") or 0)))
+            raise OpError("busy: run %s holds this host (since %s)" % (holder, since),
+                          "wait for it, stop it with `multihost stop %s`, or pass "
+                          "--allow-concurrent" % holder)
+    wrapper = pkgutil.get_data(__package__, "rankwrap.py")
+    with os.fdopen(os.open(os.path.join(run_dir, "rankwrap.py"),
+                           os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+        out.write(wrapper)
+    hook = pkgutil.get_data(__package__, "stackhook.py")
+    run_files.private_dirs(os.path.join(run_dir, "stackhook"))
+    with os.fdopen(os.open(os.path.join(run_dir, "stackhook", "sitecustomize.py"),
+                           os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+        out.write(hook)
+    run_files.write_json(node_path, {
+        "run_id": run_id, "node_rank": request.get("node_rank"), "state": "prepared",
+        "attempt": attempt, "launch_timeout": request.get("launch_timeout"),
+        "prepared": time.time(), "allow_concurrent": bool(request.get("allow_concurrent"))})
+    return {"home": os.path.expanduser("~"), "run_dir": run_dir, "workdir": os.path.abspath(workdir),
+            "hostname": socket.gethostname(), "interfaces": _interfaces(),
+            "python": sys.executable, "time": time.time()}
+
+
+def start_supervisor(spec, run_dir, kept=None):
+    """The supervisor in a new session with no inherited descriptor but the pipe that
+    tells us it started. Detached (a double fork, re-parented away from the ssh
+    session), or, given ``kept``, our own child, its pid appended there (a Slurm step:
+    remote/run/slurm.py)."""
+    from .supervisor import supervise
+
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_fd)
+            os.setsid()
+            if kept is None and os.fork() != 0:
+                os._exit(0)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            log = os.open(os.path.join(run_dir, "supervisor.log"),
+                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.dup2(devnull, 0)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.closerange(3, write_fd)
+            os.closerange(write_fd + 1, 65536)
+            os.chdir("/")
+            code = supervise(spec, run_dir, write_fd)
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    if kept is None:
+        os.waitpid(pid, 0)
+    else:
+        kept.append(pid)
+    return _read_reply(read_fd)
+
+
+def _read_reply(fd):
+    import select
+
+    chunks = []
+    deadline = time.time() + LAUNCH_TIMEOUT
+    try:
+        while time.time() < deadline:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.time()))
+            if not ready:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    text = b"".join(chunks).decode("utf-8", "replace").strip()
+    try:
+        return json.loads(text.splitlines()[-1]) if text else None
+    except ValueError:
+        return None
+
+
+@op("run.launch")
+def launch(request, kept=None):
+    spec = json.loads(sys.stdin.read() or "{}")
+    spec.update(request)
+    run_dir = _run_dir(spec)
+    node = run_files.read_json(os.path.join(run_dir, "node.json"), {}) or {}
+    if node.get("state") != "prepared":
+        raise OpError("run %s is not prepared on this host (state %s)"
+                      % (spec["run_id"], node.get("state")), "start a new run")
+    run_files.write_json(os.path.join(run_dir, "spec.json"), {
+        key: spec.get(key) for key in ("run_id", "node_rank", "cwd", "spawn", "nproc",
+                                       "rank_offset", "world_size", "grace", "display")})
+    if run_files.launch_expired(run_dir, node):
+        _expire_unlaunched(run_dir, node)
+        raise OpError(run_files.LAUNCH_LOST, "start the run again: multihost rerun %s"
+                      % spec["run_id"])
+    reply = start_supervisor(spec, run_dir, kept)
+    if not reply:
+        raise OpError("the supervisor ended before starting the launcher",
+                      "read %s/supervisor.log on this host" % run_dir)
+    if not reply.get("ok"):
+        if reply.get("log"):  # the supervisor itself failed: its traceback is there
+            raise OpError(reply.get("error") or "supervisor crashed",
+                          "read %s on this host; this is a bug in multihost, please report "
+                          "it with that file" % reply["log"])
+        # Point only at a log that exists and says something (none under @spawn rank).
+        said = [path for path in (os.path.join(run_dir, "launcher.log"),
+                                  os.path.join(run_dir, "supervisor.log"))
+                if os.path.isfile(path) and os.path.getsize(path)]
+        raise OpError(reply.get("error") or "the launcher did not start",
+                      "check --python and the launcher template"
+                      + ("; see %s" % said[0] if said else ""))
+    return reply["node"]
+
+
+@op("run.launched")
+def launched(request):
+    """Every node of the run launched: this node's job may go on past its launch
+    deadline. Refused when the node already gave up (its deadline passed first)."""
+    run_dir = _run_dir(request)
+    run_files.write_json(os.path.join(run_dir, run_files.LAUNCHED), {"time": time.time()})
+    node = _node_or_fail(run_dir, request["run_id"])
+    # A job that already ended by itself did start everywhere it ran: only a node that
+    # gave up waiting refuses the word.
+    if node.get("stop_reason") == run_files.LAUNCH_LOST:
+        raise OpError("the node gave up before it heard that every node launched (%s)"
+                      % (node.get("stop_reason") or node.get("state")),
+                      "start the run again with a longer --launch-timeout")
+    return {}
+
+
+def _expire_unlaunched(run_dir, node):
+    """A node prepared but never launched, past its launch deadline: stopped, for good."""
+    node.update(state="stopped", ended=time.time(), stop_reason=run_files.LAUNCH_LOST)
+    run_files.write_json(os.path.join(run_dir, "node.json"), node)
+    run_files.release_lock(node.get("run_id"))
+    holds.ended(node.get("run_id"))
+
+
+def _status(run_dir, node, tail, count_procs=True, tail_rank=None):
+    if node.get("state") == "prepared" and not node.get("supervisor") \
+            and run_files.launch_expired(run_dir, node):
+        _expire_unlaunched(run_dir, node)
+    ranks = run_files.rank_records(run_dir)
+    alive = run_files.supervisor_alive(node)
+    state = node.get("state")
+    detail = node.get("error") or (node.get("stop_reason") if state == "stopped" else "") or ""
+    if state == "running" and not alive:
+        state, detail = "failed", "its supervisor died (host rebooted, or killed?)"
+        if run_files.no_space(run_dir):
+            detail = run_files.NO_SPACE
+    result = {"node": node, "state": state, "detail": detail, "supervisor_alive": alive,
+              "ranks": ranks, "time": time.time(),
+              "procs": len(run_files.run_processes(node.get("run_id") or "",
+                                                   (node.get("supervisor") or {}).get("pid")
+                                                   if alive else None)) if count_procs else None}
+    if tail:
+        wanted = {r["local_rank"] for r in ranks if r.get("exit_code") or r.get("signal")}
+        if tail_rank is not None:
+            wanted.add(int(tail_rank))
+        result["tails"] = {str(local): run_files.tail_lines(
+            os.path.join(run_dir, "log", "workerlog.%d" % local), tail) for local in sorted(wanted)}
+        result["launcher_tail"] = run_files.tail_lines(os.path.join(run_dir, "launcher.log"), tail)
+    return result
+
+
+def _node_or_fail(run_dir, run_id):
+    node = run_files.read_json(os.path.join(run_dir, "node.json"))
+    if not isinstance(node, dict):
+        raise OpError("no run %s on this host" % run_id,
+                      "list runs with `multihost status --list`")
+    return node
+
+
+@op("run.status")
+def status(request):
+    run_dir = _run_dir(request)
+    node = _node_or_fail(run_dir, request["run_id"])
+    return _status(run_dir, node, int(request.get("tail") or 0),
+                   tail_rank=request.get("tail_rank"))
+
+
+@op("run.watch", stream=True)
+def watch(request):
+    """Stream the node's status: a line when it changes, a heartbeat line every
+    ``heartbeat`` seconds (so the controller can tell a dead link), and a last line with
+    ``"final": true`` once the node has finished. Ends when the controller goes away.
+
+    A line ``{"stop": {"grace": G, "reason": R}}`` on stdin stops the run here as
+    ``run.stop`` does, without a new helper or a new session per host: a teardown of 64
+    hosts paid 64 interpreter starts on the hosts and 64 channel openings on the
+    controller. The stream then reports the stop like any other change."""
+    import select
+
+    run_dir = _run_dir(request)
+    interval = float(request.get("interval", 0.2))
+    heartbeat = float(request.get("heartbeat", 1.0))
+    out = sys.stdout
+    last_key, last_sent, procs, procs_at = None, 0.0, None, 0.0
+    commands = _StopLines() if request.get("stoppable") else None
+    stop_deadline = None   # (time, grace, reason): when the stop is finished by hand
+    try:
+        while True:
+            node = run_files.read_json(os.path.join(run_dir, "node.json"))
+            if not isinstance(node, dict):
+                out.write(json.dumps({"ok": False, "error": "no run %s on this host"
+                                      % request.get("run_id")}) + "\n")
+                out.flush()
+                return 1
+            now = time.time()
+            if stop_deadline is not None and now >= stop_deadline[0] \
+                    and node.get("state") not in run_files.FINAL_STATES:
+                node = _end_stop(request["run_id"], run_dir, node, *stop_deadline[1:])
+                stop_deadline = None
+            result = _status(run_dir, node, 0, count_procs=False)
+            final = result["state"] in run_files.FINAL_STATES
+            if now - procs_at >= 2.0 or final:  # a /proc scan: not on every tick
+                procs = len(run_files.run_processes(node.get("run_id") or "", None))
+                procs_at = now
+            result["procs"] = procs
+            key = json.dumps([result["node"], result["ranks"], result["state"]], sort_keys=True)
+            if key != last_key or now - last_sent >= heartbeat or final:
+                result["final"] = final
+                out.write(json.dumps(result) + "\n")
+                out.flush()
+                last_key, last_sent = key, now
+            if final:
+                return 0
+            if commands is None or commands.closed:
+                time.sleep(interval)
+                continue
+            select.select([0], [], [], interval)
+            for stop in commands.read():
+                grace, reason = stop
+                if _ask_stop(request["run_id"], run_dir, node, grace, reason):
+                    stop_deadline = (time.time() + grace + 10, grace, reason)
+                else:  # no supervisor to ask: stopped here, now
+                    _end_stop(request["run_id"], run_dir, node, grace, reason)
+    except (BrokenPipeError, IOError):
+        return 0  # the controller went away; the run goes on
+
+
+class _StopLines:
+    """Stop requests arriving on stdin, one JSON line each, read without blocking the
+    watch (called after select says stdin is readable, or not). EOF (the controller
+    closed its side, or went away) ends the reading, not the watch."""
+
+    def __init__(self):
+        self.closed = False
+        self.buffer = b""
+
+    def read(self):
+        import select
+
+        if self.closed or not select.select([0], [], [], 0)[0]:
+            return []
+        data = os.read(0, 65536)
+        if not data:
+            self.closed = True
+            return []
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        self.buffer = self.buffer[-65536:]   # a line with no end is not kept forever
+        stops = []
+        for line in lines:
+            try:
+                stop = json.loads(line.decode("utf-8", "replace")).get("stop")
+                stops.append((float(stop.get("grace", 10)), str(stop.get("reason") or "stopped")))
+            except (ValueError, AttributeError, TypeError):
+                continue  # not a stop request: nothing else is asked on this stream
+        return stops
+
+
+@op("run.stop")
+def stop(request):
+    """Stop the run here: by its supervisor when it lives, else directly. Idempotent;
+    a second call with grace 0 turns a graceful stop into an immediate kill."""
+    run_id = request["run_id"]
+    run_dir = _run_dir(request)
+    node = _node_or_fail(run_dir, run_id)
+    grace = float(request.get("grace", 10))
+    reason = request.get("reason") or "stopped"
+    node_path = os.path.join(run_dir, "node.json")
+    if _ask_stop(run_id, run_dir, node, grace, reason):
+        deadline = time.time() + grace + 10
+        while time.time() < deadline:
+            node = run_files.read_json(node_path, node) or node
+            if node.get("state") in run_files.FINAL_STATES:
+                break
+            time.sleep(0.05)
+    return _end_stop(run_id, run_dir, node, grace, reason, reply=True)
+
+
+def _ask_stop(run_id, run_dir, node, grace, reason):
+    """Ask the run's supervisor to stop it (grace, then SIGKILL); True if there is one to
+    ask. A prepared node that never launched is marked stopped here and then."""
+    import signal
+
+    if node.get("state") == "prepared" and not node.get("supervisor"):
+        node.update(state="stopped", ended=time.time(), stop_reason=reason)
+        run_files.write_json(os.path.join(run_dir, "node.json"), node)
+        run_files.release_lock(run_id)
+        holds.ended(run_id)
+        return False
+    if node.get("state") in run_files.FINAL_STATES or not run_files.supervisor_alive(node):
+        return False
+    stop_path = os.path.join(run_dir, "stop.json")
+    asked = run_files.read_json(stop_path, {}) or {}
+    if "grace" not in asked or grace < float(asked["grace"]):
+        run_files.write_json(stop_path, {"grace": grace, "reason": reason, "time": time.time()})
+    try:
+        os.kill(node["supervisor"]["pid"], signal.SIGUSR1 if grace <= 0 else signal.SIGTERM)
+    except OSError:
+        pass
+    return True
+
+
+def _end_stop(run_id, run_dir, node, grace, reason, reply=False):
+    """No supervisor (it died, or never ran), or it did not finish in time: stop what is
+    left here and record the node stopped. The node's record, or with ``reply`` the
+    answer of ``run.stop``."""
+    node_path = os.path.join(run_dir, "node.json")
+    hard = 0
+    if run_files.run_processes(run_id):
+        hard = run_files.terminate(run_id, None, grace)
+    node = run_files.read_json(node_path, node) or node
+    if node.get("state") not in run_files.FINAL_STATES:
+        node.update(state="stopped", ended=time.time(), stop_reason=reason)
+        run_files.write_json(node_path, node)
+        run_files.release_lock(run_id)
+        holds.ended(run_id)
+    if not reply:
+        return node
+    result = _status(run_dir, node, 0)
+    result["killed_hard"] = hard
+    return result
