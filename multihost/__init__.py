@@ -20,14 +20,33 @@ if sys.argv[:1] == ["-m"] and sys.path and sys.path[0] in ("", os.getcwd()):
 
 __version__ = "0.1.0"
 
-from .api import Cluster, Run, RunResult  # noqa: E402 (after the path is made safe)
-from .errors import (CheckError, CommandTimeout, ConfigError, ConnectError,  # noqa: E402
-                     LaunchError, MultihostError, RemoteError, RunFailed, SyncError)
-from .events import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState,  # noqa: E402
-                     RootCause, RunFinished, RunStarted)
-from .hosts import Host, load_hosts  # noqa: E402
+# Where each public name lives. A name is imported on first use (PEP 562), so the
+# `multihost` command, which imports this package before any of its own modules, pays
+# only for what the command it runs uses: `multihost --help` never loads the run engine,
+# and a plain `import multihost` stays cheap for tools that only want the errors.
+_HOMES = {
+    "Cluster": "api", "Run": "api", "RunResult": "api",
+    "CheckError": "errors", "CommandTimeout": "errors", "ConfigError": "errors",
+    "ConnectError": "errors", "LaunchError": "errors", "MultihostError": "errors",
+    "RemoteError": "errors", "RunFailed": "errors", "SyncError": "errors",
+    "GpuSample": "events", "LogBlock": "events", "LogLine": "events",
+    "NodeChanged": "events", "NodeState": "events", "RootCause": "events",
+    "RunFinished": "events", "RunStarted": "events",
+    "Host": "hosts", "load_hosts": "hosts",
+}
 
-__all__ = ["CheckError", "Cluster", "CommandTimeout", "ConfigError", "ConnectError",
-           "GpuSample", "Host", "LaunchError", "LogBlock", "LogLine", "MultihostError",
-           "NodeChanged", "NodeState", "RemoteError", "Run", "RunFailed", "RunFinished",
-           "RunResult", "RunStarted", "RootCause", "SyncError", "load_hosts"]
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'multihost' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))

@@ -3,7 +3,8 @@
 the one place where errors become a single line and an exit code.
 
 Command modules live in ``multihost.commands``; each has ``register(subparsers)`` and
-``main(args) -> int``.
+``main(args) -> int``. Only the module of the command being run is imported: the others
+appear in ``multihost --help`` by their line in ``COMMANDS``.
 """
 from __future__ import annotations
 
@@ -13,21 +14,34 @@ import os
 import select
 import signal
 import sys
-from typing import List, Optional
-
-import argcomplete
+from typing import Callable, List, Optional
 
 from . import __version__
-from .commands.complete import (complete_hostfile_hosts, complete_launchers, complete_run_hosts,
-                                complete_run_ids)
 from .errors import EXIT_INTERRUPTED, MultihostError
 
 PIPE_COMMANDS = ("logs", "exec", "status")
 EXIT_CLOSED_PIPE = 128 + 13  # what a shell reports for a reader gone (`yes | head -1`)
 
-# The order is the order of `multihost --help`.
-COMMANDS = ["check", "sync", "run", "fleetrun", "rerun", "scale", "logs", "status", "stop",
-            "stacks", "fetch", "exec", "ssh", "lab", "completion"]
+# Each command and its line in `multihost --help`, in that order. The line is the same
+# as the `help=` its module's register() gives (tests/unit/cli/test_cli.py compares them):
+# kept here so that the listing needs none of the modules.
+COMMANDS = {
+    "check": "preflight: prove the cluster can run the job",
+    "sync": "make the code (and check data) identical on every host",
+    "run": "check, sync, launch on every host in ip order, follow",
+    "fleetrun": "fleetrun / paddle.distributed.launch's command line, on every machine",
+    "rerun": "start a recorded run again, as it was",
+    "scale": "measure throughput on 1, 2, 4, ... hosts: speed-up and scaling efficiency",
+    "logs": "show or follow the logs of a run",
+    "status": "show every node of a run (any run, any shell)",
+    "stop": "stop a run on every host (any run, any shell)",
+    "stacks": "the Python stack of every rank of a running job",
+    "fetch": "copy a run's outputs (checkpoints, results) back here",
+    "exec": "run a command on every host in parallel",
+    "ssh": "an interactive shell on a host of a run, in its workdir",
+    "lab": "a local multi-host lab with real sshd (needs root)",
+    "completion": "print the shell code for Tab completion",
+}
 
 DESCRIPTION = """\
 Run one distributed training job across several machines from one controller, over SSH.
@@ -58,17 +72,41 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser of every command; with ``only``, of just that one (``rerun`` parses a
     recorded run's words with ``run``'s)."""
+    return _parser(lambda name: only is None or name == only, list_others=False)
+
+
+def parser_for(command: Optional[str]) -> argparse.ArgumentParser:
+    """The parser that lists every command (by its line in ``COMMANDS``) but knows the
+    options of ``command`` alone (of none with None): only its module is imported."""
+    return _parser(lambda name: name == command, list_others=True)
+
+
+def _parser(load: Callable[[str], bool], list_others: bool) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="multihost", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"multihost {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS if only is None else [only]:
-        module = importlib.import_module(f"multihost.commands.{name}")
-        command_parser = module.register(sub)
-        # Not `command`: exec's and run's own positional words are stored under that name.
-        command_parser.set_defaults(_module=module, _parser=command_parser, _name=name)
+    for name, line in COMMANDS.items():
+        if load(name):
+            module = importlib.import_module(f"multihost.commands.{name}")
+            command_parser = module.register(sub)
+            # Not `command`: exec's and run's own positional words are stored under that name.
+            command_parser.set_defaults(_module=module, _parser=command_parser, _name=name)
+        elif list_others:
+            sub.add_parser(name, help=line)
     return parser
+
+
+def command_named(argv: List[str]) -> Optional[str]:
+    """The command the words name: the first that is not a flag (the top level's flags,
+    --help and --version, take no value)."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -91,10 +129,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 def dispatch(argv: Optional[List[str]] = None) -> int:
     if "_ARGCOMPLETE" in os.environ:  # a Tab in the shell: answer it and exit
         complete(build_parser())
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = parser_for(command_named(words))
     try:
         # A flag's own type check (a port, a count) raises our errors from inside argparse.
-        args, unknown = parser.parse_known_args(argv)
+        args, unknown = parser.parse_known_args(words)
         if unknown:  # named by the command's parser, so the fix points at its --help
             getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     except MultihostError as err:
@@ -124,6 +163,11 @@ def dispatch(argv: Optional[List[str]] = None) -> int:
 def complete(parser: argparse.ArgumentParser) -> None:
     """Shell completion (see `multihost completion`): every command's parser, with the
     completers of run ids and hosts (commands/complete.py)."""
+    import argcomplete
+
+    from .commands.complete import (complete_hostfile_hosts, complete_launchers,
+                                    complete_run_hosts, complete_run_ids)
+
     for action in parser._subparsers._group_actions if parser._subparsers else ():
         for command in action.choices.values():
             for option in command._actions:

@@ -6,7 +6,16 @@ from .base import (BrokenStream, Command, CommandResult, Process, SshOptions, Tr
                    quote_path, to_shell)
 from .local import LocalTransport, is_local_host
 from .srun import SrunOptions, SrunTransport
-from .ssh import SshTransport
+
+# paramiko (a third of a second of CPU) is imported when a host is first reached over
+# it, not by every command that names a transport: `SshTransport` is looked up on use.
+
+
+def __getattr__(name: str):
+    if name == "SshTransport":
+        from .ssh import SshTransport
+        return SshTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_transport(host: Host, options: SshOptions = SshOptions()) -> Transport:
@@ -16,6 +25,8 @@ def open_transport(host: Host, options: SshOptions = SshOptions()) -> Transport:
         return SrunTransport(host, options.job_id)
     if is_local_host(host):
         return LocalTransport(host)
+    from .ssh import SshTransport
+
     return SshTransport.connect(host, options)
 
 

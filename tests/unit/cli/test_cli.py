@@ -44,3 +44,14 @@ def test_bad_input_is_one_line_without_traceback():
 def test_exec_without_a_command_says_how():
     done = multihost("exec")
     assert done.returncode == 2 and "no command given" in done.stderr
+
+
+def test_help_lists_every_command_with_the_line_its_own_help_gives():
+    done = multihost("--help")
+    assert done.returncode == 0
+    subparsers = build_parser()._subparsers._group_actions[0]
+    own_lines = {action.dest: action.help for action in subparsers._choices_actions}
+    assert set(own_lines) == set(COMMANDS)
+    listing = " ".join(done.stdout.split())  # argparse wraps long lines
+    for name, line in own_lines.items():
+        assert f"{name} {line}" in listing, f"{name}: {line!r} not in --help"
