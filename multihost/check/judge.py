@@ -3,69 +3,21 @@ fail or skip for each registered check (``registry``; the checks themselves are 
 ``checks/``), with a one-line detail and a fix.
 
 Pure: no host, no network, no clock. Checks that compare hosts (software versions,
-interface names, GPU models) see every host at once through ``Cluster``.
+interface names, GPU models) see every host at once through ``Cluster`` (model.py, with
+``HostProbe``: below both the registry and the judge).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .fixes import hosts_flags
-from .parsers import Software, parse_software
+from .parsers import parse_software
+from .model import Cluster, HostProbe
 from .registry import checks, find
 from .report import FAIL, SKIP, WARN, CheckResult, HostReport, PingMatrix
 from .. import machines
-from ..errors import MultihostError
-from ..hosts import Host
 from ..job import JobOptions
 from ..nodeset import fold
-
-
-@dataclass(frozen=True)
-class HostProbe:
-    """Everything observed about one host, before judging."""
-
-    host: Host
-    address: Optional[str] = None          # what the other hosts (and ping) use
-    local: bool = False                    # this machine, no ssh
-    via: str = "ssh"                       # how the host was reached: "ssh", or "srun"
-                                           # (a step of the Slurm job; ssh_ms: that step's)
-    reach: Optional[dict] = None           # {"rtt", "method", "tcp"} or {"skip": why}
-    ssh_ms: Optional[float] = None
-    ssh_error: Optional[MultihostError] = None
-    facts: Optional[dict] = None           # the helper's reply (remote/check/ops.gather)
-    facts_error: Optional[MultihostError] = None
-    clock_skew: Optional[float] = None     # seconds, remote minus controller
-    clock_error: float = 0.0               # the measurement's own uncertainty
-    rendezvous: Optional[dict] = None      # connect result, or the listener's report
-    rendezvous_error: Optional[str] = None # why it was not tried
-    data: Optional[CheckResult] = None     # from data.verify_data, when it exists
-    budget: float = 8.0
-
-    def fact(self, name: str) -> Optional[dict]:
-        return (self.facts or {}).get(name)
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """Every probe and the job: what cross-host checks compare against."""
-
-    probes: Tuple[HostProbe, ...]
-    job: JobOptions
-    start_port: Optional[int]
-    master_addr: Optional[str]
-    auto_port: bool = False
-    auto_note: str = ""
-    software: Dict[int, Software] = field(default_factory=dict)
-    # Runs with a record on this controller (run.records.run_ids()); None: not known,
-    # every run is taken as this controller's.
-    known_runs: Optional[FrozenSet[str]] = None
-    # The hosts as the user gave them (``--ips=...``, ``--hostfile F``, ssh flags): what a
-    # fix's command names so that, typed as shown, it reaches the same hosts (fixes.py).
-    given: str = ""
-
-    def label(self, rank: int) -> str:
-        return self.probes[rank].host.label
 
 
 def not_checked(probe: HostProbe, name: str) -> Optional[CheckResult]:

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
-    from .judge import Cluster, HostProbe
-    from .report import CheckResult
+    from .model import CheckResult, Cluster, HostProbe
     from ..hosts import Host
     from ..job import JobOptions
 

@@ -8,25 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
+from .model import FAIL, PASS, SKIP, WARN, CheckResult
 from .registry import order_of
 from ..errors import CheckError, and_more
 from ..hosts import Host
-
-PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: str                 # pass | warn | fail | skip
-    detail: str                 # one line, the whole story
-    fix: Optional[str] = None   # what to do, for warn and fail
-    brief: str = ""             # a few words for a table cell; detail when empty
-
-    @property
-    def cell(self) -> str:
-        return self.brief or self.detail
-
 
 @dataclass(frozen=True)
 class HostReport:

@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence
 
 from .. import helper
 from .calls import call, start, too_slow
-from .judge import HostProbe
+from .model import HostProbe
 from .report import CheckResult
 from ..errors import CommandTimeout, ConnectError, MultihostError, RemoteError
 from ..fanout import HostGroup
