@@ -82,6 +82,17 @@ def test_every_file_in_the_design_exists(name):
         f"docs/design.md names {name}, which is not in the repository"
 
 
+def packages() -> List[str]:
+    """Every package of multihost, as the doc writes it: `remote/run/`, `check/checks/`."""
+    return sorted(path.parent.relative_to(PACKAGE).as_posix() + "/"
+                  for path in PACKAGE.rglob("__init__.py") if path.parent != PACKAGE)
+
+
+@pytest.mark.parametrize("package", packages())
+def test_the_design_names_every_package(package):
+    assert package in spans(), f"docs/design.md does not name the package `{package}`"
+
+
 def test_the_trust_boundary_gates_are_among_the_names_checked():
     table = DOC.read_text().split("## What hosts send: the trust boundary", 1)[1]
     table = table.split("\n\n", 2)[1]
