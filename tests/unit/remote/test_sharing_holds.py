@@ -57,11 +57,15 @@ def test_a_hold_whose_supervisor_is_gone_is_stale():
     claim(RUN_B)
 
 
-def test_hostile_files_are_skipped_and_an_entry_can_not_claim_another_user(registry):
+def test_hostile_files_are_skipped_and_an_entry_can_not_claim_another_user(registry, tmp_path):
     claim(RUN_A)
     (registry / "run-0-junk.json").write_text("{" * 100000)
     (registry / "queue-0-x.json").write_text(json.dumps({"kind": "queue", "run_id": "../../etc"}))
-    os.symlink("/etc/passwd", registry / f"run-0-{RUN_B}.json")
+    # A link to a file of someone else's (a decoy here: the tests run as root, and a
+    # write through a link to /etc/passwd would take the machine's users with it).
+    decoy = tmp_path / "passwd"
+    decoy.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    os.symlink(decoy, registry / f"run-0-{RUN_B}.json")
     forged = json.dumps({"kind": "run", "run_id": RUN_B, "user": "alice", "uid": 4242,
                          "gpus": "all", "time": time.time(), "name": 7})
     (registry / f"run-4242-{RUN_B}.json").write_text(forged)
@@ -69,6 +73,7 @@ def test_hostile_files_are_skipped_and_an_entry_can_not_claim_another_user(regis
     assert set(entries) == {RUN_A, RUN_B}
     assert entries[RUN_B]["uid"] == os.getuid() and entries[RUN_B]["user"] != "alice"
     assert entries[RUN_B]["gpus"] is None and entries[RUN_B]["name"] == ""
+    assert decoy.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
 
 
 def test_a_queue_entry_keeps_its_place_while_refreshed_and_leaves_clean(registry):
