@@ -4,7 +4,8 @@
     sudo python bench/cold.py --hosts 4,64 --runs 3
     sudo python bench/cold.py --before REV            # the code at REV too, in the same run
 
-Two measurements, each against what a user would otherwise do by hand, in the same run:
+Three measurements, the first two against what a user would otherwise do by hand, in the
+same run:
 
   rerun   edit one line of a one-line script in a 2,000-file project, then
           `multihost run --launcher python -- train.py` until every rank has run (check,
@@ -14,6 +15,8 @@ Two measurements, each against what a user would otherwise do by hand, in the sa
   cpu     controller CPU (the command and every process it waited for) of
           `multihost exec -- true` and `multihost check`, per host. Goal: at most 30 ms a
           host at 64 hosts.
+  help    controller CPU of `multihost --help`, the floor every command pays. Goal: under
+          0.15 s (the median of the runs).
 
 `--before REV` runs the same commands with the code at REV (a git worktree, through
 PYTHONPATH exactly as the working tree is run), interleaved with the current code, so both
@@ -38,6 +41,7 @@ from _lab import REPO, addresses, bench_lab, hostfile, measured, reexec_inside  
 SMALL_FILES = 2000
 RERUN_GOAL = 1.0
 CPU_GOAL_MS = 30.0
+HELP_GOAL_S = 0.15
 WORKDIR = "/root/mh-cold"        # each lab host's own home: private per host
 HAND_WORKDIR = "/root/hand-cold"
 
@@ -84,6 +88,20 @@ def versions(scratch: Path, before: str) -> dict:
     return found
 
 
+def help_cpu(codes: dict, runs: int, scratch: Path) -> int:
+    """`multihost --help`'s CPU for each code, interleaved; 1 when the current one misses."""
+    cpu = {name: [] for name in codes}
+    for _ in range(runs):
+        for name, env in codes.items():
+            cpu[name].append(measured(multihost("--help"), env=env, cwd=scratch).cpu)
+    print(f"\n`multihost --help`, medians of {runs}, every command a fresh process")
+    for name in codes:
+        took = statistics.median(cpu[name])
+        flag = "" if took < HELP_GOAL_S else "  (goal missed)"
+        print(f"  {name:>8}: controller CPU {took:5.3f} s (goal: < {HELP_GOAL_S:g}){flag}")
+    return int(statistics.median(cpu["now"]) >= HELP_GOAL_S)
+
+
 def inside(args) -> int:
     scratch = Path(tempfile.mkdtemp(prefix=".cold-", dir=REPO / "bench"))
     code = scratch / "code"
@@ -91,6 +109,7 @@ def inside(args) -> int:
     missed = 0
     try:
         codes = versions(scratch, args.before)
+        missed += help_cpu(codes, args.runs, scratch)
         for n in args.hosts:
             hosts, hosts_file = addresses(n), str(hostfile(scratch, n, WORKDIR))
             run = ["run", "--hostfile", hosts_file, "--code", str(code), "--launcher", "python",

@@ -113,7 +113,8 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         mirror = None if options.detach else _open_mirror(record, starter)
         display = launch_request(plan, plan.nodes[0], prepared[0])["display"]
         keeper.update(node0_argv=display["command"], env=display["env"], started=time.time())
-        starter.launch()
+        # Followed, every node hears that all launched on its status stream (the monitor's).
+        starter.launch(confirm=options.detach)
         if options.detach:
             if interrupts():   # Ctrl-C came as the last nodes confirmed: nothing goes on
                 starter.rollback("interrupted during the launch")

@@ -6,10 +6,13 @@
 2. ``run.launch`` on node 0 (the rendezvous host) first, then on the others at once.
    Each call returns when that node's launcher runs. A host that fails to start stops
    the run everywhere (``rollback``) and names the host, the cause and the fix.
-3. ``run.launched`` on every host once all run: the word each node waits for. A node
-   without it by its launch deadline (prepare + ``--launch-timeout``) stops its ranks
-   itself, and a node never launched counts as stopped: a controller lost half way
-   through leaves no rank waiting for peers that will never come.
+3. Once all run, the word each node waits for: on a followed run, the first line of
+   the status stream the monitor opens to each host carries it (status_streams.py; no
+   round trip of its own); a detached run, or one under Slurm (where a step that ends
+   now is Slurm's to explain), sends it with ``run.launched`` here. A node without it
+   by its launch deadline (prepare + ``--launch-timeout``) stops its ranks itself, and
+   a node never launched counts as stopped: a controller lost half way through leaves
+   no rank waiting for peers that will never come.
 
 The run's record (records.py) is written before the first launch, so ``status`` and
 ``stop`` can find the run even if this controller dies a moment later. It becomes the
@@ -149,8 +152,9 @@ class Starter:
         self._node_event(host, NodeState.RUNNING)
         return reply
 
-    def launch(self) -> None:
-        """Node 0 first (it hosts the rendezvous), then every other node at once."""
+    def launch(self, confirm: bool = True) -> None:
+        """Node 0 first (it hosts the rendezvous), then every other node at once; with
+        ``confirm`` (or under Slurm), then the word that all launched, by a call."""
         hosts = [node.host for node in self.plan.nodes]
         results = self.cluster.map(self._launch_one, hosts[:1])
         if results[0].ok and len(hosts) > 1 and not self.interrupted():
@@ -159,7 +163,7 @@ class Starter:
         # Once every node runs, a Ctrl-C is the running run's: the nodes still get the
         # word they wait for, and the follower stops them as it does for any Ctrl-C.
         everywhere = not failed and len(results) == len(hosts)
-        if everywhere and self.launch_timeout is not None:
+        if everywhere and self.launch_timeout is not None and (confirm or self.steps):
             failed = [r for r in self.cluster.map(self._confirm_one, hosts) if not r.ok]
         # A step that failed because Slurm ended the job is Slurm's doing, not the node's.
         ended = self.slurm_ended() if failed else None

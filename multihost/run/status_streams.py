@@ -54,9 +54,11 @@ class StatusStreams:
             process = None
             try:
                 transport = self.cluster.transport(host)
+                # Streams open once every node launched (start.py): each carries that
+                # word to its node, which a separate call would cost a round trip.
                 process = helper.start(transport, "run.watch", {
                     "run_id": self.run_id, "interval": self.poll_interval,
-                    "heartbeat": HEARTBEAT, "stoppable": True})
+                    "heartbeat": HEARTBEAT, "stoppable": True, "launched": True})
                 with self.lock:
                     self.live[host.rank] = process
                     asked = self.stop_asked.get(host.rank)

@@ -101,6 +101,16 @@ def test_a_controller_killed_mid_launch_leaves_nothing_and_status_says_why(lab, 
             lab.host_run(i, ["rm", "-f", f"/root/{name}"])
 
 
+def test_a_followed_run_outlives_its_launch_deadline(lab, code):
+    """Every node of a followed run hears that all launched (its status stream carries
+    the word), so a job that runs past --launch-timeout is not stopped by its own nodes."""
+    (code / "outlives.py").write_text("import time\ntime.sleep(6)\nprint('done', flush=True)\n")
+    done = lab.multihost(*run_argv(lab, code, 2, "--launch-timeout", "2"), "--", "outlives.py",
+                         timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("done") == 2, done.stdout
+
+
 # -- 12: the list is true, and a hang names the rank that stands apart -------------------
 def test_status_list_says_when_a_runs_controller_is_gone(lab, code):
     controller = Controller(lab, run_argv(lab, code, 2) + ["--", "sleeper.py"])

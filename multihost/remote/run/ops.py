@@ -9,10 +9,13 @@ status   node.json, whether the supervisor still lives, every rank's exit, log t
 watch    the same as a stream: one JSON line on every change and at least every second,
          until the node has finished (one process per host instead of one per poll:
          a helper start costs ~0.1 s of CPU on the host, a watch loop next to nothing).
+         A followed run's monitor opens it only once every node launched, so it carries
+         the word that they did (``"launched": true``): no round trip of its own.
 launched tells the node that every node of the run launched: without that word by the
          launch deadline (prepare + --launch-timeout), a node stops its ranks itself,
          and a node never launched counts as stopped, so a controller lost half way
          through a launch leaves no rank waiting in a rendezvous that never fills.
+         Called by a run that is not followed (--detach) and under Slurm.
 stop     asks the supervisor to stop the run (grace, then SIGKILL) and waits for its
          final record; without a supervisor, stops the run's processes itself.
 """
@@ -227,7 +230,7 @@ def launched(request):
     """Every node of the run launched: this node's job may go on past its launch
     deadline. Refused when the node already gave up (its deadline passed first)."""
     run_dir = _run_dir(request)
-    run_files.write_json(os.path.join(run_dir, run_files.LAUNCHED), {"time": time.time()})
+    _say_launched(run_dir)
     node = _node_or_fail(run_dir, request["run_id"])
     # A job that already ended by itself did start everywhere it ran: only a node that
     # gave up waiting refuses the word.
@@ -236,6 +239,11 @@ def launched(request):
                       % (node.get("stop_reason") or node.get("state")),
                       "start the run again with a longer --launch-timeout")
     return {}
+
+
+def _say_launched(run_dir):
+    """The word the supervisor waits for until its launch deadline (supervisor.py)."""
+    run_files.write_json(os.path.join(run_dir, run_files.LAUNCHED), {"time": time.time()})
 
 
 def _expire_unlaunched(run_dir, node):
@@ -298,10 +306,16 @@ def watch(request):
     A line ``{"stop": {"grace": G, "reason": R}}`` on stdin stops the run here as
     ``run.stop`` does, without a new helper or a new session per host: a teardown of 64
     hosts paid 64 interpreter starts on the hosts and 64 channel openings on the
-    controller. The stream then reports the stop like any other change."""
+    controller. The stream then reports the stop like any other change.
+
+    With ``"launched": true`` the node is first told that every node launched, as
+    ``run.launched`` does; a node that gave up before (its deadline passed) reports
+    itself stopped for that reason on the stream's first line."""
     import select
 
     run_dir = _run_dir(request)
+    if request.get("launched") and os.path.isfile(os.path.join(run_dir, "node.json")):
+        _say_launched(run_dir)
     interval = float(request.get("interval", 0.2))
     heartbeat = float(request.get("heartbeat", 1.0))
     out = sys.stdout
