@@ -31,6 +31,7 @@ from typing import Any, Dict, Optional
 from . import waits
 from .errors import CommandTimeout, ConnectError, RemoteError
 from .transport import CommandResult, Process, Transport
+from .transport.base import login_shell_ended as shell_ended
 from .transport.openssh import login_command
 
 MISSING = 97
@@ -212,11 +213,7 @@ class HelperOutput:
 
 
 def login_shell_ended(label: str, code: int, login: str) -> RemoteError:
-    return RemoteError(
-        f"the login shell ended before the multihost helper ran (exit status {code}): a "
-        "start-up file (~/.bashrc) exits for non-interactive shells", host=label,
-        fix="in ~/.bashrc there, stop non-interactive shells with `return`, not `exit` "
-            f"(case $- in *i*) ;; *) return;; esac); then `{login} true; echo $?` says 0")
+    return shell_ended(label, "the multihost helper", code, login)
 
 
 def not_the_helper(transport: Transport, what: str) -> RemoteError:

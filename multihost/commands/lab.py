@@ -53,6 +53,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                     help="also show PATH inside every host at the same path (repeatable)")
     up.add_argument("--replace", action="store_true",
                     help="tear down a lab of the same name first instead of refusing")
+    up.add_argument("--shared-home", nargs="?", const="alice", metavar="USER",
+                    help="add an ordinary user (default alice) whose home is one directory "
+                         "on every host, as NFS homes are; its hostfile is in that home")
     up.add_argument("--slurm", action="store_true",
                     help="also run Slurm: slurmctld on ctl (198.18.0.1), slurmd on every host")
     sub.add_parser("down", help="remove the lab: processes, namespaces, files")
@@ -122,10 +125,15 @@ def main(args) -> int:
         import time
         t0 = time.monotonic()
         lab.up(args.n, rate=args.rate, shares=args.share, replace=args.replace,
-               with_slurm=args.slurm)
+               with_slurm=args.slurm, shared_home=args.shared_home)
         print(f"lab {lab.name}: {args.n} host(s) up{' with Slurm' if args.slurm else ''} "
               f"in {time.monotonic() - t0:.1f}s")
         print(f"  hostfile  {lab.hostfile}")
+        if args.shared_home:
+            from ..lab.users import home_of
+            home = home_of(lab.paths, args.shared_home)
+            print(f"  user      {args.shared_home}, home {home} on every host "
+                  f"(hostfile {home}/hosts.ini)")
         print(f"  try       multihost lab exec --name {lab.name} -- ssh {lab.address(1)} hostname")
         if args.slurm:
             print(f"  slurm     multihost lab exec --name {lab.name} -- salloc -N {args.n} srun hostname")

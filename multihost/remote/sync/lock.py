@@ -60,7 +60,7 @@ def lock_path(root):
             return beside
         except OSError:
             pass
-    return os.path.join(os.path.expanduser(FALLBACK_DIR), tree_key(root) + SUFFIX)
+    return os.path.join(host_dir(FALLBACK_DIR), tree_key(root) + SUFFIX)
 
 
 def describe(holder):
