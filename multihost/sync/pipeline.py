@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..errors import MultihostError, RemoteError
+from ..errors import MultihostError, RemoteError, SyncError
 from ..events import Listener, SyncHostDone, SyncPlanned, SyncScanned, SyncWaiting
 from ..fanout import HostGroup, fan_out
 from ..machines import by_address, refuse_repeats
@@ -41,6 +41,7 @@ from .manifest import Manifest, build_manifest, code_revision, size_warnings
 from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result,
                     needs_from_plan, sync_error, waited_note)
 from .session import HostSession
+from .shared import Sharing, find_sharing
 from ..remote.sync.lock import STALE
 from .transfer import RELAY_MIN_BYTES, stream_to
 
@@ -89,7 +90,40 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
     refuse_repeats(cluster.hosts, {rank: f"{where}|{workdirs[rank]}" if where else None
                                    for rank, where in by_address(cluster.hosts).items()})
     with pipe_errors_raise():
-        return _sync_code(cluster, code_dir, workdirs, dry_run, verify, listener)
+        if dry_run or len(cluster.hosts) < 2:
+            return _sync_code(cluster, code_dir, workdirs, dry_run, verify, listener)
+        return _sync_shared(cluster, code_dir, workdirs, verify, listener,
+                            find_sharing(cluster, workdirs))
+
+
+def _sync_shared(cluster: HostGroup, code_dir: str, workdirs: Dict[int, str], verify: bool,
+                 listener: Optional[Listener], sharing: Sharing) -> SyncReport:
+    """One writer per shared directory: the hosts with a workdir of their own and the
+    first host of each shared one are synced first; then the others of each group
+    compare the tree by content, which finds it written (they write nothing, and never
+    delete what another host writes at that moment)."""
+    if not sharing.followers:
+        return _sync_code(cluster, code_dir, workdirs, False, verify, listener)
+    followers = set(sharing.followers)
+    first = _sync_code(cluster.subset([h for h in cluster.hosts if h.rank not in followers]),
+                       code_dir, workdirs, False, verify, listener)
+    labels = {h.rank: h.label for h in cluster.hosts}
+    try:
+        then = _sync_code(cluster.subset([h for h in cluster.hosts if h.rank in followers]),
+                          code_dir, workdirs, False, verify, listener)
+    except SyncError as err:
+        then = getattr(err, "report", None)
+        if then is None:
+            raise
+    hosts = {h.rank: h for h in first.hosts}
+    for host in then.hosts:
+        note = f"shares the workdir of {labels[sharing.writer_of(host.rank)]}: written there once"
+        hosts[host.rank] = replace(host, notes=(note,) + host.notes)
+    report = replace(first, hosts=tuple(hosts[h.rank] for h in cluster.hosts),
+                     seconds=first.seconds + then.seconds)
+    if not report.ok:
+        raise sync_error(report)
+    return report
 
 
 def _sync_code(cluster: HostGroup, code_dir: str, workdirs: Dict[int, str], dry_run: bool,
@@ -341,8 +375,9 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
     refused before a byte is sent."""
     payload = functools.lru_cache(maxsize=1)(manifest.encode)  # only for hosts that compare
     needs: Dict[int, HostNeeds] = dict(known)
+    labels = {h.rank: h.label for h in cluster.hosts}
     for rank, host_needs in known.items():
-        emit(SyncPlanned(cluster.hosts[rank].label, host_needs))
+        emit(SyncPlanned(labels[rank], host_needs))
     planned_hosts = [h for h in cluster.hosts if h.rank in sessions]
     plans: Dict[int, dict] = {}
     for planned in cluster.map(lambda host, t: sessions[host.rank].plan(len(manifest.entries), payload), planned_hosts):
@@ -370,7 +405,7 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
                                    and root else None for rank, (machine, root) in places.items()})
     busy = {} if dry_run else {rank: n for rank, n in needs.items() if not n.empty}
     for rank in needs.keys() - busy.keys():
-        label = cluster.hosts[rank].label
+        label = labels[rank]
         results[rank] = dry_result(label, needs[rank]) if dry_run else \
             merge_result(label, needs[rank], [], None, (), 0.0)
     # Already identical (or a dry run): end those sessions now; they answer their keys.

@@ -29,6 +29,7 @@ import json
 import os
 import time
 
+from ..machine import host_dir
 from .fs import tree_key
 
 SUFFIX = ".multihost-lock"

@@ -1,0 +1,162 @@
+"""Which hosts see one directory: a token one host writes and the others read.
+
+Homes and project directories are often one filesystem (NFS, Lustre, GPFS) on every
+host. A sync that writes such a workdir from every host at once races itself (one host
+deletes the temporary file another renames), and writes the tree once per host. So
+before a sync, every host is asked one shell line, through the connection it already
+has: in ``<workdir>/.multihost-share/`` it links a file named by this command's nonce,
+holding its own machine identity. A link is exclusive on every filesystem that has one
+(NFS included, where flock is not); only the first host's link is made, and every host
+reads back whose it is. Hosts that read the same owner see the same directory; a host
+that reads its own, and is alone with it, has a directory of its own. Nothing relies on
+device and inode numbers (an NFS client's device is its own; sshfs makes up inodes) or
+on flock. Tokens older than ten minutes are removed by the next probe.
+
+The same nonce file, written here in the code directory, read on every host at the same
+path, tells whether the code directory itself is shared: then nothing is copied.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence, Tuple
+
+from ..errors import MultihostError
+from ..fanout import fan_out
+from ..machines import IDENTITY_SHELL
+from ..remote.machine import machine_identity
+from ..transport.base import quote_path
+
+SHARE_DIR = ".multihost-share"
+
+# $1 the directory, $2 the nonce, $3 the code directory's path (or ""), $5 1 to make the
+# directory when missing. Prints the owner of the nonce in the directory, then the code
+# directory's token as read here ("-": none).
+PROBE = r'''
+d="$1/.multihost-share"; f="$d/$2"; t="$d/.$2.$$"
+[ "$5" = 1 ] && mkdir -p "$1" 2>/dev/null
+mkdir -p "$d" 2>/dev/null || { echo "-"; echo "-"; exit 0; }
+printf '%s\n' "$m" > "$t" 2>/dev/null && { ln "$t" "$f" 2>/dev/null ||
+  { [ -e "$f" ] || ( set -C; cat "$t" > "$f" ) 2>/dev/null; }; }
+rm -f "$t"
+i=0
+while [ ! -s "$f" ] && [ $i -lt 50 ]; do sleep 0.02; i=$((i + 1)); done
+head -n 1 "$f" 2>/dev/null || echo "-"
+if [ -n "$3" ]; then head -n 1 "$3/.multihost-share/$2" 2>/dev/null || echo "-"; else echo "-"; fi
+find "$d" -type f -mmin +10 -exec rm -f {} + 2>/dev/null
+exit 0
+'''
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """What the hosts share. ``groups``: for each directory seen by more than one host,
+    the ranks that see it (in rank order; the first writes it). ``code_everywhere``: the
+    code directory is the same directory, at its own path, on every host."""
+
+    groups: Tuple[Tuple[int, ...], ...] = ()
+    code_everywhere: bool = False
+
+    def writer_of(self, rank: int) -> Optional[int]:
+        """The rank that writes the directory ``rank`` shares (None: its own)."""
+        for group in self.groups:
+            if rank in group and rank != group[0]:
+                return group[0]
+        return None
+
+    @property
+    def followers(self) -> Tuple[int, ...]:
+        return tuple(r for group in self.groups for r in group[1:])
+
+
+def probe_line(workdir: str, nonce: str, code_dir: str = "", make: bool = True) -> str:
+    return (IDENTITY_SHELL + "; " + "sh -c " + shlex.quote('m="$4"; ' + PROBE) +
+            f" probe {quote_path(workdir)} {nonce} {shlex.quote(code_dir)} \"$m\" "
+            f"{1 if make else 0}")
+
+
+def mark_code_dir(code_dir: str, nonce: str) -> Optional[str]:
+    """Write this machine's token into the code directory (None when it cannot be)."""
+    directory = os.path.join(code_dir, SHARE_DIR)
+    token = f"controller:{machine_identity() or '-'}:{nonce}"
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, nonce), "w") as out:
+            out.write(token + "\n")
+    except OSError:
+        return None
+    return token
+
+
+def unmark_code_dir(code_dir: str, nonce: str) -> None:
+    try:
+        os.unlink(os.path.join(code_dir, SHARE_DIR, nonce))
+        os.rmdir(os.path.join(code_dir, SHARE_DIR))
+    except OSError:
+        pass
+
+
+def group_owners(owners: Dict[int, Optional[str]]) -> Tuple[Tuple[int, ...], ...]:
+    """Ranks grouped by the owner they read, groups of two or more, in rank order."""
+    by_owner: Dict[str, list] = {}
+    for rank in sorted(owners):
+        owner = owners[rank]
+        if owner and owner != "-":
+            by_owner.setdefault(owner, []).append(rank)
+    return tuple(tuple(ranks) for ranks in by_owner.values() if len(ranks) > 1)
+
+
+def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = None,
+                 hosts: Optional[Sequence] = None, make: bool = True) -> Sharing:
+    """Which of the hosts' workdirs are one directory, and (given ``code_dir``) whether
+    the code directory is the same directory at the same path on every host. A host that
+    cannot be asked counts as having its own (the sync reports it). ``make``: a missing
+    workdir is made (a sync's first write must know it already); a check makes none."""
+    hosts = tuple(hosts if hosts is not None else cluster.hosts)
+    if len(hosts) < 2 and not code_dir:
+        return Sharing()
+    nonce = secrets.token_hex(8)
+    token = mark_code_dir(os.path.abspath(code_dir), nonce) if code_dir else None
+    where = os.path.abspath(code_dir) if token else ""
+
+    def ask(host):
+        line = probe_line(workdirs[host.rank], nonce, where, make)
+        quick = cluster.reused(host)   # a master an earlier command left: no handshake
+        try:
+            result = quick.run(line, timeout=30) if quick is not None else None
+        except MultihostError:
+            result = None
+        if result is None or result.exit_code == 255:
+            result = cluster.transport(host).run(line, timeout=30)
+        lines = result.stdout.decode("utf-8", "replace").splitlines() + ["-", "-"]
+        return lines[0].strip(), lines[1].strip()
+
+    try:
+        answers = {r.host.rank: r.value for r in fan_out(hosts, ask, cluster.workers) if r.ok}
+    finally:
+        if token:
+            unmark_code_dir(os.path.abspath(code_dir), nonce)
+    groups = group_owners({rank: owner for rank, (owner, _) in answers.items()})
+    everywhere = bool(token) and len(answers) == len(hosts) and all(
+        seen == token for _, seen in answers.values())
+    return Sharing(groups, everywhere)
+
+
+def code_everywhere(cluster, code_dir: str) -> bool:
+    """Whether ``code_dir`` is the same directory, at its own path, on every host: this
+    machine's token, written there, is read back by every host (nothing is written on
+    the hosts). False where it cannot be written here or a host cannot be asked."""
+    nonce = secrets.token_hex(8)
+    root = os.path.abspath(code_dir)
+    token = mark_code_dir(root, nonce)
+    if token is None:
+        return False
+    line = f"head -n 1 {shlex.quote(os.path.join(root, SHARE_DIR, nonce))} 2>/dev/null"
+    try:
+        results = cluster.map(lambda host, t: t.run(line, timeout=30))
+    finally:
+        unmark_code_dir(root, nonce)
+    return all(r.ok and r.value.stdout.decode("utf-8", "replace").strip() == token
+               for r in results)
