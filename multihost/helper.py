@@ -234,12 +234,30 @@ def install(transport: Transport, timeout: Optional[float] = None) -> None:
     result = transport.run(line, input=data, timeout=60 if timeout is None else timeout)
     if result.exit_code == 127:
         raise python_missing(transport)
+    refused = python_refused(transport, result.stderr)
+    if refused is not None:
+        raise refused
     if not result.ok:
         raise RemoteError(f"cannot install the multihost helper: "
                           f"{result.stderr.decode(errors='replace').strip()[-200:]}",
                           host=transport.host.label,
                           fix="check that the home directory is writable and has free space")
     _installed_on.add(transport)
+
+
+def python_refused(transport: Transport, stderr: bytes) -> Optional[RemoteError]:
+    """The error when the shell could not execute the python (a directory above it, or
+    the file, closed to this account: a venv under another user's home), else None."""
+    python = transport.host.python
+    text = stderr.decode("utf-8", "replace")
+    if not any("Permission denied" in line and python in line for line in text.splitlines()):
+        return None
+    who = transport.host.user or "this account"
+    return RemoteError(f"{python}: Permission denied: {who} may not execute it (the file, or "
+                       "a directory above it, is closed to that user)", host=transport.host.label,
+                       fix=f"`{login_hint(transport)} namei -l {shlex.quote(python)}` shows "
+                           "which; give a python that user may run with --python (or python = "
+                           "in the hostfile), e.g. --python /usr/bin/python3")
 
 
 def python_missing(transport: Transport) -> RemoteError:
@@ -322,6 +340,9 @@ def parse_reply(transport: Transport, op: str, code: int, stdout: bytes, stderr:
     err = stderr.decode("utf-8", "replace").strip()
     if code == 127 or "No such file or directory" in err and "python" in err.lower():
         raise python_missing(transport)
+    refused = python_refused(transport, stderr)
+    if refused is not None:
+        raise refused
     out = stdout.strip()
     if out and not err:
         raise not_the_helper(transport, f"printed something that is not the multihost helper's "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -222,3 +223,23 @@ def test_an_account_whose_login_shell_is_not_bash_checks_execs_runs_and_stops(sh
     assert stopped.returncode == 0, stopped.stderr
     doc = json.loads(user.multihost("status", run_id, "--json").stdout)
     assert {n["state"] for n in doc["nodes"]} == {"stopped"}, doc
+
+
+def test_a_python_the_user_may_not_execute_is_named_with_a_fix_that_works(alice, tmp_path):
+    closed = alice.home.parent.parent / random_name("closed")   # root's, mode 700
+    closed.mkdir(mode=0o700)
+    (closed / "python3").symlink_to("/usr/bin/python3")
+    hosts = alice.home / "denied.ini"
+    hosts.write_text(alice.hosts.read_text().replace(
+        f"python = {alice.venv()}", f"python = {closed / 'python3'}"))
+    try:
+        result = alice.multihost("run", "--hostfile", str(hosts), "--launcher", "python",
+                                 "--no-check", "--plain", "--", "nap.py", cwd=alice.home / "code")
+        line = result.stderr.strip().splitlines()[-1]
+        assert result.returncode != 0
+        assert f"{closed / 'python3'}: Permission denied: {alice.name} may not execute it" in line
+        fix = re.search(r"\(fix: `([^`]+)` shows which", line).group(1)
+        typed = alice.lab.run(alice.as_user(shlex.split(fix)))   # the fix, typed as is
+        assert "python3 - Permission denied" in typed.stdout and f"drwx------ root" in typed.stdout
+    finally:
+        shutil.rmtree(closed)
