@@ -5,12 +5,12 @@ host. A sync that writes such a workdir from every host at once races itself (on
 deletes the temporary file another renames), and writes the tree once per host. So
 before a sync, every host is asked one shell line, through the connection it already
 has: in ``<workdir>/.multihost-share/`` it links a file named by this command's nonce,
-holding its own machine identity. A link is exclusive on every filesystem that has one
+holding its own machine identity (removed again once every host has answered). A link is exclusive on every filesystem that has one
 (NFS included, where flock is not); only the first host's link is made, and every host
 reads back whose it is. Hosts that read the same owner see the same directory; a host
 that reads its own, and is alone with it, has a directory of its own. Nothing relies on
 device and inode numbers (an NFS client's device is its own; sshfs makes up inodes) or
-on flock. Tokens older than ten minutes are removed by the next probe.
+on flock. Tokens a probe cut short left behind are removed after ten minutes by the next.
 
 The same nonce file, written here in the code directory, read on every host at the same
 path, tells whether the code directory itself is shared: then nothing is copied.
@@ -77,6 +77,11 @@ def probe_line(workdir: str, nonce: str, code_dir: str = "", make: bool = True) 
             f"{1 if make else 0}")
 
 
+def remove_line(workdir: str, nonce: str) -> str:
+    share = quote_path(workdir) + "/" + SHARE_DIR
+    return f"rm -f {share}/{nonce}; rmdir {share} 2>/dev/null; exit 0"
+
+
 def mark_code_dir(code_dir: str, nonce: str) -> Optional[str]:
     """Write this machine's token into the code directory (None when it cannot be)."""
     directory = os.path.join(code_dir, SHARE_DIR)
@@ -121,8 +126,7 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
     token = mark_code_dir(os.path.abspath(code_dir), nonce) if code_dir else None
     where = os.path.abspath(code_dir) if token else ""
 
-    def ask(host):
-        line = probe_line(workdirs[host.rank], nonce, where, make)
+    def on(host, line):
         quick = cluster.reused(host)   # a master an earlier command left: no handshake
         try:
             result = quick.run(line, timeout=30) if quick is not None else None
@@ -130,6 +134,10 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
             result = None
         if result is None or result.exit_code == 255:
             result = cluster.transport(host).run(line, timeout=30)
+        return result
+
+    def ask(host):
+        result = on(host, probe_line(workdirs[host.rank], nonce, where, make))
         lines = result.stdout.decode("utf-8", "replace").splitlines() + ["-", "-"]
         return lines[0].strip(), lines[1].strip()
 
@@ -138,6 +146,9 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
     finally:
         if token:
             unmark_code_dir(os.path.abspath(code_dir), nonce)
+    # Every host has read its owner: the tokens go (the workdir is the job's directory).
+    fan_out(hosts, lambda host: on(host, remove_line(workdirs[host.rank], nonce)),
+            cluster.workers)
     groups = group_owners({rank: owner for rank, (owner, _) in answers.items()})
     everywhere = bool(token) and len(answers) == len(hosts) and all(
         seen == token for _, seen in answers.values())
