@@ -33,18 +33,19 @@ SHARE_DIR = ".multihost-share"
 
 # $1 the directory, $2 the nonce, $3 the code directory's path (or ""), $5 1 to make the
 # directory when missing. Prints the owner of the nonce in the directory, then the code
-# directory's token as read here ("-": none).
+# directory's token as read here ("-": none), each after its tag: a login shell may have
+# printed lines of its own before.
 PROBE = r'''
 d="$1/.multihost-share"; f="$d/$2"; t="$d/.$2.$$"
 [ "$5" = 1 ] && mkdir -p "$1" 2>/dev/null
-mkdir -p "$d" 2>/dev/null || { echo "-"; echo "-"; exit 0; }
+{ [ -d "$d" ] || mkdir "$d"; } 2>/dev/null || { echo "=owner= -"; echo "=code= -"; exit 0; }
 printf '%s\n' "$m" > "$t" 2>/dev/null && { ln "$t" "$f" 2>/dev/null ||
   { [ -e "$f" ] || ( set -C; cat "$t" > "$f" ) 2>/dev/null; }; }
 rm -f "$t"
 i=0
 while [ ! -s "$f" ] && [ $i -lt 50 ]; do sleep 0.02; i=$((i + 1)); done
-head -n 1 "$f" 2>/dev/null || echo "-"
-if [ -n "$3" ]; then head -n 1 "$3/.multihost-share/$2" 2>/dev/null || echo "-"; else echo "-"; fi
+echo "=owner= $(head -n 1 "$f" 2>/dev/null || echo -)"
+echo "=code= $([ -n "$3" ] && head -n 1 "$3/.multihost-share/$2" 2>/dev/null || echo -)"
 find "$d" -type f -mmin +10 -exec rm -f {} + 2>/dev/null
 exit 0
 '''
@@ -103,6 +104,12 @@ def unmark_code_dir(code_dir: str, nonce: str) -> None:
         pass
 
 
+def tagged(text: str, tag: str) -> str:
+    """The value of the last line that starts with ``tag`` ("-" when there is none)."""
+    found = [line[len(tag):].strip() for line in text.splitlines() if line.startswith(tag)]
+    return found[-1] if found else "-"
+
+
 def group_owners(owners: Dict[int, Optional[str]]) -> Tuple[Tuple[int, ...], ...]:
     """Ranks grouped by the owner they read, groups of two or more, in rank order."""
     by_owner: Dict[str, list] = {}
@@ -138,8 +145,8 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
 
     def ask(host):
         result = on(host, probe_line(workdirs[host.rank], nonce, where, make))
-        lines = result.stdout.decode("utf-8", "replace").splitlines() + ["-", "-"]
-        return lines[0].strip(), lines[1].strip()
+        text = result.stdout.decode("utf-8", "replace")
+        return tagged(text, "=owner= "), tagged(text, "=code= ")
 
     try:
         answers = {r.host.rank: r.value for r in fan_out(hosts, ask, cluster.workers) if r.ok}
@@ -164,10 +171,11 @@ def code_everywhere(cluster, code_dir: str) -> bool:
     token = mark_code_dir(root, nonce)
     if token is None:
         return False
-    line = f"head -n 1 {shlex.quote(os.path.join(root, SHARE_DIR, nonce))} 2>/dev/null"
+    line = (f'echo "=code= $(head -n 1 {shlex.quote(os.path.join(root, SHARE_DIR, nonce))} '
+            '2>/dev/null)"')
     try:
         results = cluster.map(lambda host, t: t.run(line, timeout=30))
     finally:
         unmark_code_dir(root, nonce)
-    return all(r.ok and r.value.stdout.decode("utf-8", "replace").strip() == token
+    return all(r.ok and tagged(r.value.stdout.decode("utf-8", "replace"), "=code= ") == token
                for r in results)
