@@ -83,11 +83,13 @@ def helper_archive() -> bytes:
 
 # Unpacks the archive from stdin next to where it will live, then renames it into place,
 # so a helper directory is always whole; a concurrent install that loses the race cleans
-# up. Our own archive, but the "data" filter where Python has it (3.12 warns without).
+# up (hosts that share the home install at once: the temporary name holds the host's
+# name, as two hosts may give the same pid). Our own archive, but the "data" filter
+# where Python has it (3.12 warns without).
 _UNPACK = """\
 import io, os, shutil, sys, tarfile
 final = sys.argv[1]
-temp = "%s.%d.tmp" % (final, os.getpid())
+temp = "%s.%s.%d.tmp" % (final, os.uname()[1], os.getpid())
 with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read()), mode="r:gz") as archive:
     if hasattr(tarfile, "data_filter"):
         archive.extractall(temp, filter="data")

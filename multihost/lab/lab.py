@@ -140,7 +140,7 @@ class Lab:
 
     def up(self, n: int, rate: Optional[str] = None, shares: Sequence[str] = (),
            replace: bool = False, with_slurm: bool = False,
-           shared_home: Optional[str] = None) -> LabState:
+           shared_home: Optional[str] = None, sshfs: bool = False) -> LabState:
         """Bring up n hosts (with Slurm: see slurm.py; with ``shared_home``, that user's
         home is one directory on every host: users.py); on any failure, tear down what
         was built and re-raise."""
@@ -157,7 +157,7 @@ class Lab:
         if shared_home:
             users.check_free(shared_home)   # never one that `down` would then remove
         try:
-            return self._build(n, rate, burst, shares, with_slurm, shared_home)
+            return self._build(n, rate, burst, shares, with_slurm, shared_home, sshfs)
         except BaseException:
             try:
                 self.down()
@@ -169,7 +169,8 @@ class Lab:
         return self.paths.state.exists() or bool(netns.lab_namespaces(self.name))
 
     def _build(self, n: int, rate: Optional[str], burst: int, shares: Sequence[str],
-               with_slurm: bool = False, shared_home: Optional[str] = None) -> LabState:
+               with_slurm: bool = False, shared_home: Optional[str] = None,
+               sshfs: bool = False) -> LabState:
         p = self.paths
         p.dir.mkdir(parents=True, exist_ok=True)
         if shared_home:
@@ -216,7 +217,9 @@ class Lab:
         if ctl:
             slurm.start(p, ctl, inits)
         p.hostfile.write_text(hostfile(n, sys.executable))
-        if shared_home:
+        if shared_home and sshfs:
+            users.add_sshfs_user(p, shared_home, n, self.host_argv)
+        elif shared_home:
             users.add_user(p, shared_home, n)
         state = dataclasses.replace(state, ready=True)
         self._save(state)

@@ -61,19 +61,70 @@ def add_user(paths: LabPaths, user: str, n: int, shell: str = "bash",
         os.chmod(directory, 0o755)   # the user must reach its home through them
     subprocess.run(["useradd", "-M", "-d", str(home), "-s", login_shell(shell), "-p", "*", user],
                    check=True, capture_output=True)
+    _keys(paths, ssh)
+    hostfile = _hostfile(home, user, n, python)
+    subprocess.run(["chown", "-R", f"{user}:", str(home)], check=True)
+    _close(home)
+    return hostfile
+
+
+def _keys(paths: LabPaths, ssh: Path) -> None:
+    """The controller's key and the cluster key let in; the cluster key to go host to host."""
     ctl_pub = (paths.ctl_ssh / "id_ed25519.pub").read_text()
     cluster_pub = Path(f"{paths.cluster_key}.pub").read_text()
     (ssh / "authorized_keys").write_text(ctl_pub + cluster_pub)
     shutil.copy(paths.cluster_key, ssh / "id_ed25519")
     shutil.copy(paths.ctl_ssh / "known_hosts", ssh / "known_hosts")
+
+
+def _hostfile(home: Path, user: str, n: int, python: str) -> Path:
     hostfile = home / "hosts.ini"
     hostfile.write_text("\n".join(["[defaults]", f"user = {user}", f"python = {python}"]
                                   + [f"[{host_address(i)}]" for i in range(1, n + 1)]) + "\n")
-    subprocess.run(["chown", "-R", f"{user}:", str(home)], check=True)
+    return hostfile
+
+
+def _close(home: Path) -> None:
+    """Modes sshd's StrictModes wants: the home and ~/.ssh the user's alone."""
     os.chmod(home, 0o700)
-    os.chmod(ssh, 0o700)
+    os.chmod(home / ".ssh", 0o700)
     for name in ("authorized_keys", "id_ed25519", "known_hosts"):
-        os.chmod(ssh / name, 0o600)
+        os.chmod(home / ".ssh" / name, 0o600)
+
+
+SSHFS_HOMES = "/run/multihost-sshfs"   # /run is each host's own: one mount point each
+
+
+def add_sshfs_user(paths: LabPaths, user: str, n: int, host_argv) -> Path:
+    """Make ``user`` whose home is an sshfs mount on every host, all of one directory
+    that host 1 serves (a network filesystem's weak semantics: attribute caching, no
+    locks across clients, close-to-open). The files live in ``<lab dir>/shared/sshfs/
+    USER`` (``home_of``'s place for it); its path on the hosts is ``/run/multihost-sshfs/
+    USER``. Mounted as root with the cluster key, every file shown as the user's
+    (``idmap``). ``host_argv(i, argv)`` runs argv inside host i. Returns its hostfile."""
+    store = shared_dir(paths) / "sshfs" / user
+    check_free(user)
+    home = f"{SSHFS_HOMES}/{user}"
+    ssh = store / ".ssh"
+    ssh.mkdir(parents=True)
+    for directory in (paths.dir, shared_dir(paths), store.parent):
+        os.chmod(directory, 0o755)
+    subprocess.run(["useradd", "-M", "-d", home, "-s", login_shell("bash"), "-p", "*", user],
+                   check=True, capture_output=True)
+    _keys(paths, ssh)
+    hostfile = _hostfile(store, user, n, "/usr/bin/python3")
+    subprocess.run(["chown", "-R", f"{user}:", str(store)], check=True)
+    _close(store)
+    ids = pwd.getpwnam(user)
+    options = (f"allow_other,idmap=user,uid={ids.pw_uid},gid={ids.pw_gid},"
+               "IdentityFile=/root/.ssh/id_ed25519,BatchMode=yes")
+    for i in range(1, n + 1):
+        done = subprocess.run(host_argv(i, ["sh", "-c", f"mkdir -p {home} && sshfs -o {options} "
+                                                     f"root@{host_address(1)}:{store} {home}"]),
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise LabError(f"sshfs on host {i} failed: {done.stderr.strip()[-200:]}",
+                           fix="apt-get install sshfs; check that /dev/fuse exists")
     return hostfile
 
 

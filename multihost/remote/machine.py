@@ -68,9 +68,13 @@ def _claim(base, path, me):
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
-        if exc.errno != errno.EEXIST:
+        # sshfs says EPERM where another client's file is there (an SFTP "failure"),
+        # and its cache may have said "missing" a moment before: read it again.
+        owner = _read_owner(path) if exc.errno in (errno.EEXIST, errno.EPERM, errno.EACCES) \
+            else None
+        if owner is None:
             raise
-        return _read_owner(path)
+        return owner
     try:
         os.write(fd, (me + "\n").encode())
     finally:
@@ -92,16 +96,30 @@ def host_dir(base, make=True):
         return base
     me = host_name()
     try:
-        if not os.path.isdir(base):
-            os.makedirs(base, 0o700)
+        _makedirs(base)
         owner = _claim(base, os.path.join(base, OWNER), me)
     except OSError:
         owner = me
     found = base if owner == me else os.path.join(base, HOSTS, me)
     if found != base:
         try:
-            os.makedirs(found, 0o700)
+            _makedirs(found)
         except OSError:
             pass
     _dirs[base] = found
     return found
+
+
+def _makedirs(path):
+    """``mkdir -p`` (0700) that another host may be doing at the same moment: over sshfs
+    the loser's mkdir fails with EPERM, not EEXIST, so it looks again before giving up."""
+    for _ in range(50):
+        try:
+            if not os.path.isdir(path):
+                os.makedirs(path, 0o700)
+            return
+        except OSError:
+            if os.path.isdir(path):
+                return
+            time.sleep(0.05)
+    os.makedirs(path, 0o700)

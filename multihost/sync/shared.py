@@ -37,8 +37,17 @@ SHARE_DIR = ".multihost-share"
 # printed lines of its own before.
 PROBE = r'''
 d="$1/.multihost-share"; f="$d/$2"; t="$d/.$2.$$"
-[ "$5" = 1 ] && mkdir -p "$1" 2>/dev/null
-{ [ -d "$d" ] || mkdir "$d"; } 2>/dev/null || { echo "=owner= -"; echo "=code= -"; exit 0; }
+i=0
+# Hosts make the directories at once: over sshfs a mkdir that another host won fails
+# (not EEXIST: an SFTP "failure"), so it is tried again until the directory is seen.
+until [ -d "$d" ] || mkdir "$d" 2>/dev/null; do
+  [ "$5" = 1 ] && mkdir -p "$1" 2>/dev/null
+  i=$((i + 1))
+  if [ $i -gt 50 ] || { [ "$5" != 1 ] && [ ! -d "$1" ]; }; then
+    echo "=owner= -"; echo "=code= -"; exit 0
+  fi
+  sleep 0.05
+done
 printf '%s\n' "$m" > "$t" 2>/dev/null && { ln "$t" "$f" 2>/dev/null ||
   { [ -e "$f" ] || ( set -C; cat "$t" > "$f" ) 2>/dev/null; }; }
 rm -f "$t"

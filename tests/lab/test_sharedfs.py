@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import sysconfig
 import time
@@ -19,7 +19,7 @@ import pytest
 
 from conftest import LabHandle, lab_unavailable, random_name
 from multihost.lab import Lab
-from multihost.lab.users import add_user, home_of, remove_user
+from multihost.lab.users import add_user, home_of, remove_user, shared_dir
 from test_run import run_id_in
 
 NAP = ("import os, socket, sys, time\n"
@@ -243,3 +243,41 @@ def test_a_python_the_user_may_not_execute_is_named_with_a_fix_that_works(alice,
         assert "python3 - Permission denied" in typed.stdout and f"drwx------ root" in typed.stdout
     finally:
         shutil.rmtree(closed)
+
+
+@pytest.fixture(scope="module")
+def over_sshfs():
+    """A lab whose user's home is an sshfs mount on every host, served by host 1."""
+    reason = lab_unavailable()
+    if reason or shutil.which("sshfs") is None or not os.path.exists("/dev/fuse"):
+        pytest.skip(f"no sshfs lab on this machine: {reason or 'sshfs or /dev/fuse missing'}")
+    the_lab = Lab(random_name("mhf"))
+    atexit.register(the_lab.down)
+    name = random_name("mhf")
+    the_lab.up(3, shared_home=name, sshfs=True)
+    try:
+        yield LabHandle(the_lab, 3), shared_dir(the_lab.paths) / "sshfs" / name
+    finally:
+        the_lab.down()
+        atexit.unregister(the_lab.down)
+
+
+def test_over_sshfs_runs_in_a_row_and_a_sync_written_once(over_sshfs, tmp_path):
+    lab, files = over_sshfs
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "nap.py").write_text(NAP)
+    for i in range(200):
+        (code / f"m{i}.py").write_text(f"VALUE = {i}\n" * 40)
+    hosts = str(files / "hosts.ini")
+    for _ in range(3):
+        result = lab.multihost("run", "--hostfile", hosts, "--launcher", "python", "--plain",
+                               "--code", str(code), "--", "nap.py", timeout=300)
+        assert result.returncode == 0, result.stderr
+    said = lab.multihost("sync", "--hostfile", hosts, "--plain", "--code", str(code),
+                         "--workdir", "~/again", timeout=300)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.count(f"shares the workdir of {lab.address(1)}") == 2, said.stdout
+    assert re.search(rf"^{re.escape(lab.address(1))}: 201 files \(.*\) written", said.stdout, re.M)
+    state = files / ".multihost"
+    assert len(list((state / "hosts").iterdir())) == 2 and (state / "host").exists()
