@@ -101,7 +101,7 @@ def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] 
 
 def _shared_workdirs(cluster: HostGroup, workdirs: dict) -> Tuple[Tuple[str, ...], ...]:
     """The labels of each group of hosts whose workdirs are one directory."""
-    from ..sync.shared import find_sharing
+    from ..sync.shared import find_sharing, forget_tokens
 
     from ..hosts import IN_PLACE
 
@@ -110,8 +110,9 @@ def _shared_workdirs(cluster: HostGroup, workdirs: dict) -> Tuple[Tuple[str, ...
     if len(cluster.hosts) < 2 or any(h.workdir == IN_PLACE for h in cluster.hosts):
         return ()
     labels = {h.rank: h.label for h in cluster.hosts}
-    return tuple(tuple(labels[r] for r in group)
-                 for group in find_sharing(cluster, workdirs, make=False).groups)
+    sharing = find_sharing(cluster, workdirs, make=False)
+    forget_tokens(cluster, workdirs, sharing).join(30)
+    return tuple(tuple(labels[r] for r in group) for group in sharing.groups)
 
 
 def _facts_request(session: Session, sessions: Sequence[Session], job: JobOptions,

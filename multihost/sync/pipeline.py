@@ -41,7 +41,7 @@ from .manifest import Manifest, build_manifest, code_revision, size_warnings
 from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result,
                     needs_from_plan, sync_error, waited_note)
 from .session import HostSession
-from .shared import Sharing, find_sharing
+from .shared import Sharing, find_sharing, forget_tokens
 from ..remote.sync.lock import STALE
 from .transfer import RELAY_MIN_BYTES, stream_to
 
@@ -92,8 +92,12 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
     with pipe_errors_raise():
         if dry_run or len(cluster.hosts) < 2:
             return _sync_code(cluster, code_dir, workdirs, dry_run, verify, listener)
-        return _sync_shared(cluster, code_dir, workdirs, verify, listener,
-                            find_sharing(cluster, workdirs))
+        sharing = find_sharing(cluster, workdirs)
+        tokens = forget_tokens(cluster, workdirs, sharing)
+        try:
+            return _sync_shared(cluster, code_dir, workdirs, verify, listener, sharing)
+        finally:
+            tokens.join(60)
 
 
 def _sync_shared(cluster: HostGroup, code_dir: str, workdirs: Dict[int, str], verify: bool,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import threading
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -31,31 +32,30 @@ from ..transport.base import quote_path
 
 SHARE_DIR = ".multihost-share"
 
-# $1 the directory, $2 the nonce, $3 the code directory's path (or ""), $5 1 to make the
-# directory when missing. Prints the owner of the nonce in the directory, then the code
-# directory's token as read here ("-": none), each after its tag: a login shell may have
-# printed lines of its own before.
+# In: $w the directory, $nc the nonce, $c the code directory's path (or ""), $mk 1 to make
+# the directory when missing, $m this machine's identity. Prints the owner of the nonce
+# in the directory, then the code directory's token as read here ("-": none), each after
+# its tag: a login shell may have printed lines of its own before. Shell builtins only,
+# but for a mkdir: a sync of 64 hosts starts with it.
 PROBE = r'''
-d="$1/.multihost-share"; f="$d/$2"; t="$d/.$2.$$"
-i=0
+d="$w/.multihost-share"; f="$d/$nc"; i=0
 # Hosts make the directories at once: over sshfs a mkdir that another host won fails
 # (not EEXIST: an SFTP "failure"), so it is tried again until the directory is seen.
 until [ -d "$d" ] || mkdir "$d" 2>/dev/null; do
-  [ "$5" = 1 ] && mkdir -p "$1" 2>/dev/null
+  [ "$mk" = 1 ] && mkdir -p "$w" 2>/dev/null
   i=$((i + 1))
-  if [ $i -gt 50 ] || { [ "$5" != 1 ] && [ ! -d "$1" ]; }; then
+  if [ $i -gt 20 ] || { [ "$mk" != 1 ] && [ ! -d "$w" ]; }; then
     echo "=owner= -"; echo "=code= -"; exit 0
   fi
   sleep 0.05
 done
-printf '%s\n' "$m" > "$t" 2>/dev/null && { ln "$t" "$f" 2>/dev/null ||
-  { [ -e "$f" ] || ( set -C; cat "$t" > "$f" ) 2>/dev/null; }; }
-rm -f "$t"
+set -C
+printf '%s\n' "$m" 2>/dev/null > "$f"
+set +C
 i=0
 while [ ! -s "$f" ] && [ $i -lt 50 ]; do sleep 0.02; i=$((i + 1)); done
-echo "=owner= $(head -n 1 "$f" 2>/dev/null || echo -)"
-echo "=code= $([ -n "$3" ] && head -n 1 "$3/.multihost-share/$2" 2>/dev/null || echo -)"
-find "$d" -type f -mmin +10 -exec rm -f {} + 2>/dev/null
+o=-; read -r o 2>/dev/null < "$f"; echo "=owner= ${o:--}"
+t=-; [ -n "$c" ] && read -r t 2>/dev/null < "$c/.multihost-share/$nc"; echo "=code= ${t:--}"
 exit 0
 '''
 
@@ -68,6 +68,7 @@ class Sharing:
 
     groups: Tuple[Tuple[int, ...], ...] = ()
     code_everywhere: bool = False
+    nonce: str = ""          # of the tokens left to remove (forget_tokens)
 
     def writer_of(self, rank: int) -> Optional[int]:
         """The rank that writes the directory ``rank`` shares (None: its own)."""
@@ -82,14 +83,15 @@ class Sharing:
 
 
 def probe_line(workdir: str, nonce: str, code_dir: str = "", make: bool = True) -> str:
-    return (IDENTITY_SHELL + "; " + "sh -c " + shlex.quote('m="$4"; ' + PROBE) +
-            f" probe {quote_path(workdir)} {nonce} {shlex.quote(code_dir)} \"$m\" "
-            f"{1 if make else 0}")
+    return (f"w={quote_path(workdir)}; nc={nonce}; c={shlex.quote(code_dir)}; "
+            f"mk={1 if make else 0}; " + IDENTITY_SHELL + PROBE)
 
 
 def remove_line(workdir: str, nonce: str) -> str:
+    """This probe's token gone, and any a probe cut short left (ten minutes old)."""
     share = quote_path(workdir) + "/" + SHARE_DIR
-    return f"rm -f {share}/{nonce}; rmdir {share} 2>/dev/null; exit 0"
+    return (f"rm -f {share}/{nonce}; find {share} -type f -mmin +10 -exec rm -f {{}} + "
+            f"2>/dev/null; rmdir {share} 2>/dev/null; exit 0")
 
 
 def mark_code_dir(code_dir: str, nonce: str) -> Optional[str]:
@@ -162,13 +164,30 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
     finally:
         if token:
             unmark_code_dir(os.path.abspath(code_dir), nonce)
-    # Every host has read its owner: the tokens go (the workdir is the job's directory).
-    fan_out(hosts, lambda host: on(host, remove_line(workdirs[host.rank], nonce)),
-            cluster.workers)
     groups = group_owners({rank: owner for rank, (owner, _) in answers.items()})
     everywhere = bool(token) and len(answers) == len(hosts) and all(
         seen == token for _, seen in answers.values())
-    return Sharing(groups, everywhere)
+    return Sharing(groups, everywhere, nonce)
+
+
+def forget_tokens(cluster, workdirs: Dict[int, str], sharing: Sharing,
+                  hosts: Optional[Sequence] = None) -> threading.Thread:
+    """Every host has read its owner: the tokens go (the workdir is the job's directory),
+    in the background, beside whatever comes next; join the thread before exiting."""
+    def remove(host):
+        line = remove_line(workdirs[host.rank], sharing.nonce)
+        quick = cluster.reused(host)
+        try:
+            if quick is not None and quick.run(line, timeout=30).exit_code != 255:
+                return
+        except MultihostError:
+            pass
+        cluster.transport(host).run(line, timeout=30)
+
+    thread = threading.Thread(target=fan_out, daemon=True, args=(
+        tuple(hosts if hosts is not None else cluster.hosts), remove, cluster.workers))
+    thread.start()
+    return thread
 
 
 def code_everywhere(cluster, code_dir: str) -> bool:
