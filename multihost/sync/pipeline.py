@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..errors import MultihostError, RemoteError, SyncError
+from ..errors import MultihostError, RemoteError
 from ..events import Listener, SyncHostDone, SyncPlanned, SyncScanned, SyncWaiting
 from ..fanout import HostGroup, fan_out
 from ..machines import by_address, refuse_repeats
@@ -41,7 +41,7 @@ from .manifest import Manifest, build_manifest, code_revision, size_warnings
 from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result,
                     needs_from_plan, sync_error, waited_note)
 from .session import HostSession
-from .shared import Sharing, find_sharing, forget_tokens
+from .shared import find_sharing, forget_tokens, one_writer_each
 from ..remote.sync.lock import STALE
 from .transfer import RELAY_MIN_BYTES, stream_to
 
@@ -95,39 +95,10 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
         sharing = find_sharing(cluster, workdirs)
         tokens = forget_tokens(cluster, workdirs, sharing)
         try:
-            return _sync_shared(cluster, code_dir, workdirs, verify, listener, sharing)
+            return one_writer_each(cluster, sharing, lambda part: _sync_code(
+                part, code_dir, workdirs, False, verify, listener))
         finally:
             tokens.join(60)
-
-
-def _sync_shared(cluster: HostGroup, code_dir: str, workdirs: Dict[int, str], verify: bool,
-                 listener: Optional[Listener], sharing: Sharing) -> SyncReport:
-    """One writer per shared directory: the hosts with a workdir of their own and the
-    first host of each shared one are synced first; then the others of each group
-    compare the tree by content, which finds it written (they write nothing, and never
-    delete what another host writes at that moment)."""
-    if not sharing.followers:
-        return _sync_code(cluster, code_dir, workdirs, False, verify, listener)
-    followers = set(sharing.followers)
-    first = _sync_code(cluster.subset([h for h in cluster.hosts if h.rank not in followers]),
-                       code_dir, workdirs, False, verify, listener)
-    labels = {h.rank: h.label for h in cluster.hosts}
-    try:
-        then = _sync_code(cluster.subset([h for h in cluster.hosts if h.rank in followers]),
-                          code_dir, workdirs, False, verify, listener)
-    except SyncError as err:
-        then = getattr(err, "report", None)
-        if then is None:
-            raise
-    hosts = {h.rank: h for h in first.hosts}
-    for host in then.hosts:
-        note = f"shares the workdir of {labels[sharing.writer_of(host.rank)]}: written there once"
-        hosts[host.rank] = replace(host, notes=(note,) + host.notes)
-    report = replace(first, hosts=tuple(hosts[h.rank] for h in cluster.hosts),
-                     seconds=first.seconds + then.seconds)
-    if not report.ok:
-        raise sync_error(report)
-    return report
 
 
 def _sync_code(cluster: HostGroup, code_dir: str, workdirs: Dict[int, str], dry_run: bool,

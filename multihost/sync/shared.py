@@ -21,10 +21,10 @@ import os
 import secrets
 import shlex
 import threading
-from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from ..errors import MultihostError
+from ..errors import MultihostError, SyncError
 from ..fanout import fan_out
 from ..machines import IDENTITY_SHELL
 from ..remote.machine import machine_identity
@@ -207,3 +207,33 @@ def code_everywhere(cluster, code_dir: str) -> bool:
         unmark_code_dir(root, nonce)
     return all(r.ok and tagged(r.value.stdout.decode("utf-8", "replace"), "=code= ") == token
                for r in results)
+
+
+def one_writer_each(cluster, sharing: Sharing, sync_part: Callable[[Any], Any]):
+    """The sync's report, one writer per shared directory: ``sync_part(hosts)`` syncs a
+    subset of the cluster (a HostGroup on the same connections). The hosts with a
+    workdir of their own and the first host of each shared one go first; then the
+    others of each group compare the tree by content, which finds it written: they write
+    nothing, and never delete what another host writes at that moment."""
+    from .model import sync_error
+
+    if not sharing.followers:
+        return sync_part(cluster)
+    followers = set(sharing.followers)
+    first = sync_part(cluster.subset([h for h in cluster.hosts if h.rank not in followers]))
+    labels = {h.rank: h.label for h in cluster.hosts}
+    try:
+        then = sync_part(cluster.subset([h for h in cluster.hosts if h.rank in followers]))
+    except SyncError as err:
+        then = getattr(err, "report", None)
+        if then is None:
+            raise
+    hosts = {h.rank: h for h in first.hosts}
+    for host in then.hosts:
+        note = f"shares the workdir of {labels[sharing.writer_of(host.rank)]}: written there once"
+        hosts[host.rank] = replace(host, notes=(note,) + host.notes)
+    report = replace(first, hosts=tuple(hosts[h.rank] for h in cluster.hosts),
+                     seconds=first.seconds + then.seconds)
+    if not report.ok:
+        raise sync_error(report)
+    return report
