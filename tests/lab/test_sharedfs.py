@@ -42,13 +42,17 @@ class SharedUser:
         return ["runuser", "-u", self.name, "--", "env", f"HOME={self.home}", *argv]
 
     def argv(self, *args: str):
+        return self.as_user(self.command(*args))
+
+    def command(self, *args: str):
+        """`multihost ARGS` of this checkout, as this user can start it."""
         # This interpreter may live where the user can not read (a pyenv under /root):
         # the system's python3 of the same version runs this checkout with its packages.
         python = sys.executable if not str(Path(sys.executable).resolve()).startswith("/root") \
             else "/usr/bin/python3"
         start = ("import runpy, site, sys; site.addsitedir(sys.argv.pop(1)); "
                  "sys.argv[0] = 'multihost'; runpy.run_module('multihost', run_name='__main__')")
-        return self.as_user([python, "-c", start, sysconfig.get_paths()["purelib"], *args])
+        return [python, "-c", start, sysconfig.get_paths()["purelib"], *args]
 
     def multihost(self, *args: str, cwd=None, timeout: float = 180):
         return self.lab.run(self.argv(*args), timeout=timeout, cwd=str(cwd or self.home))
@@ -281,3 +285,35 @@ def test_over_sshfs_runs_in_a_row_and_a_sync_written_once(over_sshfs, tmp_path):
     assert re.search(rf"^{re.escape(lab.address(1))}: 201 files \(.*\) written", said.stdout, re.M)
     state = files / ".multihost"
     assert len(list((state / "hosts").iterdir())) == 2 and (state / "host").exists()
+
+
+@pytest.fixture(scope="module")
+def slurm_shared():
+    """A Slurm lab (slurmctld on ctl, slurmd on h1 and h2) whose user's home is shared."""
+    reason = lab_unavailable() or next(
+        (f"`{tool}` is not installed (slurm-wlm, munge)" for tool in ("slurmctld", "slurmd", "munged")
+         if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin")), None)
+    if reason:
+        pytest.skip(f"no Slurm lab on this machine: {reason}")
+    the_lab = Lab(random_name("mhs"))
+    atexit.register(the_lab.down)
+    the_lab.up(2, with_slurm=True, shared_home=random_name("mhu"))
+    try:
+        handle = LabHandle(the_lab, 2)
+        yield SharedUser(handle, the_lab.state().shared_user)
+    finally:
+        the_lab.down()
+        atexit.unregister(the_lab.down)
+
+
+def test_runs_in_a_slurm_allocation_whose_nodes_share_the_home_run_in_place(slurm_shared):
+    user = slurm_shared
+    project = user.write("code/nap.py", NAP).parent
+    for _ in range(2):   # the second one met "listed twice" on h2
+        result = user.lab.run(user.as_user(["salloc", "-N", "2", *user.command(
+            "run", "--launcher", "python", "--plain", "--", "nap.py")]), cwd=str(project),
+            timeout=240)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "is the same directory on all 2 hosts: no copy" in result.stderr, result.stderr
+    assert sorted(p.name for p in project.glob("out-*.txt")) == ["out-h1.txt", "out-h2.txt"]
+    assert not (user.home / "multihost").exists()
