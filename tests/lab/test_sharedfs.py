@@ -177,6 +177,30 @@ def test_status_logs_stop_rerun_and_fetch_of_a_detached_run(alice):
     assert again.returncode == 0, again.stderr
 
 
+FAILS_ONCE = ("import os, sys\n"
+              "if os.environ.get('RANK') == '1' and not os.path.exists('failed-once'):\n"
+              "    open('failed-once', 'w').close()\n"
+              "    sys.exit(3)\n"
+              "print('rank', os.environ.get('RANK'), 'attempt ok', flush=True)\n")
+
+
+def test_a_restart_and_a_queued_run_with_a_shared_home(alice):
+    alice.write("restart/once.py", FAILS_ONCE)
+    restarted = alice.multihost("run", "--hostfile", str(alice.hosts), "--launcher", "python",
+                                "--plain", "--max-restarts", "1", "--kill-wait", "1", "--",
+                                "once.py", cwd=alice.home / "restart")
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    # rank 1 failed the first attempt; the second ran all three
+    assert restarted.stdout.count("rank 1 attempt ok") == 1, restarted.stdout
+    assert "attempt_1" in restarted.stderr, restarted.stderr
+    holder = run(alice, "--detach", "--name", "holder", nap="15")
+    assert holder.returncode == 0, holder.stderr
+    queued = alice.multihost("run", "--hostfile", str(alice.hosts), "--launcher", "python",
+                             "--plain", "--queue", "--name", "waiter", "--env", "NAP=0", "--",
+                             "nap.py", cwd=alice.home / "code", timeout=240)
+    assert queued.returncode == 0, queued.stderr[-3000:]
+    assert "queued: 1st, behind" in queued.stderr and "holder" in queued.stderr, queued.stderr
+
 def test_a_project_on_the_shared_filesystem_runs_in_place(alice):
     project = alice.write("proj/nap.py", NAP).parent
     result = alice.multihost("run", "--hostfile", str(alice.hosts), "--launcher", "python",
