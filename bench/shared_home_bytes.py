@@ -9,7 +9,8 @@ and shown in every host at the same path (`lab up 3 --share DIR`): one directory
 every host, as an NFS export is. What was written is the filesystem's own count
 (/sys/fs/ext4/<dev>/lifetime_write_kbytes, after a `sync`): data, metadata and journal,
 whatever wrote it. One copy of the tree is about 30 MB plus the journal's share; a
-sync that writes the tree once per host writes about 3 times that.
+sync that writes the tree once per host writes about 3 times that. The sync's wall time
+is printed too: `--hosts 1` against `--hosts N` is the cost of N hosts sharing it.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,17 +63,19 @@ def main() -> int:
             with bench_lab(args.hosts, shares=[str(mount)]) as lab:
                 before = written_kb(device)
                 env = dict(os.environ, PYTHONPATH=args.checkout)
+                started = time.perf_counter()
                 done = subprocess.run(lab.exec_argv([
                     sys.executable, "-m", "multihost", "sync", "--ips",
                     ",".join(addresses(args.hosts)), "--workdir", str(mount / "work"),
                     "--plain", "--code", str(code)]), env=env, capture_output=True, text=True,
                     cwd=tmp)
+                seconds = time.perf_counter() - started
                 after = written_kb(device)
             print(done.stdout + done.stderr, end="")
             written = (after - before) * 1024
             print(f"tree {size / 1e6:.1f} MB, {FILES} files, {args.hosts} hosts sharing "
                   f"the workdir: {written / 1e6:.1f} MB written ({written / size:.2f} copies)"
-                  f"; sync exit {done.returncode}")
+                  f"; sync exit {done.returncode} in {seconds:.1f} s")
         finally:
             subprocess.run(["umount", str(mount)], check=False)
     return 0

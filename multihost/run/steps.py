@@ -59,7 +59,6 @@ def in_place_if_shared(cluster, job: JobOptions, notify: Notify = _quiet):
 
     from ..hosts import IN_PLACE
     from ..sync.shared import code_everywhere
-
     from ..transport import is_local_host
 
     # This machine alone sees its own directories, shared or not: it keeps the workdir.
