@@ -4,10 +4,11 @@ Homes and project directories are often one filesystem (NFS, Lustre, GPFS) on ev
 host. A sync that writes such a workdir from every host at once races itself (one host
 deletes the temporary file another renames), and writes the tree once per host. So
 before a sync, every host is asked one shell line, through the connection it already
-has: in ``<workdir>/.multihost-share/`` it links a file named by this command's nonce,
-holding its own machine identity (removed again once every host has answered). A link is exclusive on every filesystem that has one
-(NFS included, where flock is not); only the first host's link is made, and every host
-reads back whose it is. Hosts that read the same owner see the same directory; a host
+has: in ``<workdir>/.multihost-share/`` it creates, exclusively (O_EXCL, the shell's
+noclobber), a file named by this command's nonce holding its own machine identity
+(removed again once every host has answered). An exclusive create holds on NFS (v3 and
+later) and sshfs, where flock does not: only the first host's file is made, and every
+host reads back whose it is. Hosts that read the same owner see the same directory; a host
 that reads its own, and is alone with it, has a directory of its own. Nothing relies on
 device and inode numbers (an NFS client's device is its own; sshfs makes up inodes) or
 on flock. Tokens a probe cut short left behind are removed after ten minutes by the next.

@@ -229,8 +229,10 @@ def test_an_account_whose_login_shell_is_not_bash_checks_execs_runs_and_stops(sh
     add_user(shared.lab.paths, name, 3, shell=shell)
     user = SharedUser(shared, name)
     user.write("code/nap.py", NAP)
-    checked = user.multihost("check", "--hostfile", str(user.hosts), "--plain", cwd=user.home / "code")
-    assert checked.returncode == 0 and "ready: 3 hosts" in checked.stdout, checked.stdout + checked.stderr
+    checked = user.multihost("check", "--hostfile", str(user.hosts), "--plain",
+                             cwd=user.home / "code")
+    said = checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "ready: 3 hosts" in checked.stdout, said
     line, said = OWN_SYNTAX[shell]
     executed = user.multihost("exec", "--hostfile", str(user.hosts), "--plain", "--", line)
     assert executed.returncode == 0, executed.stderr
