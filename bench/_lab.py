@@ -19,9 +19,9 @@ from multihost.lab import Lab  # noqa: E402
 
 
 @contextlib.contextmanager
-def bench_lab(hosts: int, rate: Optional[str] = None) -> Iterator[Lab]:
+def bench_lab(hosts: int, rate: Optional[str] = None, shares: Sequence[str] = ()) -> Iterator[Lab]:
     lab = Lab("mhb" + secrets.token_hex(2))
-    lab.up(hosts, rate=rate)
+    lab.up(hosts, rate=rate, shares=shares)
     try:
         yield lab
     finally:

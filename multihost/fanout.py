@@ -97,6 +97,13 @@ class HostGroup:
         self._locks = {host.rank: threading.Lock() for host in self.hosts}
         self._masters: List = []
 
+    def subset(self, hosts: Sequence[Host]) -> "HostGroup":
+        """Some of the hosts, on the same connections (closing the group closes them)."""
+        part = HostGroup.__new__(HostGroup)
+        part.__dict__.update(self.__dict__)
+        part.hosts = tuple(hosts)
+        return part
+
     def reused(self, host: Host) -> Optional[Transport]:
         """A transport through the host's OpenSSH master left by an earlier command
         (transport/openssh.py), or None: for quick steps that fall back to ``transport``."""

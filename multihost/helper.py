@@ -31,6 +31,7 @@ from typing import Any, Dict, Optional
 from . import waits
 from .errors import CommandTimeout, ConnectError, RemoteError
 from .transport import CommandResult, Process, Transport
+from .transport.base import login_shell_ended as shell_ended
 from .transport.openssh import login_command
 
 MISSING = 97
@@ -82,11 +83,13 @@ def helper_archive() -> bytes:
 
 # Unpacks the archive from stdin next to where it will live, then renames it into place,
 # so a helper directory is always whole; a concurrent install that loses the race cleans
-# up. Our own archive, but the "data" filter where Python has it (3.12 warns without).
+# up (hosts that share the home install at once: the temporary name holds the host's
+# name, as two hosts may give the same pid). Our own archive, but the "data" filter
+# where Python has it (3.12 warns without).
 _UNPACK = """\
 import io, os, shutil, sys, tarfile
 final = sys.argv[1]
-temp = "%s.%d.tmp" % (final, os.getpid())
+temp = "%s.%s.%d.tmp" % (final, os.uname()[1], os.getpid())
 with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read()), mode="r:gz") as archive:
     if hasattr(tarfile, "data_filter"):
         archive.extractall(temp, filter="data")
@@ -212,11 +215,7 @@ class HelperOutput:
 
 
 def login_shell_ended(label: str, code: int, login: str) -> RemoteError:
-    return RemoteError(
-        f"the login shell ended before the multihost helper ran (exit status {code}): a "
-        "start-up file (~/.bashrc) exits for non-interactive shells", host=label,
-        fix="in ~/.bashrc there, stop non-interactive shells with `return`, not `exit` "
-            f"(case $- in *i*) ;; *) return;; esac); then `{login} true; echo $?` says 0")
+    return shell_ended(label, "the multihost helper", code, login)
 
 
 def not_the_helper(transport: Transport, what: str) -> RemoteError:
@@ -237,12 +236,30 @@ def install(transport: Transport, timeout: Optional[float] = None) -> None:
     result = transport.run(line, input=data, timeout=60 if timeout is None else timeout)
     if result.exit_code == 127:
         raise python_missing(transport)
+    refused = python_refused(transport, result.stderr)
+    if refused is not None:
+        raise refused
     if not result.ok:
         raise RemoteError(f"cannot install the multihost helper: "
                           f"{result.stderr.decode(errors='replace').strip()[-200:]}",
                           host=transport.host.label,
                           fix="check that the home directory is writable and has free space")
     _installed_on.add(transport)
+
+
+def python_refused(transport: Transport, stderr: bytes) -> Optional[RemoteError]:
+    """The error when the shell could not execute the python (a directory above it, or
+    the file, closed to this account: a venv under another user's home), else None."""
+    python = transport.host.python
+    text = stderr.decode("utf-8", "replace")
+    if not any("Permission denied" in line and python in line for line in text.splitlines()):
+        return None
+    who = transport.host.user or "this account"
+    return RemoteError(f"{python}: Permission denied: {who} may not execute it (the file, or "
+                       "a directory above it, is closed to that user)", host=transport.host.label,
+                       fix=f"`{login_hint(transport)} namei -l {shlex.quote(python)}` shows "
+                           "which; give a python that user may run with --python (or python = "
+                           "in the hostfile), e.g. --python /usr/bin/python3")
 
 
 def python_missing(transport: Transport) -> RemoteError:
@@ -325,6 +342,9 @@ def parse_reply(transport: Transport, op: str, code: int, stdout: bytes, stderr:
     err = stderr.decode("utf-8", "replace").strip()
     if code == 127 or "No such file or directory" in err and "python" in err.lower():
         raise python_missing(transport)
+    refused = python_refused(transport, stderr)
+    if refused is not None:
+        raise refused
     out = stdout.strip()
     if out and not err:
         raise not_the_helper(transport, f"printed something that is not the multihost helper's "

@@ -17,6 +17,10 @@ command -v tmux >/dev/null 2>&1 || need+=(tmux)   # the dashboard tests drive a 
 # The Slurm lab (multihost lab up N --slurm) runs real slurmctld/slurmd and munged.
 command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need+=(munge)
+# Accounts whose login shell is not bash (the login-shell tests), and sshfs (a shared
+# home with a network filesystem's weak semantics).
+for shell in zsh tcsh fish; do command -v $shell >/dev/null 2>&1 || need+=($shell); done
+command -v sshfs >/dev/null 2>&1 || need+=(sshfs)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

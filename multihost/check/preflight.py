@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .checks.network import choose_start_port
 from .data_check import DataVerification
@@ -63,6 +63,10 @@ def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] 
     master = sessions[0].address
     reach = threading.Thread(target=_probe_reach, args=(cluster, sessions), daemon=True)
     reach.start()
+    shared: List[Tuple[Tuple[str, ...], ...]] = []
+    sharing = threading.Thread(target=lambda: shared.append(_shared_workdirs(
+        cluster, {h.rank: _workdir(h, job, workdirs) for h in hosts})), daemon=True)
+    sharing.start()
     data = DataVerification(cluster, job, {h.rank: _workdir(h, job, workdirs) for h in hosts},
                             given)
     auto = job.start_port is None
@@ -90,8 +94,25 @@ def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] 
     probes = [s.probe(budget, verified.get(s.host.rank)) for s in sessions]
     verdict = make_cluster(probes, job, start_port, master, auto, note, known_runs=run_ids(),
                            given=given)
+    sharing.join(30)
     return CheckReport(judge(verdict), start_port, master, ping_matrix(verdict), auto,
-                       time.monotonic() - started)
+                       time.monotonic() - started, shared[0] if shared else ())
+
+
+def _shared_workdirs(cluster: HostGroup, workdirs: dict) -> Tuple[Tuple[str, ...], ...]:
+    """The labels of each group of hosts whose workdirs are one directory."""
+    from ..sync.shared import find_sharing, forget_tokens
+
+    from ..hosts import IN_PLACE
+
+    # A job run in its own code directory (a project on the shared filesystem) leaves
+    # no token in it: that directory is the user's.
+    if len(cluster.hosts) < 2 or any(h.workdir == IN_PLACE for h in cluster.hosts):
+        return ()
+    labels = {h.rank: h.label for h in cluster.hosts}
+    sharing = find_sharing(cluster, workdirs, make=False)
+    forget_tokens(cluster, workdirs, sharing).join(30)
+    return tuple(tuple(labels[r] for r in group) for group in sharing.groups)
 
 
 def _facts_request(session: Session, sessions: Sequence[Session], job: JobOptions,

@@ -56,6 +56,9 @@ class CheckReport:
     ping_matrix: PingMatrix
     auto_port: bool = False
     duration: float = 0.0
+    # The hosts (labels, in rank order) of each workdir that several hosts see as one
+    # directory (sync/shared.py): written once by the first, by every sync.
+    shared: Tuple[Tuple[str, ...], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -99,6 +102,8 @@ class CheckReport:
             "auto_port": self.auto_port,
             "master_addr": self.master_addr,
             "duration_s": round(self.duration, 3),
+            "shared_workdirs": [{"hosts": list(group), "writer": group[0]}
+                                for group in self.shared],
             "hosts": [{
                 "rank": h.host.rank,
                 "host": h.host.label,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import threading
 from typing import Dict, List, Tuple
@@ -44,7 +45,11 @@ def _command(args: argparse.Namespace):
         words = words[1:]
     if not words:
         raise ConfigError("no command given", fix="write it after --, e.g. multihost exec -- hostname")
-    return words[0] if len(words) == 1 else words
+    if len(words) > 1:
+        return words
+    # One word is a line for a shell: the user's login shell, as `ssh host LINE` runs it
+    # (multihost's own commands run under sh whatever the login shell is).
+    return 'exec "${SHELL:-/bin/sh}" -c ' + shlex.quote(words[0])
 
 
 def _workdir(args: argparse.Namespace):

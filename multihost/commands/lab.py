@@ -53,6 +53,12 @@ def register(subparsers) -> argparse.ArgumentParser:
                     help="also show PATH inside every host at the same path (repeatable)")
     up.add_argument("--replace", action="store_true",
                     help="tear down a lab of the same name first instead of refusing")
+    up.add_argument("--shared-home", nargs="?", const="alice", metavar="USER",
+                    help="add an ordinary user (default alice) whose home is one directory "
+                         "on every host, as NFS homes are; its hostfile is in that home")
+    up.add_argument("--sshfs", action="store_true",
+                    help="with --shared-home: that home is an sshfs mount on every host, served "
+                         "by host 1 (a network filesystem's weak semantics) instead of a bind mount")
     up.add_argument("--slurm", action="store_true",
                     help="also run Slurm: slurmctld on ctl (198.18.0.1), slurmd on every host")
     sub.add_parser("down", help="remove the lab: processes, namespaces, files")
@@ -122,10 +128,18 @@ def main(args) -> int:
         import time
         t0 = time.monotonic()
         lab.up(args.n, rate=args.rate, shares=args.share, replace=args.replace,
-               with_slurm=args.slurm)
+               with_slurm=args.slurm, shared_home=args.shared_home, sshfs=args.sshfs)
         print(f"lab {lab.name}: {args.n} host(s) up{' with Slurm' if args.slurm else ''} "
               f"in {time.monotonic() - t0:.1f}s")
         print(f"  hostfile  {lab.hostfile}")
+        if args.shared_home:
+            from ..lab.users import SSHFS_HOMES, home_of, shared_dir
+            home, files = home_of(lab.paths, args.shared_home), None
+            if args.sshfs:
+                home = f"{SSHFS_HOMES}/{args.shared_home}"
+                files = shared_dir(lab.paths) / "sshfs" / args.shared_home
+            print(f"  user      {args.shared_home}, home {home} on every host "
+                  f"(hostfile {files or home}/hosts.ini)")
         print(f"  try       multihost lab exec --name {lab.name} -- ssh {lab.address(1)} hostname")
         if args.slurm:
             print(f"  slurm     multihost lab exec --name {lab.name} -- salloc -N {args.n} srun hostname")

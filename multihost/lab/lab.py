@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 import multihost
 
 from ..errors import LabError
-from . import hosts, netns, procs, slurm
+from . import hosts, netns, procs, slurm, users
 from .config import (DEFAULT_NAME, LabPaths, check_count, check_name, ctl_netns,
                      etc_hosts, host_address, host_name, hostfile, known_hosts,
                      parse_rate, resolv_conf, resolve_location, share_paths, ssh_client_config)
@@ -54,6 +54,7 @@ class LabState:
     inits: dict = field(default_factory=dict)  # "i" -> [pid, start time]; "0": ctl (Slurm)
     ready: bool = False                         # every sshd answered
     slurm: bool = False                         # slurmctld on ctl, slurmd on every host
+    shared_user: str = ""                       # a user whose home every host shares
 
 
 def _need_root() -> None:
@@ -138,8 +139,10 @@ class Lab:
             raise LabError(f"{hosts.SSHD} not found", fix="install openssh-server")
 
     def up(self, n: int, rate: Optional[str] = None, shares: Sequence[str] = (),
-           replace: bool = False, with_slurm: bool = False) -> LabState:
-        """Bring up n hosts (with Slurm: see slurm.py); on any failure, tear down what
+           replace: bool = False, with_slurm: bool = False,
+           shared_home: Optional[str] = None, sshfs: bool = False) -> LabState:
+        """Bring up n hosts (with Slurm: see slurm.py; with ``shared_home``, that user's
+        home is one directory on every host: users.py); on any failure, tear down what
         was built and re-raise."""
         check_count(n)
         rate, burst = parse_rate(rate) if rate else (None, 0)
@@ -151,8 +154,10 @@ class Lab:
             self.down()
         if self.dir.exists() and any(self.dir.iterdir()):
             raise LabError(f"{self.dir} exists and is not a lab", fix="pick another --dir or --name")
+        if shared_home:
+            users.check_free(shared_home)   # never one that `down` would then remove
         try:
-            return self._build(n, rate, burst, shares, with_slurm)
+            return self._build(n, rate, burst, shares, with_slurm, shared_home, sshfs)
         except BaseException:
             try:
                 self.down()
@@ -164,14 +169,19 @@ class Lab:
         return self.paths.state.exists() or bool(netns.lab_namespaces(self.name))
 
     def _build(self, n: int, rate: Optional[str], burst: int, shares: Sequence[str],
-               with_slurm: bool = False) -> LabState:
+               with_slurm: bool = False, shared_home: Optional[str] = None,
+               sshfs: bool = False) -> LabState:
         p = self.paths
         p.dir.mkdir(parents=True, exist_ok=True)
+        if shared_home:
+            users.shared_dir(p).mkdir(mode=0o755)
+            shares = [*shares, str(users.shared_dir(p))]
         repo = str(Path(multihost.__file__).resolve().parent.parent)
         # The python that built the lab runs in the hosts too: share its venv, the real
         # interpreter the venv links to (pitfall 3) and the repo holding multihost.
         shared = share_paths([sys.prefix, sys.base_prefix, repo, *shares])
-        state = LabState(self.name, n, rate, shared, sys.executable, slurm=with_slurm)
+        state = LabState(self.name, n, rate, shared, sys.executable, slurm=with_slurm,
+                         shared_user=shared_home or "")
         self._save(state)  # from here on, `down` knows this dir is a lab's
 
         ctl_key = p.ctl_ssh / "id_ed25519"
@@ -207,6 +217,10 @@ class Lab:
         if ctl:
             slurm.start(p, ctl, inits)
         p.hostfile.write_text(hostfile(n, sys.executable))
+        if shared_home and sshfs:
+            users.add_sshfs_user(p, shared_home, n, self.host_argv)
+        elif shared_home:
+            users.add_user(p, shared_home, n)
         state = dataclasses.replace(state, ready=True)
         self._save(state)
         return state
@@ -231,6 +245,10 @@ class Lab:
             raise LabError(f"process {left[0].pid} of lab {self.name!r} would not die",
                            fix=f"kill -9 {left[0].pid}, then multihost lab down again")
         netns.delete(namespaces)
+        try:
+            users.remove_user(self.state().shared_user)
+        except LabError:
+            pass   # no state: no user was made
         self._remove_dir()
 
     def _remove_dir(self) -> None:

@@ -29,7 +29,6 @@ from .gpus import GpuFeed
 from ..sync.ignore import MIRROR_MARKER
 from ..untrusted import GPU_LOG, as_int, clean_block, clean_text
 
-REMOTE_RUNS = "~/.multihost/runs"
 RETRY_EVERY = 3.0
 SPARE_BYTES = 1 << 20   # free space a mirror behind waits for, beyond what it lacks
 
@@ -226,7 +225,7 @@ class LogFollower:
         # The stream starts where the mirror ends; lines already shown are not shown again.
         start = dict(mirror.sizes) if mirror.owner else dict(fed)
         process = helper.start(transport, "logs.tail", {
-            "run_dir": f"{REMOTE_RUNS}/{self.run_id}", "offsets": start,
+            "run_id": self.run_id, "offsets": start,
             "follow": self.follow, "compress": not transport.is_local})
         process.stdin.close()
         # No frame (heartbeats come every 2 s) for as long as a run's host takes to be lost.

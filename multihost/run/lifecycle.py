@@ -44,7 +44,8 @@ from .pipeline import (RunRequest, Validated, initial_record, node_records, plan
 from .records import host_from_dict, host_to_dict, load_run, new_run_id
 from .restarts import (attempt_label, attempt_log_dir, may_restart, next_attempt,
                        restart_budget, restartable)
-from .steps import checked_in_background, preflight, setup, sync_for_run
+from .steps import (checked_in_background, in_place_if_shared, preflight, setup,
+                    sync_for_run)
 
 Notify = Callable[[str], None]
 
@@ -68,6 +69,7 @@ class Lifecycle:
         self.spares = SpareState(spare_pool(cluster.hosts, request.spares))
         self.plan: Any = None
         self.record: Any = None
+        self.code_shared = False   # the code directory is every host's own: no copy
 
     def __enter__(self) -> "Lifecycle":
         return self
@@ -82,6 +84,10 @@ class Lifecycle:
         is the report of a preflight these hosts already passed (``scale`` checks all its
         hosts once, then runs its points on some of them)."""
         job = self.validated.job
+        if self.request.sync and checked is None:
+            # The same connections with other workdirs: still the caller's to close.
+            self.cluster, self.code_shared = in_place_if_shared(self.cluster, job, self.notify)
+            self.original = self.cluster
         revision = revision_in_background(job.code)
         report = checked
         if self.request.check and checked is None:
@@ -92,7 +98,8 @@ class Lifecycle:
         if start_port is None:
             raise ConfigError("--start-port auto needs the preflight to find a free port",
                               fix="drop --no-check, or give a port: --start-port 17000")
-        sync_for_run(self.cluster, job, code=self.request.sync, data_checked=report is not None,
+        sync_for_run(self.cluster, job, code=self.request.sync and not self.code_shared,
+                     data_checked=report is not None,
                      notify=self.notify, view=sync_view)
         digest = setup(self.cluster, job, self.request.setup,
                        always=self.request.setup_always, notify=self.notify)

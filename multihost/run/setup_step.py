@@ -4,9 +4,10 @@
 python's directory first on PATH (so ``pip`` is that python's pip), and is skipped on a
 host where the same command already succeeded on the same code: the key, the command +
 the code tree's content hash + the python, is kept on the host in
-``~/.multihost/setup/<workdir hash>`` after a success (``--setup-always`` runs it anyway).
-Its output goes to ``~/.multihost/setup/<workdir hash>.log`` on the host (kept whole);
-the controller shows the last lines of each host's, cleaned of terminal escapes.
+``~/.multihost/setup/<host name>/<workdir hash>`` after a success (``--setup-always`` runs
+it anyway). Its output goes to ``~/.multihost/setup/<host name>/<workdir hash>.log`` on
+the host (kept whole; by host name, as hosts that share a home run theirs at once); the
+controller shows the last lines of each host's, cleaned of terminal escapes.
 """
 from __future__ import annotations
 
@@ -20,13 +21,18 @@ from ..hosts import Host
 
 SHOWN_BYTES = 16384   # of each host's output, the end; the whole is in the log on the host
 SKIPPED = "multihost-setup: unchanged"
+# The script's first line: the host's name, which keys its marker and log (hosts that
+# share a home run their setups at once, each into a log of its own).
+HOST_LINE = "multihost-setup-host:"
 
 # $1 key, $2 file name, $3 always (1/0), $4 python, $5 the setup command. Runs in the
-# workdir. Prints SKIPPED alone when the key matches; otherwise the command's output
-# (the tail of its log) and its exit status.
+# workdir. Prints HOST_LINE, then SKIPPED alone when the key matches; otherwise the
+# command's output (the tail of its log) and its exit status.
 SCRIPT = r'''
-dir="$HOME/.multihost/setup"
-mkdir -p "$dir" && chmod 700 "$HOME/.multihost" "$dir" || exit 1
+host=$(uname -n)
+echo "%(host)s $host"
+dir="$HOME/.multihost/setup/$host"
+mkdir -p "$dir" && chmod 700 "$HOME/.multihost" "$HOME/.multihost/setup" "$dir" || exit 1
 if [ "$3" != 1 ] && [ -f "$dir/$2" ] && [ "$(cat "$dir/$2")" = "$1" ]; then
   echo "multihost-setup: unchanged"; exit 0
 fi
@@ -42,7 +48,7 @@ if [ "$code" = 0 ]; then
   ( umask 077; printf '%%s' "$1" > "$dir/$2.tmp" ) && mv -f "$dir/$2.tmp" "$dir/$2"
 fi
 exit "$code"
-''' % {"shown": SHOWN_BYTES}
+''' % {"shown": SHOWN_BYTES, "host": HOST_LINE}
 
 
 @dataclass(frozen=True)
@@ -79,11 +85,17 @@ def run_setup(cluster: HostGroup, command: str, code_digest: str, workdirs: Dict
         argv = ["sh", "-c", SCRIPT, "multihost-setup", setup_key(command, code_digest,
                 host.python), name, "1" if always else "0", host.python, command]
         result = transport.run(argv, cwd=workdirs[host.rank], input=b"")
-        text = (result.stdout + result.stderr)[-SHOWN_BYTES:]
+        first, _, rest = result.stdout.partition(b"\n")
+        where = name
+        if first.startswith(HOST_LINE.encode()):
+            where = f"{first[len(HOST_LINE):].decode('utf-8', 'replace').strip()}/{name}"
+        else:
+            rest = result.stdout
+        text = (rest + result.stderr)[-SHOWN_BYTES:]
         output = "\n".join(clean_line(line) for line in text.splitlines())
         skipped = result.exit_code == 0 and output.strip() == SKIPPED
         setup = SetupResult(host, result.exit_code, "" if skipped else output, skipped,
-                            f"~/.multihost/setup/{name}.log")
+                            f"~/.multihost/setup/{where}.log")
         on_result(setup)
         return setup
 

@@ -49,6 +49,31 @@ def preflight(cluster, job: JobOptions, *, allow_concurrent: bool = False,
     return report
 
 
+def in_place_if_shared(cluster, job: JobOptions, notify: Notify = _quiet):
+    """(the hosts, whether they run in place): each host with the code directory itself
+    as its workdir when that directory is the same one at the same path on every host (a
+    project on NFS): nothing is copied, every rank runs in it and its outputs land there.
+    Only for hosts left at the default workdir (a workdir given is where the user wants
+    the code)."""
+    import dataclasses
+
+    from ..hosts import IN_PLACE
+    from ..sync.shared import code_everywhere
+    from ..transport import is_local_host
+
+    # This machine alone sees its own directories, shared or not: it keeps the workdir.
+    if any(host.workdir for host in cluster.hosts) or all(
+            is_local_host(host) for host in cluster.hosts):
+        return cluster, False
+    if not code_everywhere(cluster, job.code):
+        return cluster, False
+    n = len(cluster.hosts)
+    notify(f"code: {os.path.abspath(job.code)} is the same directory on "
+           f"{'all ' + str(n) + ' hosts' if n > 1 else 'the host'}: no copy")
+    return cluster.subset([dataclasses.replace(host, workdir=IN_PLACE)
+                           for host in cluster.hosts]), True
+
+
 def sync_for_run(cluster, job: JobOptions, *, code: bool, data_checked: bool,
                  notify: Notify = _quiet, view=None) -> None:
     """The code synced to every host's workdir (unless ``code`` is false, or the job runs

@@ -7,8 +7,9 @@ which is read after every ``.gitignore`` and so has the last word: ``!weights.pt
 last matching pattern wins, a deeper file beats a shallower one of the same kind, and a
 file inside an excluded directory cannot be re-included (the directory is not entered).
 
-``.git`` is always skipped, and so is any directory holding a ``.multihost-mirror``
-marker (the controller's mirror of run logs must not travel back to the hosts).
+``.git`` and ``.multihost-share`` are always skipped, and so is any directory holding a
+``.multihost-mirror`` marker (the controller's mirror of run logs must not travel back to
+the hosts).
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from typing import Dict, List, Optional, Tuple
 
 GITIGNORE = ".gitignore"
 MULTIHOSTIGNORE = ".multihostignore"
-ALWAYS_SKIPPED = frozenset({".git"})
+# .multihost-share: the tokens that tell shared directories (sync/shared.py), per host.
+ALWAYS_SKIPPED = frozenset({".git", ".multihost-share"})
 MIRROR_MARKER = ".multihost-mirror"
 
 

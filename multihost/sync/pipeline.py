@@ -41,6 +41,7 @@ from .manifest import Manifest, build_manifest, code_revision, size_warnings
 from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result,
                     needs_from_plan, sync_error, waited_note)
 from .session import HostSession
+from .shared import find_sharing, forget_tokens, one_writer_each
 from ..remote.sync.lock import STALE
 from .transfer import RELAY_MIN_BYTES, stream_to
 
@@ -89,7 +90,15 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
     refuse_repeats(cluster.hosts, {rank: f"{where}|{workdirs[rank]}" if where else None
                                    for rank, where in by_address(cluster.hosts).items()})
     with pipe_errors_raise():
-        return _sync_code(cluster, code_dir, workdirs, dry_run, verify, listener)
+        if dry_run or len(cluster.hosts) < 2:
+            return _sync_code(cluster, code_dir, workdirs, dry_run, verify, listener)
+        sharing = find_sharing(cluster, workdirs)
+        tokens = forget_tokens(cluster, workdirs, sharing)
+        try:
+            return one_writer_each(cluster, sharing, lambda part: _sync_code(
+                part, code_dir, workdirs, False, verify, listener))
+        finally:
+            tokens.join(60)
 
 
 def _sync_code(cluster: HostGroup, code_dir: str, workdirs: Dict[int, str], dry_run: bool,
@@ -341,8 +350,9 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
     refused before a byte is sent."""
     payload = functools.lru_cache(maxsize=1)(manifest.encode)  # only for hosts that compare
     needs: Dict[int, HostNeeds] = dict(known)
+    labels = {h.rank: h.label for h in cluster.hosts}
     for rank, host_needs in known.items():
-        emit(SyncPlanned(cluster.hosts[rank].label, host_needs))
+        emit(SyncPlanned(labels[rank], host_needs))
     planned_hosts = [h for h in cluster.hosts if h.rank in sessions]
     plans: Dict[int, dict] = {}
     for planned in cluster.map(lambda host, t: sessions[host.rank].plan(len(manifest.entries), payload), planned_hosts):
@@ -370,7 +380,7 @@ def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSess
                                    and root else None for rank, (machine, root) in places.items()})
     busy = {} if dry_run else {rank: n for rank, n in needs.items() if not n.empty}
     for rank in needs.keys() - busy.keys():
-        label = cluster.hosts[rank].label
+        label = labels[rank]
         results[rank] = dry_result(label, needs[rank]) if dry_run else \
             merge_result(label, needs[rank], [], None, (), 0.0)
     # Already identical (or a dry run): end those sessions now; they answer their keys.

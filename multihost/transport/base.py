@@ -11,6 +11,7 @@ translated here, at the edge), so nothing above the transport catches ``Exceptio
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import shlex
 import signal
@@ -38,10 +39,23 @@ def to_shell(command: Command, cwd: Optional[str] = None) -> str:
 # gives up on a host ends that group (``kill_group_line``): a python hung on an NFS
 # stall is not left behind. No marker at all: the login shell ended before our command.
 START = b"=multihost-start="
+# What every login shell passes through unchanged inside single quotes: bash, dash and
+# zsh take anything but a quote; fish also reads backslash escapes there, and tcsh ends
+# at a newline and may read `!` as a history reference.
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                   " \t\"#$%&()*+,-./:;<=>?@[]^_`{|}~")
 
 
 def remote_line(line: str) -> str:
-    return f"printf '\\n%s %s\\n' {START.decode()} $$ >&2; {line}"
+    """The line sshd hands to the user's login shell, whichever it is (bash, dash, zsh,
+    tcsh, fish): our commands are POSIX shell, so the login shell only starts `sh` with
+    them, in its place (`exec`: its pid leads the process group, as before). A line with
+    a character some login shell would read inside quotes travels base64-encoded."""
+    posix = f"echo >&2; echo {START.decode()} $$ >&2; {line}"
+    if _PLAIN.issuperset(posix):
+        return f"exec sh -c '{posix}'"
+    encoded = base64.b64encode(posix.encode("utf-8", "surrogateescape")).decode()
+    return f"exec sh -c 'eval \"$(echo {encoded} | base64 -d)\"'"
 
 
 def split_start(stderr: bytes) -> Tuple[Optional[int], bool, bytes]:
@@ -66,13 +80,23 @@ def judge_start(result: "CommandResult", label: str, login: str) -> "CommandResu
 
     _, found, stderr = split_start(result.stderr)
     if not found and result.exit_code != 255:
-        raise RemoteError(
-            f"the login shell ended before the command ran (exit status {result.exit_code}): "
-            "a start-up file (~/.bashrc) exits for non-interactive shells", host=label,
-            fix="in ~/.bashrc there, stop non-interactive shells with `return`, not `exit` "
-                f"(case $- in *i*) ;; *) return;; esac); then `{login} true; echo $?` says 0")
+        raise login_shell_ended(label, "the command", result.exit_code, login)
     return CommandResult(result.host, result.command, result.exit_code, result.stdout, stderr,
                          result.duration)
+
+
+def login_shell_ended(label: str, what: str, code: int, login: str) -> "Exception":
+    """The error for a command line the login shell never ran. Every login shell is
+    given the same line (remote_line), so what is left is the shell's own start-up:
+    a file that ends non-interactive shells, or an account without a shell."""
+    from ..errors import RemoteError
+
+    return RemoteError(
+        f"the login shell ended before {what} ran (exit status {code}): a start-up file "
+        "ends non-interactive shells, or the account has no login shell", host=label,
+        fix=f"`{login} true; echo $?` must print 0: a start-up file (~/.bashrc, ~/.zshenv, "
+            "~/.cshrc, ~/.config/fish/config.fish) must return early for non-interactive "
+            "shells, not exit; the account's shell (`getent passwd $USER`) must be a real one")
 
 
 def quote_path(path: str) -> str:

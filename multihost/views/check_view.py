@@ -108,6 +108,12 @@ def verdict(report: CheckReport) -> str:
             f"host{'s' if bad != 1 else ''}{warned}; {where} ({report.duration:.1f}s)")
 
 
+def shared_lines(report: CheckReport) -> List[str]:
+    """One line per workdir that several hosts see as one directory (NFS homes)."""
+    return [f"workdir: one directory shared by {len(group)} hosts ({fold(list(group))}): "
+            f"a sync writes it once, from {group[0]}" for group in report.shared]
+
+
 def matrix_lines(report: CheckReport) -> List[str]:
     """The ping matrix as text rows (from: to...), only when a pair did not answer."""
     matrix = report.ping_matrix
@@ -156,6 +162,8 @@ def render_plain(report: CheckReport, out: IO[str], verbose: bool = False) -> No
         out.write("\n" + "\n".join(matrix) + "\n")
     if verbose:
         out.write("\n" + "\n".join(detail_lines(report)) + "\n")
+    if report.shared:
+        out.write("\n" + "\n".join(shared_lines(report)) + "\n")
     out.write(f"\n{verdict(report)}\n")
     out.flush()
 
@@ -215,6 +223,8 @@ def render_rich(report: CheckReport, console, verbose: bool = False) -> None:
         console.print()
         for text in detail_lines(report):
             console.print(text, markup=False, highlight=False)
+    for text in shared_lines(report):
+        console.print(Text(text))
     style = "bold green" if report.ok else "bold red"
     console.print(Text(("✓ " if report.ok else "✗ ") + verdict(report), style=style))
 

@@ -80,7 +80,7 @@ def sync_lines(report: SyncReport) -> List[str]:
                                        ("-", result.removed, result.counts[2])):
                 lines += _listed(f"    {mark}", names, count)
         for note in result.notes:
-            if result.files or result.deleted:
+            if result.files or result.deleted or result.meta:
                 lines.append(f"    note: {note}")
         for path in result.kept:
             lines.append(f"    kept {path}/: it holds files multihost did not put there")

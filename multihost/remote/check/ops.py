@@ -18,7 +18,7 @@ import time
 
 from . import ping as net_ping
 from . import net
-from ..machine import machine_identity
+from ..machine import host_dir, machine_identity
 from .proc import foreign_facts, holds_facts, leftover_facts, ports_facts
 from .python import framework_pythons
 from ..proto import op, reply
@@ -106,7 +106,7 @@ def _python_probe(request):
     python = sys.executable or "python3"
     key = "\0".join([python, os.environ.get("PYTHONPATH", ""), os.environ.get("PYTHONHOME", ""),
                      os.environ.get("PYTHONUSERBASE", ""), os.environ.get("PYTHONNOUSERSITE", "")])
-    cache = os.path.join(os.path.expanduser(PROBE_CACHE), "python-probe-%08x.json" % zlib.crc32(key.encode()))
+    cache = os.path.join(host_dir(PROBE_CACHE), "python-probe-%08x.json" % zlib.crc32(key.encode()))
     try:
         with open(cache) as f:
             cached = json.load(f)

@@ -12,6 +12,7 @@ import time
 
 from . import frames as log_frames
 from ..proto import op
+from ..run import files as run_files
 from ..run.states import FINAL_STATES
 
 CHUNK = 1 << 20
@@ -90,7 +91,9 @@ class Streamer(object):
 
 @op("logs.tail", stream=True)
 def tail(request):
-    run_dir = os.path.expanduser(request["run_dir"])
+    # By run id: this host's own run directory (its own below a shared home).
+    run_dir = run_files.run_dir(request["run_id"]) if request.get("run_id") \
+        else os.path.expanduser(request["run_dir"])
     follow = bool(request.get("follow", True))
     interval = float(request.get("interval", 0.1))
     heartbeat = float(request.get("heartbeat", 2.0))

@@ -18,6 +18,7 @@ import os
 import signal
 import time
 
+from ..machine import host_dir
 from .states import FINAL_STATES, LAUNCH_LOST, NO_SPACE
 
 ROOT = os.path.join("~", ".multihost")
@@ -25,8 +26,10 @@ HEX = "0123456789abcdef"
 MARKER = "MULTIHOST_RUN_ID"
 
 
-def root_dir():
-    return os.path.expanduser(ROOT)
+def root_dir(make=False):
+    """This host's ~/.multihost (its own below a home that other hosts share); a reader
+    (``make`` false) makes nothing where there is nothing yet."""
+    return host_dir(ROOT, make)
 
 
 def valid_run_id(run_id):

@@ -69,6 +69,7 @@ def prepare(request):
     import pkgutil
     import socket
 
+    run_files.root_dir(make=True)  # this host's own, before anything is written there
     run_dir = _run_dir(request)
     run_id = request["run_id"]
     # A relative workdir is relative to the home directory, as for ssh and the sync, even

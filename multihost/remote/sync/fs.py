@@ -18,6 +18,8 @@ import stat
 import threading
 import time
 
+from ..machine import host_dir
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not a POSIX host
@@ -25,7 +27,7 @@ except ImportError:  # pragma: no cover - not a POSIX host
 
 CHUNK = 1 << 20
 TMP_PREFIX = ".mh-tmp."          # a file being received; never part of a tree
-CACHE_DIR = "~/.cache/multihost/hashes"
+CACHE_ROOT = "~/.cache/multihost"
 STATE_DIR = "~/.multihost/sync"
 CACHE_VERSION = 2
 # Timestamps finer than a second: a later write shows within a few clock ticks.
@@ -33,6 +35,12 @@ RACY_FINE_NS = 50 * 1000 * 1000
 # Filesystems with one- or two-second timestamps (FAT, some NFS): wait that long.
 RACY_COARSE_NS = 2 * 1000 * 1000 * 1000
 MODE_BITS = 0o777
+
+
+def host_cache(name):
+    """``~/.cache/multihost/<name>`` of this host: its own where hosts share the home
+    (a hash cache keys inodes and times of one machine's view)."""
+    return os.path.join(host_dir(CACHE_ROOT), name)
 
 
 class UnsafePath(ValueError):
@@ -126,7 +134,7 @@ class HashCache(object):
 
     def __init__(self, root, cache_dir=None):
         self.root = root
-        directory = os.path.expanduser(cache_dir or CACHE_DIR)
+        directory = os.path.expanduser(cache_dir) if cache_dir else host_cache("hashes")
         self.path = os.path.join(directory, tree_key(root) + ".cache")
         self.entries = {}
         self.fresh = {}          # entries learned in this process, saved on save()

@@ -29,6 +29,7 @@ import json
 import os
 import time
 
+from ..machine import host_dir
 from .fs import tree_key
 
 SUFFIX = ".multihost-lock"
@@ -60,7 +61,7 @@ def lock_path(root):
             return beside
         except OSError:
             pass
-    return os.path.join(os.path.expanduser(FALLBACK_DIR), tree_key(root) + SUFFIX)
+    return os.path.join(host_dir(FALLBACK_DIR), tree_key(root) + SUFFIX)
 
 
 def describe(holder):

@@ -11,6 +11,7 @@ import stat
 import zlib
 
 from .apply import SafeRoot
+from ..machine import host_dir
 from .fs import (DIR, FILE, LINK, MODE_BITS, STATE_DIR, HashCache, UnsafePath,
                           check_relpath, hash_files, resolve_root, stat_key, tree_key)
 from ..proto import OpError
@@ -21,7 +22,7 @@ NO_MANIFEST = 0xFFFFFFFF
 
 
 def _state_path(root):
-    return os.path.join(os.path.expanduser(STATE_DIR), tree_key(root) + ".json")
+    return os.path.join(host_dir(STATE_DIR), tree_key(root) + ".json")
 
 
 def read_tracked(root):

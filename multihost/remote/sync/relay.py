@@ -18,6 +18,7 @@ reported with its cause; the controller sends it its files itself. A node nobody
 connected to gives up when the controller says the nodes before it are done (its stdin
 ends). Every wait is bounded.
 """
+import base64
 import json
 import os
 import select
@@ -43,6 +44,13 @@ UPSTREAM_WAIT = 900.0    # a node for its upstream, when the controller never sa
 # hosts behind a cut are fed from the controller in seconds, not minutes.
 IDLE = 20.0
 MAX_NOISE = 1 << 20      # what a host's shell may print before the join's answer
+
+
+def any_login_shell(line):
+    """``line`` (POSIX shell) as the next host's login shell passes it to `sh`, whichever
+    that shell is (tcsh and fish read quotes their own way: base64 has nothing to read)."""
+    encoded = base64.b64encode(line.encode("utf-8", "surrogateescape")).decode()
+    return "exec sh -c 'eval \"$(echo %s | base64 -d)\"'" % encoded
 
 
 class Rendezvous(object):
@@ -183,7 +191,8 @@ class Downstream(object):
 
     def _start(self, hop, token):
         name = hop.get("name", str(hop["rank"]))
-        argv = list(hop["ssh"]) + [hop["line"] + " " + shlex.quote(json.dumps({"token": token}))]
+        argv = list(hop["ssh"]) + [any_login_shell(
+            hop["line"] + " " + shlex.quote(json.dumps({"token": token})))]
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, bufsize=0)

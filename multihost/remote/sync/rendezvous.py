@@ -19,9 +19,10 @@ import struct
 import sys
 import time
 
+from ..machine import host_dir
 from .pipe import grow_pipe
 
-RELAY_DIR = os.path.join("~", ".cache", "multihost", "relay")
+CACHE_ROOT = os.path.join("~", ".cache", "multihost")
 JOIN_WAIT = 20.0         # sync.join: for the node to appear on its host
 READY = b'{"ready":true}'
 HANDOFF = b"F"           # a join's one byte on the rendezvous, with its stdin attached
@@ -43,7 +44,7 @@ def rendezvous_path(token):
 
 def relay_dir():
     """The user's own 0700 directory of relay rendezvous, made if missing."""
-    directory = os.path.expanduser(RELAY_DIR)
+    directory = os.path.join(host_dir(CACHE_ROOT), "relay")
     try:
         os.makedirs(directory, 0o700, exist_ok=True)
         st = os.lstat(directory)

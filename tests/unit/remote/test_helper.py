@@ -175,3 +175,16 @@ def test_every_operation_is_named_family_verb_and_lives_in_its_family_module():
         assert re.fullmatch(r"[a-z]+\.[a-z_]+", name), name
         module = remote_main.FAMILIES[remote_main.family_of(name)]
         assert function.__module__ == f"multihost.remote.{module}", name
+
+
+def test_a_python_the_account_may_not_execute_is_named_with_a_fix_that_shows_why():
+    remote = LocalTransport(Host(name="gpu3", user="alice", python="/opt/team/venv/bin/python"))
+    stderr = b"sh: 1: exec: /opt/team/venv/bin/python: Permission denied\n"
+    refused = helper.python_refused(remote, stderr)
+    assert "/opt/team/venv/bin/python: Permission denied: alice may not execute it" in str(refused)
+    assert refused.fix.startswith("`ssh alice@gpu3 namei -l /opt/team/venv/bin/python` shows")
+    assert "--python /usr/bin/python3" in refused.fix
+    with pytest.raises(RemoteError) as info:   # a helper call says the same
+        helper.parse_reply(remote, "check.host", 126, b"", stderr)
+    assert "Permission denied: alice may not execute it" in str(info.value)
+    assert helper.python_refused(remote, b"cp: x: Permission denied\n") is None

@@ -12,7 +12,7 @@ import pytest
 
 from multihost.errors import ConnectError, SyncError
 from multihost.hosts import Host
-from multihost.remote.sync.fs import CACHE_DIR, tree_key
+from multihost.remote.sync.fs import host_cache, tree_key
 from multihost.sync.transfer import stream_to
 from multihost.transport import LocalTransport
 
@@ -102,7 +102,7 @@ def test_verify_repairs_what_a_lying_cache_hides(env):
         f.write("LAYERS = 9\n")
     # Forge the host's cache: the new stat, the old hash (a cache can be wrong, e.g.
     # after a restore from backup with preserved times).
-    path = os.path.join(os.path.expanduser(CACHE_DIR), tree_key(root) + ".cache")
+    path = os.path.join(host_cache("hashes"), tree_key(root) + ".cache")
     with open(path, "rb") as f:
         cache = marshal.load(f)
     st = os.stat(target)

@@ -99,7 +99,7 @@ def test_the_ssh_client_a_master_session_falls_back_to_cannot_fall_back_further(
     open(path, "w").close()   # stands for the master's socket
     transport = openssh.MuxTransport.open(host, SshOptions())
     argv = transport._argv("stat x")
-    assert argv[0] == "ssh" and argv[-3:-1] == ["--", "gpu1"] and argv[-1].endswith("; stat x")
+    assert argv[0] == "ssh" and argv[-3:-1] == ["--", "gpu1"] and argv[-1].endswith("; stat x'")
     assert option(argv, "ControlPath") == path and option(argv, "ControlMaster") == "no"
     assert option(argv, "ProxyCommand") == "false"   # no socket behind it: fail, never dial
     assert not transport.is_local

@@ -1,0 +1,240 @@
+"""Which hosts see one directory: a token one host writes and the others read.
+
+Homes and project directories are often one filesystem (NFS, Lustre, GPFS) on every
+host. A sync that writes such a workdir from every host at once races itself (one host
+deletes the temporary file another renames), and writes the tree once per host. So
+before a sync, every host is asked one shell line, through the connection it already
+has: in ``<workdir>/.multihost-share/`` it creates, exclusively (O_EXCL, the shell's
+noclobber), a file named by this command's nonce holding its own machine identity
+(removed again once every host has answered). An exclusive create holds on NFS (v3 and
+later) and sshfs, where flock does not: only the first host's file is made, and every
+host reads back whose it is. Hosts that read the same owner see the same directory; a host
+that reads its own, and is alone with it, has a directory of its own. Nothing relies on
+device and inode numbers (an NFS client's device is its own; sshfs makes up inodes) or
+on flock. Tokens a probe cut short left behind are removed after ten minutes by the next.
+
+The same nonce file, written here in the code directory, read on every host at the same
+path, tells whether the code directory itself is shared: then nothing is copied.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import threading
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from ..errors import MultihostError, SyncError
+from ..fanout import fan_out
+from ..machines import IDENTITY_SHELL
+from ..remote.machine import machine_identity
+from ..transport.base import quote_path
+
+SHARE_DIR = ".multihost-share"
+
+# In: $w the directory, $nc the nonce, $c the code directory's path (or ""), $mk 1 to make
+# the directory when missing, $m this machine's identity. Prints the owner of the nonce
+# in the directory, then the code directory's token as read here ("-": none), each after
+# its tag: a login shell may have printed lines of its own before. Shell builtins only,
+# but for a mkdir: a sync of 64 hosts starts with it.
+PROBE = r'''
+d="$w/.multihost-share"; f="$d/$nc"; i=0
+# Hosts make the directories at once: over sshfs a mkdir that another host won fails
+# (not EEXIST: an SFTP "failure"), so it is tried again until the directory is seen.
+until [ -d "$d" ] || mkdir "$d" 2>/dev/null; do
+  [ "$mk" = 1 ] && mkdir -p "$w" 2>/dev/null
+  i=$((i + 1))
+  if [ $i -gt 20 ] || { [ "$mk" != 1 ] && [ ! -d "$w" ]; }; then
+    echo "=owner= -"; echo "=code= -"; exit 0
+  fi
+  sleep 0.05
+done
+set -C
+printf '%s\n' "$m" 2>/dev/null > "$f"
+set +C
+i=0
+while [ ! -s "$f" ] && [ $i -lt 50 ]; do sleep 0.02; i=$((i + 1)); done
+o=-; read -r o 2>/dev/null < "$f"; echo "=owner= ${o:--}"
+t=-; [ -n "$c" ] && read -r t 2>/dev/null < "$c/.multihost-share/$nc"; echo "=code= ${t:--}"
+exit 0
+'''
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """What the hosts share. ``groups``: for each directory seen by more than one host,
+    the ranks that see it (in rank order; the first writes it). ``code_everywhere``: the
+    code directory is the same directory, at its own path, on every host."""
+
+    groups: Tuple[Tuple[int, ...], ...] = ()
+    code_everywhere: bool = False
+    nonce: str = ""          # of the tokens left to remove (forget_tokens)
+
+    def writer_of(self, rank: int) -> Optional[int]:
+        """The rank that writes the directory ``rank`` shares (None: its own)."""
+        for group in self.groups:
+            if rank in group and rank != group[0]:
+                return group[0]
+        return None
+
+    @property
+    def followers(self) -> Tuple[int, ...]:
+        return tuple(r for group in self.groups for r in group[1:])
+
+
+def probe_line(workdir: str, nonce: str, code_dir: str = "", make: bool = True) -> str:
+    return (f"w={quote_path(workdir)}; nc={nonce}; c={shlex.quote(code_dir)}; "
+            f"mk={1 if make else 0}; " + IDENTITY_SHELL + PROBE)
+
+
+def remove_line(workdir: str, nonce: str) -> str:
+    """This probe's token gone, and any a probe cut short left (ten minutes old)."""
+    share = quote_path(workdir) + "/" + SHARE_DIR
+    return (f"rm -f {share}/{nonce}; find {share} -type f -mmin +10 -exec rm -f {{}} + "
+            f"2>/dev/null; rmdir {share} 2>/dev/null; exit 0")
+
+
+def mark_code_dir(code_dir: str, nonce: str) -> Optional[str]:
+    """Write this machine's token into the code directory (None when it cannot be)."""
+    directory = os.path.join(code_dir, SHARE_DIR)
+    token = f"controller:{machine_identity() or '-'}:{nonce}"
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, nonce), "w") as out:
+            out.write(token + "\n")
+    except OSError:
+        return None
+    return token
+
+
+def unmark_code_dir(code_dir: str, nonce: str) -> None:
+    try:
+        os.unlink(os.path.join(code_dir, SHARE_DIR, nonce))
+        os.rmdir(os.path.join(code_dir, SHARE_DIR))
+    except OSError:
+        pass
+
+
+def tagged(text: str, tag: str) -> str:
+    """The value of the last line that starts with ``tag`` ("-" when there is none)."""
+    found = [line[len(tag):].strip() for line in text.splitlines() if line.startswith(tag)]
+    return found[-1] if found else "-"
+
+
+def group_owners(owners: Dict[int, Optional[str]]) -> Tuple[Tuple[int, ...], ...]:
+    """Ranks grouped by the owner they read, groups of two or more, in rank order."""
+    by_owner: Dict[str, list] = {}
+    for rank in sorted(owners):
+        owner = owners[rank]
+        if owner and owner != "-":
+            by_owner.setdefault(owner, []).append(rank)
+    return tuple(tuple(ranks) for ranks in by_owner.values() if len(ranks) > 1)
+
+
+def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = None,
+                 hosts: Optional[Sequence] = None, make: bool = True) -> Sharing:
+    """Which of the hosts' workdirs are one directory, and (given ``code_dir``) whether
+    the code directory is the same directory at the same path on every host. A host that
+    cannot be asked counts as having its own (the sync reports it). ``make``: a missing
+    workdir is made (a sync's first write must know it already); a check makes none."""
+    hosts = tuple(hosts if hosts is not None else cluster.hosts)
+    if len(hosts) < 2 and not code_dir:
+        return Sharing()
+    nonce = secrets.token_hex(8)
+    token = mark_code_dir(os.path.abspath(code_dir), nonce) if code_dir else None
+    where = os.path.abspath(code_dir) if token else ""
+
+    def on(host, line):
+        quick = cluster.reused(host)   # a master an earlier command left: no handshake
+        try:
+            result = quick.run(line, timeout=30) if quick is not None else None
+        except MultihostError:
+            result = None
+        if result is None or result.exit_code == 255:
+            result = cluster.transport(host).run(line, timeout=30)
+        return result
+
+    def ask(host):
+        result = on(host, probe_line(workdirs[host.rank], nonce, where, make))
+        text = result.stdout.decode("utf-8", "replace")
+        return tagged(text, "=owner= "), tagged(text, "=code= ")
+
+    try:
+        answers = {r.host.rank: r.value for r in fan_out(hosts, ask, cluster.workers) if r.ok}
+    finally:
+        if token:
+            unmark_code_dir(os.path.abspath(code_dir), nonce)
+    groups = group_owners({rank: owner for rank, (owner, _) in answers.items()})
+    everywhere = bool(token) and len(answers) == len(hosts) and all(
+        seen == token for _, seen in answers.values())
+    return Sharing(groups, everywhere, nonce)
+
+
+def forget_tokens(cluster, workdirs: Dict[int, str], sharing: Sharing,
+                  hosts: Optional[Sequence] = None) -> threading.Thread:
+    """Every host has read its owner: the tokens go (the workdir is the job's directory),
+    in the background, beside whatever comes next; join the thread before exiting."""
+    def remove(host):
+        line = remove_line(workdirs[host.rank], sharing.nonce)
+        quick = cluster.reused(host)
+        try:
+            if quick is not None and quick.run(line, timeout=30).exit_code != 255:
+                return
+        except MultihostError:
+            pass
+        cluster.transport(host).run(line, timeout=30)
+
+    thread = threading.Thread(target=fan_out, daemon=True, args=(
+        tuple(hosts if hosts is not None else cluster.hosts), remove, cluster.workers))
+    thread.start()
+    return thread
+
+
+def code_everywhere(cluster, code_dir: str) -> bool:
+    """Whether ``code_dir`` is the same directory, at its own path, on every host: this
+    machine's token, written there, is read back by every host (nothing is written on
+    the hosts). False where it cannot be written here or a host cannot be asked."""
+    nonce = secrets.token_hex(8)
+    root = os.path.abspath(code_dir)
+    token = mark_code_dir(root, nonce)
+    if token is None:
+        return False
+    line = (f'echo "=code= $(head -n 1 {shlex.quote(os.path.join(root, SHARE_DIR, nonce))} '
+            '2>/dev/null)"')
+    try:
+        results = cluster.map(lambda host, t: t.run(line, timeout=30))
+    finally:
+        unmark_code_dir(root, nonce)
+    return all(r.ok and tagged(r.value.stdout.decode("utf-8", "replace"), "=code= ") == token
+               for r in results)
+
+
+def one_writer_each(cluster, sharing: Sharing, sync_part: Callable[[Any], Any]):
+    """The sync's report, one writer per shared directory: ``sync_part(hosts)`` syncs a
+    subset of the cluster (a HostGroup on the same connections). The hosts with a
+    workdir of their own and the first host of each shared one go first; then the
+    others of each group compare the tree by content, which finds it written: they write
+    nothing, and never delete what another host writes at that moment."""
+    from .model import sync_error
+
+    if not sharing.followers:
+        return sync_part(cluster)
+    followers = set(sharing.followers)
+    first = sync_part(cluster.subset([h for h in cluster.hosts if h.rank not in followers]))
+    labels = {h.rank: h.label for h in cluster.hosts}
+    try:
+        then = sync_part(cluster.subset([h for h in cluster.hosts if h.rank in followers]))
+    except SyncError as err:
+        then = getattr(err, "report", None)
+        if then is None:
+            raise
+    hosts = {h.rank: h for h in first.hosts}
+    for host in then.hosts:
+        note = f"shares the workdir of {labels[sharing.writer_of(host.rank)]}: written there once"
+        hosts[host.rank] = replace(host, notes=(note,) + host.notes)
+    report = replace(first, hosts=tuple(hosts[h.rank] for h in cluster.hosts),
+                     seconds=first.seconds + then.seconds)
+    if not report.ok:
+        raise sync_error(report)
+    return report

@@ -1,0 +1,35 @@
+"""The probe that tells which hosts see one workdir, run by real shells on this machine:
+the first host to link the nonce's token owns it, the others read its owner back, and
+what a chatty login shell prints first is never taken for an answer."""
+from __future__ import annotations
+
+import subprocess
+
+from multihost.sync.shared import group_owners, probe_line, remove_line, tagged
+
+
+def probe(workdir, nonce, code="", make=True, noise=""):
+    line = noise + probe_line(str(workdir), nonce, code, make)
+    out = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=30).stdout
+    return tagged(out, "=owner= "), tagged(out, "=code= ")
+
+
+def test_hosts_that_see_one_directory_read_one_owner(tmp_path):
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    first = probe(shared, "ab12", noise="echo Welcome to the cluster; ")
+    second = probe(shared, "ab12", noise="echo Welcome to the cluster; ")
+    alone = probe(own, "ab12", noise="echo Welcome to the cluster; ")
+    assert first[0] != "-" and first == second and alone[0] == first[0]   # one machine here
+    assert (shared / ".multihost-share" / "ab12").exists() and shared.is_dir()
+    subprocess.run(["sh", "-c", remove_line(str(shared), "ab12")], check=True)
+    assert not (shared / ".multihost-share").exists()
+
+
+def test_a_check_makes_no_workdir(tmp_path):
+    assert probe(tmp_path / "missing", "cd34", make=False) == ("-", "-")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_owners_group_only_hosts_that_read_the_same_one():
+    owners = {0: "m1", 1: "m1", 2: "m3", 3: "-", 4: "m1", 5: None}
+    assert group_owners(owners) == ((0, 1, 4),)
