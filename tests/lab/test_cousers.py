@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from test_run import hostfile
+from test_run import hostfile, run_id_in
+from test_sharing import SHORT, go  # noqa: F401 (a fixture)
 
 CODE = "import os\nprint('ran as uid', os.getuid(), flush=True)\n"
 
@@ -64,12 +65,13 @@ def code(tmp_path):
     directory = tmp_path / "code"
     directory.mkdir()
     (directory / "nap.py").write_text(CODE)
+    (directory / "sleep.py").write_text(SHORT)     # until $GO is made, or $NAP seconds
     return directory
 
 
-def one_host(lab, tmp_path, *args: str, command: str = "run"):
+def one_host(lab, tmp_path, *args: str, command: str = "run", script: str = "nap.py"):
     extra = ("--launcher", "python", "--plain") if command == "run" else ()
-    tail = ("--", "nap.py") if command == "run" else ()
+    tail = ("--", script) if command == "run" else ()
     return lab.multihost(command, "--hostfile", str(hostfile(lab, tmp_path, 1)), *extra, *args,
                          *tail, timeout=180)
 
@@ -146,3 +148,91 @@ def test_a_run_in_place_leaves_no_lock_in_the_parent_directory(lab, tmp_path):
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "proj.multihost-lock").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]
+
+
+# -- the hosts' registry of runs (/tmp/multihost-holds) -------------------------------------
+REGISTRY = "/tmp/multihost-holds"
+
+
+@pytest.fixture
+def bare_registry(lab):
+    """Host 1 without a registry (eve gets to plant first); root's own made again after."""
+    lab.host_run(1, ["rm", "-rf", REGISTRY], check=True)
+    yield
+    lab.host_run(1, ["rm", "-rf", REGISTRY], check=True)
+
+
+def test_a_registry_link_planted_by_another_user_fails_no_run_and_no_fix_opens_its_target(
+        lab, tmp_path, code, eve, bare_registry):
+    target = f"/root/target-{secrets.token_hex(3)}"
+    lab.host_run(1, ["mkdir", "-m", "700", target], check=True)
+    eve.on(1, f"ln -s {target} {REGISTRY}")
+    try:
+        ran = one_host(lab, tmp_path, "--code", str(code))
+        assert ran.returncode == 0 and "ran as uid 0" in ran.stdout + ran.stderr, ran.stderr
+        checked = one_host(lab, tmp_path, "--code", str(code), command="check")
+        said = checked.stdout + checked.stderr
+        assert f"{REGISTRY} is a link of {eve.name}" in said and "not root's: not used" in said
+        assert f"rm -rf {REGISTRY} && mkdir -m 1777 {REGISTRY}" in said and "chmod" not in said
+        mode = lab.host_run(1, ["stat", "-c", "%a %U", target]).stdout.split()
+        assert mode == ["700", "root"] and host_ls(lab, 1, target) == ""
+    finally:
+        lab.host_run(1, ["rm", "-rf", target])
+
+
+def test_a_registry_directory_another_user_made_first_is_not_used_so_she_can_not_hide_a_run(
+        lab, tmp_path, code, eve, bare_registry, go):
+    eve.on(1, f"mkdir -m 1777 {REGISTRY}")
+    first = one_host(lab, tmp_path, "--code", str(code), "--detach", "--env", f"GO={go}",
+                     "--env", "NAP=120", "--name", "roots", script="sleep.py")
+    assert first.returncode == 0, first.stderr
+    try:
+        assert host_ls(lab, 1, REGISTRY) == ""   # nothing of root's for her to delete
+        second = one_host(lab, tmp_path, "--code", str(code), "--no-check")
+        assert second.returncode != 0 and 'busy: root\'s run "roots"' in second.stderr, \
+            second.stderr
+    finally:
+        lab.multihost("stop", run_id_in(first.stdout), "--kill-wait", "1", timeout=60)
+
+
+def test_junk_and_forged_entries_neither_hide_a_run_nor_hold_a_host(lab, tmp_path, code, eve, go):
+    first = one_host(lab, tmp_path, "--code", str(code), "--detach", "--env", f"GO={go}",
+                     "--env", "NAP=120", "--name", "roots", script="sleep.py")
+    assert first.returncode == 0, first.stderr
+    # 2,001 names sorted before every entry's, and an entry of hers that names pid 1 (alive
+    # for ever), a time far ahead, and a newline that would print a row of her making
+    forged = ('{"kind": "run", "run_id": "20261127-110200-ab12", "pid": 1, "time": 9e9, '
+              '"name": "x\\nroot  20261127-999999-0000  running"}')
+    mine = f"{REGISTRY}/run-{eve.uid}-20261127-110200-ab12.json"
+    eve.on(1, f"i=0; while [ $i -le 2000 ]; do : > {REGISTRY}/a$i; i=$((i+1)); done; "
+              f"printf '%s' '{forged}' > {mine}")
+    try:
+        checked = one_host(lab, tmp_path, "--code", str(code), command="check")
+        said = checked.stdout + checked.stderr
+        assert checked.returncode != 0 and 'root\'s run "roots"' in said, said
+        assert "kill" not in said, said
+        listed = lab.multihost("status", "--all", "--hostfile", str(hostfile(lab, tmp_path, 1)),
+                               timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        rows = listed.stdout.splitlines()
+        assert any("roots" in row for row in rows), listed.stdout
+        # her name stays in her row: no row of her making
+        assert all(eve.name in row for row in rows if "999999" in row), listed.stdout
+    finally:
+        lab.multihost("stop", run_id_in(first.stdout), "--kill-wait", "1", timeout=60)
+        lab.host_run(1, ["sh", "-c", f"rm -f {REGISTRY}/a* {mine}"])
+
+
+
+def test_an_entry_of_another_user_naming_pid_1_or_a_future_time_holds_nothing(
+        lab, tmp_path, code, eve):
+    run_id = "20261127-110200-ab13"
+    forged = f'{{"kind": "run", "run_id": "{run_id}", "pid": 1, "time": 9e9}}'
+    hers = f"{REGISTRY}/run-{eve.uid}-{run_id}.json"
+    lab.host_run(1, ["sh", "-c", f"mkdir -p -m 1777 {REGISTRY}"], check=True)
+    eve.on(1, f"printf '%s' '{forged}' > {hers}")
+    try:
+        ran = one_host(lab, tmp_path, "--code", str(code))
+        assert ran.returncode == 0 and "ran as uid 0" in ran.stdout + ran.stderr, ran.stderr
+    finally:
+        lab.host_run(1, ["rm", "-f", hers])
