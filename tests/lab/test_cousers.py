@@ -236,3 +236,35 @@ def test_an_entry_of_another_user_naming_pid_1_or_a_future_time_holds_nothing(
         assert ran.returncode == 0 and "ran as uid 0" in ran.stdout + ran.stderr, ran.stderr
     finally:
         lab.host_run(1, ["rm", "-f", hers])
+
+
+# -- fetch: what a host holds never becomes an option, a way out, or a flood ---------------
+def test_fetch_refuses_links_out_of_the_workdir_and_over_the_bound_and_takes_no_option(
+        lab, tmp_path, code, eve):
+    job = f"/root/fetch-{secrets.token_hex(3)}"
+    ran = one_host(lab, tmp_path, "--code", str(code), "--workdir", job)
+    assert ran.returncode == 0, ran.stderr
+    run = run_id_in(ran.stdout + ran.stderr)
+    hers = f"/tmp/hers-{secrets.token_hex(3)}"
+    eve.on(1, f"mkdir -m 755 {hers} && echo hers > {hers}/secret.txt")
+    lab.host_run(1, ["sh", "-c", f"cd {job} && ln -s {hers} out && ln -s {hers}/secret.txt top "
+                                 "&& truncate -s 2G sparse.bin"], check=True)
+    try:
+        got = tmp_path / "got"
+        for path in ("top", "out/secret.txt"):
+            done = lab.multihost("fetch", run, path, "--to", str(got), timeout=60)
+            assert done.returncode != 0, done.stdout
+            assert f"{path} leads out of the run's workdir {job} (to {hers}" in done.stderr
+        assert not got.exists() or not any(got.rglob("secret.txt"))
+        big = lab.multihost("fetch", run, "sparse.bin", "--to", str(got), "--limit", "1G",
+                            timeout=60)
+        assert big.returncode != 0 and "holds 2.0 GiB" in big.stderr, big.stderr
+        assert "over the fetch bound of 1.0 GiB" in big.stderr and "--limit 4G" in big.stderr
+        sneaky = '--rsh=sh -c "touch PWNED" x'
+        done = lab.multihost("fetch", run, "nap.py", "--to", sneaky, timeout=60,
+                             cwd=str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        assert not (tmp_path / "PWNED").exists()
+        assert (tmp_path / sneaky / "nap.py").read_text() == CODE
+    finally:
+        lab.host_run(1, ["rm", "-rf", job, hers])
