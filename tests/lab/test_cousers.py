@@ -268,3 +268,30 @@ def test_fetch_refuses_links_out_of_the_workdir_and_over_the_bound_and_takes_no_
         assert (tmp_path / sneaky / "nap.py").read_text() == CODE
     finally:
         lab.host_run(1, ["rm", "-rf", job, hers])
+
+
+# -- what is shown and linked ---------------------------------------------------------------
+def test_log_latest_is_replaced_only_when_it_is_a_link_and_nothing_is_left_beside_it(
+        lab, tmp_path, code):
+    for kind in ("file", "dir"):
+        log = tmp_path / f"log-{kind}"
+        log.mkdir()
+        latest = log / "latest"
+        latest.mkdir() if kind == "dir" else latest.write_text("my notes\n")
+        ran = one_host(lab, tmp_path, "--code", str(code), "--log_dir", str(log))
+        assert ran.returncode == 0, ran.stderr
+        assert f"log/latest not updated: {latest} is a {'directory' if kind == 'dir' else 'file'}" \
+            f", not a link: kept as it is" in ran.stdout + ran.stderr
+        assert kind == "dir" or latest.read_text() == "my notes\n"
+        assert not [p for p in log.iterdir() if p.name.startswith(".latest")]
+
+
+def test_an_address_in_fullwidth_digits_is_refused_before_any_connection(lab, tmp_path):
+    look_alike = lab.address(1).replace("198", "\uff11\uff19\uff18")
+    done = lab.multihost("check", "--ips", look_alike, "--plain", timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "has a character that is not ASCII ('\uff11', U+FF11)" in done.stderr
+    long_name = lab.multihost("run", "--ips", lab.address(1), "--name", "a" * 10000 + "!",
+                              "--", "nap.py", timeout=60)
+    assert long_name.returncode == 2 and "(10001 characters) is not a plain word" in long_name.stderr
+    assert len(long_name.stderr) < 400
