@@ -295,3 +295,56 @@ def test_an_address_in_fullwidth_digits_is_refused_before_any_connection(lab, tm
                               "--", "nap.py", timeout=60)
     assert long_name.returncode == 2 and "(10001 characters) is not a plain word" in long_name.stderr
     assert len(long_name.stderr) < 400
+
+
+def _descendants(pid: int):
+    found, todo = [], [pid]
+    while todo:
+        here = todo.pop()
+        for task in Path(f"/proc/{here}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                kids = []
+            found += kids
+            todo += kids
+    return found
+
+
+def test_a_queued_run_ended_by_sigterm_leaves_the_line_at_once(lab, tmp_path, code, go):
+    import json
+    import signal
+    import sys
+    import time
+
+    hosts = hostfile(lab, tmp_path, 1)
+    first = one_host(lab, tmp_path, "--code", str(code), "--detach", "--env", f"GO={go}",
+                     "--env", "NAP=120", "--name", "holder", script="sleep.py")
+    assert first.returncode == 0, first.stderr
+
+    def queued():
+        listed = lab.multihost("status", "--all", "--hostfile", str(hosts), "--json", timeout=60)
+        return [r for r in json.loads(listed.stdout)["runs"]
+                if r["name"] == "waiter" and r["state"] == "queued"]
+
+    waiting = lab.popen([sys.executable, "-m", "multihost", "run", "--hostfile", str(hosts),
+                         "--launcher", "python", "--code", str(code), "--name", "waiter",
+                         "--queue", "--plain", "--", "nap.py"], stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not queued():
+            assert time.monotonic() < deadline and waiting.poll() is None
+            time.sleep(0.5)
+        controller = [p for p in [waiting.pid] + _descendants(waiting.pid)
+                      if b"waiter" in Path(f"/proc/{p}/cmdline").read_bytes()
+                      and b"multihost" in Path(f"/proc/{p}/cmdline").read_bytes()][-1]
+        os.kill(controller, signal.SIGTERM)
+        waiting.communicate(timeout=60)
+        assert not queued()      # out of the line at once (it held its place for 60 s)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+        lab.multihost("stop", run_id_in(first.stdout + first.stderr), "--kill-wait", "1",
+                      timeout=60)
