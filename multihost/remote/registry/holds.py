@@ -111,6 +111,15 @@ def _text(value, limit=255):
     return "".join(c for c in value[:limit] if unicodedata.category(c)[0] != "C")
 
 
+def _run_name(value):
+    """A run's --name as the controller checks it (a letter, then letters, digits, '.',
+    '_' or '-', at most 64); anything else is no name."""
+    if not isinstance(value, str) or not 0 < len(value) <= 64 or not value.isascii() \
+            or not value[0].isalpha() or not all(c.isalnum() or c in "._-" for c in value):
+        return ""
+    return value
+
+
 def _number(value):
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -142,7 +151,7 @@ def clean(raw, owner_uid):
 
     entry = {
         "kind": raw["kind"], "run_id": run_id, "user": user, "uid": owner_uid,
-        "name": _text(raw.get("name"), 64) or "", "controller": _text(raw.get("controller")) or "",
+        "name": _run_name(raw.get("name")), "controller": _text(raw.get("controller")) or "",
         "gpus": _ints(raw.get("gpus"), 64), "ports": _ints(raw.get("ports"), 64) or [],
         "hosts": [_text(h) for h in hosts[:1024] if isinstance(h, str)] if isinstance(hosts, list) else [],
         "time": when("time") or 0.0, "state": _text(raw.get("state"), 32) or "",
