@@ -27,63 +27,23 @@ entries); times are clamped to now; an entry is live only while its pid is a pro
 the entry's owner with the recorded start time. Stdlib only, Python 3.6+.
 """
 import binascii
-import fcntl
 import json
 import os
 import pwd
-import socket
 import stat
 import time
 import unicodedata
 
 from ..run import files as run_files
+from .place import (DIR, Unwritable, ensure_dir as _ensure_dir, holds_dir, locked,  # noqa: F401
+                    personal_dir, root_fix, shared_trouble, user_of as _user_of)
 
-DIR = "/tmp/multihost-holds"
 MAX_FILE = 16384
 MAX_FILES = 2000        # entries read per user (a file's name says whose it is)
-PERSONAL = "~/.multihost/holds"   # the fallback, per host: a home may be shared by hosts
 QUEUE_STALE = 60.0      # a waiting controller refreshes its entry every few seconds
 KEEP_ENDED = 86400.0    # an ended run stays listed this long (status --all)
-LOCK_WAIT = 10          # seconds: writers hold the registry's flock for milliseconds
 FINAL = ("succeeded", "failed", "stopped")
-
-
-def holds_dir():
-    return os.environ.get("MULTIHOST_HOLDS_DIR") or DIR
-
-
-def personal_dir():
-    return os.path.join(os.path.expanduser(PERSONAL), socket.gethostname()[:64] or "host")
-
-
-def root_fix(base):
-    """What root types to make the registry anew: ``rm`` takes a link away, never its
-    target, and ``mkdir`` fails on anything that is there again (nothing of anyone else's
-    changes mode or owner)."""
-    return "as root on that host: `rm -rf %s && mkdir -m 1777 %s`" % (base, base)
-
-
-def shared_trouble(base=None):
-    """Why the host's registry can not be used as it is (None when it can): a link, not a
-    directory, not made by root, not writable by us."""
-    base = base or holds_dir()
-    try:
-        info = os.lstat(base)
-    except FileNotFoundError:
-        if os.geteuid() == 0:
-            return None   # root makes it
-        return "there is no host registry %s yet (root makes it)" % base
-    except OSError as exc:
-        return "the host registry %s can not be read: %s" % (base, exc.strerror)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
-        what = "a link" if stat.S_ISLNK(info.st_mode) else "a directory" \
-            if stat.S_ISDIR(info.st_mode) else "not a directory"
-        return "the host registry %s is %s of %s (mode %04o), not root's: not used" % (
-            base, what, _user_of(info.st_uid), stat.S_IMODE(info.st_mode))
-    if os.geteuid() != 0 and (info.st_mode & 0o1777) != 0o1777:
-        return "the host registry %s is mode %04o, not 1777: not used" % (
-            base, stat.S_IMODE(info.st_mode))
-    return None
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def me():
@@ -96,13 +56,6 @@ def me():
 
 
 # -- reading: every field typed and bounded -------------------------------------------------
-def _user_of(uid):
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
 def _text(value, limit=255):
     """Text of another user, bounded, without control characters (a newline in a name
     would print a row of her making)."""
@@ -114,8 +67,8 @@ def _text(value, limit=255):
 def _run_name(value):
     """A run's --name as the controller checks it (a letter, then letters, digits, '.',
     '_' or '-', at most 64); anything else is no name."""
-    if not isinstance(value, str) or not 0 < len(value) <= 64 or not value.isascii() \
-            or not value[0].isalpha() or not all(c.isalnum() or c in "._-" for c in value):
+    if not isinstance(value, str) or not 0 < len(value) <= 64 or value[0] not in LETTERS \
+            or not all(c in LETTERS or c in "0123456789._-" for c in value):
         return ""
     return value
 
@@ -325,64 +278,6 @@ def holder_line(entry, now=None):
 
 
 # -- writing: under the directory's flock -------------------------------------------------
-class Unwritable(Exception):
-    pass
-
-
-def _ensure_dir():
-    """The directory this user's entries go to: the host registry when it can be
-    trusted (root makes it, mode 1777, without following anything planted), else this
-    user's own fallback."""
-    base = holds_dir()
-    if shared_trouble(base) is None:
-        if os.geteuid() != 0:
-            return base
-        try:
-            os.mkdir(base, 0o700)
-        except FileExistsError:
-            pass
-        except OSError:
-            return _personal()
-        fd = os.open(base, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_DIRECTORY", 0))
-        try:
-            info = os.fstat(fd)
-            if info.st_uid == 0 and stat.S_ISDIR(info.st_mode):
-                if stat.S_IMODE(info.st_mode) != 0o1777:
-                    os.fchmod(fd, 0o1777)   # the umask took the bits others need
-                return base
-        finally:
-            os.close(fd)
-    return _personal()
-
-
-def _personal():
-    path = personal_dir()
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
-
-
-class locked(object):
-    """``with locked() as base:`` the registry's flock (on the directory itself: no file
-    that one user creates and another can not open), and where this user's entries go.
-    Advisory: a flock someone keeps is waited for a bounded time, then gone without."""
-
-    def __enter__(self):
-        self.base = _ensure_dir()
-        self.fd = os.open(self.base, os.O_RDONLY | os.O_NOFOLLOW)
-        deadline = time.time() + LOCK_WAIT
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self.base
-            except OSError:
-                if time.time() > deadline:
-                    return self.base
-                time.sleep(0.05)
-
-    def __exit__(self, *exc):
-        os.close(self.fd)
-
-
 def file_name(kind, run_id, uid=None):
     return "%s-%d-%s.json" % (kind, os.getuid() if uid is None else uid, run_id)
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from multihost.remote.registry import holds
+from multihost.remote.registry import holds, place
 from multihost.remote.registry import ops as ops_hold
 from multihost.remote.proto import OpError
 
@@ -90,7 +90,7 @@ def test_a_registry_kept_locked_by_someone_is_passed_in_bounded_time(registry, m
     import sys
 
     claim(RUN_A)  # makes the directory
-    monkeypatch.setattr(holds, "LOCK_WAIT", 0.3)
+    monkeypatch.setattr(place, "LOCK_WAIT", 0.3)
     keeper = subprocess.Popen([sys.executable, "-c", (
         "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)"),
