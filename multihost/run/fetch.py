@@ -28,7 +28,7 @@ from typing import List, Optional, Sequence
 
 from ..errors import ConfigError
 from ..transport import is_local_host
-from ..transport.srun import remote_shell, step_error
+from ..transport.srun import SrunOptions, remote_shell, step_error
 from ..untrusted import clean_text
 from .control import ssh_options
 from .records import NodeRecord, RunRecord, host_from_dict, load_run
@@ -87,7 +87,7 @@ def _fetch_one(record: RunRecord, node: NodeRecord, path: str, to: str, every_ho
                progress: bool, limit: int = DEFAULT_LIMIT) -> Fetched:
     base = Path(to) / node.label.replace("/", "_") if every_host else Path(to)
     dest = base / path
-    refused = inspect(record, node, path, limit)
+    refused = refused_path(record, node, path, limit)
     if refused is not None:
         return Fetched(node.label, path, str(dest), *refused)
     try:
@@ -147,7 +147,7 @@ def inspect_command(workdir: str, path: str) -> str:
             '| cut -f1)";; *) printf "OUT %s\n" "$r";; esac')
 
 
-def inspect(record: RunRecord, node: NodeRecord, path: str, limit: int):
+def refused_path(record: RunRecord, node: NodeRecord, path: str, limit: int):
     """(error, fix) when PATH leads out of the workdir or is over ``limit``; None when it
     may be copied (or could not be looked at: rsync then says why)."""
     host = host_from_dict(node.host)
@@ -155,8 +155,11 @@ def inspect(record: RunRecord, node: NodeRecord, path: str, limit: int):
     if is_local_host(host):
         argv = ["sh", "-c", inspect_command(os.path.expanduser(workdir), path)]
     else:
-        argv = remote_shell(host, ssh_options(record)) + [
-            host.name, inspect_command(_remote_workdir(workdir), path)]
+        options = ssh_options(record)
+        command = inspect_command(_remote_workdir(workdir), path)
+        # ssh hands the remote shell one line; a Slurm step runs a program and its args.
+        words = ["sh", "-c", command] if isinstance(options, SrunOptions) else [command]
+        argv = remote_shell(host, options) + [host.name] + words
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired):

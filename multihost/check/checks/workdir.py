@@ -25,9 +25,9 @@ from ...job import in_place, workdir_for
 from ...remote.owners import SYSTEM_DIRS
 
 
-
-def clip(text: str, limit: int = 300) -> str:
+def clip(text: object, limit: int = 300) -> str:
     """A host's words, cut to a line's worth."""
+    text = str(text)
     return text if len(text) <= limit else text[:limit] + "..."
 
 
