@@ -187,6 +187,7 @@ def test_a_registry_directory_another_user_made_first_is_not_used_so_she_can_not
                      "--env", "NAP=120", "--name", "roots", script="sleep.py")
     assert first.returncode == 0, first.stderr
     try:
+        assert f"{REGISTRY} is a directory of {eve.name} (mode 1777), not root's" in first.stderr
         assert host_ls(lab, 1, REGISTRY) == ""   # nothing of root's for her to delete
         second = one_host(lab, tmp_path, "--code", str(code), "--no-check")
         assert second.returncode != 0 and 'busy: root\'s run "roots"' in second.stderr, \
