@@ -22,6 +22,14 @@ EXIT_INTERRUPTED = 130   # Ctrl-C, as shells report it
 EXIT_CONNECT = 255       # a host could not be reached, as ssh reports it
 
 
+def quoted(value: str, limit: int = 80) -> str:
+    """A value the user gave, as a message quotes it: repr'd, and cut when long (a
+    10,000-character flag is not echoed whole)."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
 class MultihostError(Exception):
     """Base of every error multihost reports to a user."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .errors import ConfigError
+from .errors import ConfigError, quoted
 from .local_python import local_default
 from .nodeset import expand, fold
 from .userfiles import read_config_text
@@ -67,12 +67,12 @@ class HostOptions:
 
 
 def parse_port(text: str, where: str) -> int:
-    try:
-        port = int(text)
+    try:   # int() takes any script's digits: only ASCII ones are a port
+        port = int(text) if text.strip().isascii() else -1
     except ValueError:
         port = -1
     if not 1 <= port <= 65535:
-        raise ConfigError(f"{where}: port {text!r} is not a number from 1 to 65535",
+        raise ConfigError(f"{where}: port {quoted(text)} is not a number from 1 to 65535",
                           fix="give a port like 22 or 2222")
     return port
 
@@ -87,7 +87,8 @@ def parse_gpu_ids(text: str, where: str) -> Tuple[int, ...]:
     for item in text.split(","):
         item = item.strip()
         low, dash, high = item.partition("-")  # 0-3: the range multihost itself prints
-        if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
+        if not (low.strip().isascii() and low.strip().isdigit()) or \
+                (dash and not (high.strip().isascii() and high.strip().isdigit())):
             raise ConfigError(f"{where}: gpu {item!r} is not a device index",
                               fix="list device indexes like 0,1,2,3 or 0-3 (or 'none' for CPU)")
         first, last = int(low), int(high) if dash else int(low)
@@ -123,10 +124,18 @@ def parse_slots(text: str, where: str) -> int:
 def parse_host_item(item: str, where: str) -> Tuple[str, Optional[str], Optional[int]]:
     """``[user@]host[:port]``, ``[user@][v6addr]:port`` or a bare IPv6 address."""
     original = item
+    if not item.isascii():
+        # Fullwidth digits ('１９８.18.0.11') resolve to the address they look like, and
+        # the host key would be recorded under the look-alike name.
+        odd = next(ch for ch in item if not ch.isascii())
+        raise ConfigError(f"{where}: host {quoted(original)} has a character that is not "
+                          f"ASCII ({odd!r}, U+{ord(odd):04X})",
+                          fix="type the name or address in ASCII (an international name in "
+                              "its xn-- form)")
     if item != item.strip() or any(ch.isspace() for ch in item):
         fix = ("separate hosts with commas only, e.g. --ips=10.0.0.1,10.0.0.2"
                if where.startswith("--ips") else "one host per section, e.g. [10.0.0.1]")
-        raise ConfigError(f"{where}: host {original!r} contains white space", fix=fix)
+        raise ConfigError(f"{where}: host {quoted(original)} contains white space", fix=fix)
     if not item:
         raise ConfigError(f"{where}: empty host name",
                           fix="remove the extra comma, e.g. --ips=10.0.0.1,10.0.0.2")
@@ -134,18 +143,18 @@ def parse_host_item(item: str, where: str) -> Tuple[str, Optional[str], Optional
     if "@" in item:
         user, item = item.rsplit("@", 1)
         if not user or not item:
-            raise ConfigError(f"{where}: {original!r} is not user@host", fix="write user@host")
+            raise ConfigError(f"{where}: {quoted(original)} is not user@host", fix="write user@host")
         check_user(user, where)
     port = None
     if item.startswith("["):
         end = item.find("]")
         if end < 0:
-            raise ConfigError(f"{where}: {original!r} has '[' without ']'",
+            raise ConfigError(f"{where}: {quoted(original)} has '[' without ']'",
                               fix="write an IPv6 address with a port as [fe80::1]:22")
         name, rest = item[1:end], item[end + 1:]
         if rest:
             if not rest.startswith(":"):
-                raise ConfigError(f"{where}: unexpected {rest!r} after ']' in {original!r}",
+                raise ConfigError(f"{where}: unexpected {rest!r} after ']' in {quoted(original)}",
                                   fix="write [address]:port")
             port = parse_port(rest[1:], where)
         _require_ipv6(name, original, where)
@@ -158,15 +167,16 @@ def parse_host_item(item: str, where: str) -> Tuple[str, Optional[str], Optional
     else:
         name = item
     if not name or name.startswith("-") or not all(ch.isalnum() or ch in "._-:%" for ch in name):
-        raise ConfigError(f"{where}: {original!r} is not a host name or address",
+        raise ConfigError(f"{where}: {quoted(original)} is not a host name or address",
                           fix="use a name, an IPv4 address, or [IPv6]:port")
     return name, user, port
 
 
 def check_user(user: str, where: str) -> None:
     """A login name: ssh would read one starting with '-' as an option."""
-    if not user or user.startswith("-") or not all(ch.isalnum() or ch in "._-$@\\" for ch in user):
-        raise ConfigError(f"{where}: {user!r} is not a user name",
+    if not user or user.startswith("-") or not user.isascii() or \
+            not all(ch.isalnum() or ch in "._-$@\\" for ch in user):
+        raise ConfigError(f"{where}: {quoted(user)} is not a user name",
                           fix="give the login name on the host, e.g. root or ubuntu")
 
 
@@ -176,7 +186,7 @@ def _require_ipv6(name: str, original: str, where: str) -> None:
     try:
         ipaddress.IPv6Address(name.split("%", 1)[0])
     except ValueError:
-        raise ConfigError(f"{where}: {original!r} is not a valid IPv6 address",
+        raise ConfigError(f"{where}: {quoted(original)} is not a valid IPv6 address",
                           fix="check the address, and bracket it with a port: [fe80::1]:22") from None
 
 

@@ -105,7 +105,7 @@ def _expand_item(item: str, where: str) -> List[str]:
     values: List[str] = []
     for part in match.group(1).split(","):
         low, dash, high = part.strip().partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
+        if not _digits(low) or (dash and not _digits(high)):
             raise ConfigError(f"{where}: [{match.group(1)}] in {item!r} is not a list of "
                               "numbers and ranges", fix="write ranges like [1-4] or [01-08,10]")
         if not dash:
@@ -116,3 +116,8 @@ def _expand_item(item: str, where: str) -> List[str]:
                               "or too large", fix="write ranges low to high, e.g. [1-4]")
         values.extend(str(n).zfill(len(low)) for n in range(int(low), int(high) + 1))
     return [head + value + rest for value in values for rest in _expand_item(tail, where)]
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() takes any script's (a fullwidth '１')."""
+    return text.isascii() and text.isdigit()

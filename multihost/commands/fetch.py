@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="where to put them (default: the current directory)")
     parser.add_argument("--all", action="store_true", dest="every_host",
                         help="from every host of the run, into DIR/<host>/PATH")
+    parser.add_argument("--limit", default="100G", metavar="SIZE",
+                        help="the most one PATH may hold, by apparent size (default: 100G)")
     return parser
 
 
@@ -46,12 +48,12 @@ def split_run(words, run):
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..run.fetch import fetch
+    from ..run.fetch import fetch, parse_size
     from ..views.fetch_view import fetch_lines
 
     run, paths = split_run(args.paths, args.run)
     results = fetch(paths, run=run, to=args.to, every_host=args.every_host,
-                    progress=sys.stderr.isatty())
+                    progress=sys.stderr.isatty(), limit=parse_size(args.limit))
     for line, failed in fetch_lines(results):
         print(line, file=sys.stderr if failed else sys.stdout)
     return 0 if all(r.ok for r in results) else 1

@@ -87,13 +87,21 @@ def latest_link(mirror_dir) -> Path:
 
 
 def _relink(link: Path, target: str) -> None:
-    aside = link.with_name(f".{link.name}.{os.getpid()}")
-    try:
-        aside.unlink()
-    except FileNotFoundError:
-        pass
+    """Point ``link`` at ``target``; only a link is ever replaced (a file or directory of
+    that name is someone's, kept, and the OSError says so)."""
+    import errno
+    import secrets
+
+    if os.path.lexists(link) and not os.path.islink(link):
+        kind = "directory" if os.path.isdir(link) else "file"
+        raise OSError(errno.EEXIST, f"{link} is a {kind}, not a link: kept as it is")
+    aside = link.with_name(f".{link.name}.{secrets.token_hex(8)}")   # a name nobody planted
     os.symlink(target, aside)
-    os.replace(aside, link)
+    try:
+        os.replace(aside, link)
+    except OSError:
+        aside.unlink()   # nothing left beside it
+        raise
 
 
 def nodes_of(hosts_nprocs: Sequence[Tuple[Host, int]],

@@ -64,26 +64,29 @@ def queue_order(entries: Sequence[dict]) -> List[dict]:
 
 
 def merge(per_host: Dict[str, List[dict]]) -> List[SharedRun]:
-    """Entries of every host, one SharedRun per (run, kind): a run is on several hosts."""
-    runs: Dict[Tuple[str, str], dict] = {}
-    where: Dict[Tuple[str, str], List[str]] = {}
+    """Entries of every host, one SharedRun per (user, run, kind): a run is on several
+    hosts."""
+    runs: Dict[Tuple[str, str, str], dict] = {}
+    where: Dict[Tuple[str, str, str], List[str]] = {}
     for label, entries in per_host.items():
         for entry in entries:
             state = state_of(entry)
             if state is None:
                 continue
-            key = (entry["run_id"], "queue" if state == "queued" else "run")
+            # Keyed by user too: another user's entry of the same run id is another run
+            # (hers, or a forgery), never merged into this one.
+            key = (entry.get("user") or "?", entry["run_id"], "queue" if state == "queued" else "run")
             where.setdefault(key, []).append(label)
             best = runs.get(key)
             # The worst news of any host: a run failed on one host failed.
             if best is None or STATES.index(state) > STATES.index(best["_state"]):
                 runs[key] = dict(entry, _state=state)
     queued = queue_order([r for r in runs.values() if r["_state"] == "queued"])
-    places = {e["run_id"]: i + 1 for i, e in enumerate(queued)}
+    places = {(e.get("user"), e["run_id"]): i + 1 for i, e in enumerate(queued)}
     out = [SharedRun(e["run_id"], e.get("name") or "", e.get("user") or "?", e["_state"],
                      tuple(where[key]), fold_ints(e.get("gpus") or ()),
                      e.get("time") or 0.0, e.get("started"), e.get("ended"), e.get("exit_code"),
-                     e.get("controller") or "", places.get(e["run_id"], 0)
+                     e.get("controller") or "", places.get((e.get("user"), e["run_id"]), 0)
                      if e["_state"] == "queued" else 0)
            for key, e in runs.items()]
     return sorted(out, key=lambda r: (STATES.index(r.state) > 2, r.place or 0, -r.since))

@@ -141,6 +141,16 @@ def check_log_dir(text: str) -> None:
     if problem:
         place = "" if existing == path else f" (in {existing})"
         raise ConfigError(f"--log_dir {text} cannot be written{place}: {problem}", fix=fix)
+    from ..remote import owners
+
+    if owners.is_system_dir(path):
+        raise ConfigError(f"--log_dir {text} is a system directory: the run's logs would be "
+                          "written among the system's files", fix=fix)
+    unsafe = owners.why_unsafe(path)
+    if unsafe:
+        # Another account could swap the mirror's files or links under us.
+        raise ConfigError(f"--log_dir {text} is not only yours: {unsafe}",
+                          fix=owners.fix_for(path, unsafe))
 
 
 def revision_in_background(code_dir: str):

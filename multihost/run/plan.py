@@ -17,7 +17,7 @@ from . import launchers as launch
 from . import env as run_env
 from ..errors import ConfigError
 from ..hosts import Host
-from ..job import JobOptions, workdir_for
+from ..job import JobOptions, in_place, workdir_for
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class NodePlan:
     gpus: Tuple[int, ...]
     workdir: str                  # as configured; may start with ~/
     iface: Optional[str] = None   # from check or the hostfile; else found at prepare
+    in_place: bool = False        # runs in the code directory itself (nothing synced)
 
     @property
     def node_rank(self) -> int:
@@ -139,7 +140,7 @@ def build_plan(run_id: str, hosts: Sequence[Host], job: JobOptions, template: la
         gpus = job.gpus_for(host)
         iface = (ifaces[i] if i < len(ifaces) else None) or host.iface
         nodes.append(NodePlan(host, addresses[i], nproc, offset, gpus,
-                              workdir_for(host, job.code), iface))
+                              workdir_for(host, job.code), iface, in_place(host, job.code)))
         offset += nproc
     return RunPlan(run_id, template, tuple(command), no_python, start_port, tuple(nodes),
                    run_env.passthrough(environ), dict(user_env), kill_wait, allow_concurrent,
@@ -207,6 +208,7 @@ def launch_request(plan: RunPlan, node: NodePlan, prepared: Prepared) -> Dict[st
     request = {
         "run_id": plan.run_id, "node_rank": node.node_rank, "argv": argv, "env": env,
         "cwd": prepared.workdir, "python": node.host.python,   # its directory leads PATH
+        "in_place": node.in_place,
         "spawn": plan.template.spawn, "nproc": node.nproc,
         "rank_offset": node.rank_offset, "world_size": plan.world_size,
         "nnodes": len(plan.nodes), "master_addr": plan.master_addr,

@@ -90,6 +90,7 @@ class Ticket:
         self._save()
         self._stop = threading.Event()
         said = ""
+        restore = _terminate_leaves_the_line()
         try:
             while True:
                 blockers = self.blockers(self.refresh())
@@ -104,6 +105,8 @@ class Ticket:
         except BaseException:
             self.leave()
             raise
+        finally:
+            restore()
         self._thread = threading.Thread(target=self._keep, daemon=True)
         self._thread.start()
 
@@ -129,6 +132,20 @@ class Ticket:
         (tickets_dir() / f"{self.run_id}.json").write_text(json.dumps(
             {"run_id": self.run_id, "name": self.name, "pid": os.getpid(),
              "hosts": [h.label for h in self.cluster.hosts]}))
+
+
+def _terminate_leaves_the_line() -> Callable[[], None]:
+    """While waiting in line, SIGTERM (`kill`, `timeout`, a logout) ends the wait as an
+    exception, so the entry leaves every host's line at once instead of holding a place
+    until it goes stale. Returns what puts the old handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def raise_exit(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, raise_exit)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def ticket_for(cluster, job, start_port: Optional[int], name: str) -> Ticket:

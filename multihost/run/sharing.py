@@ -8,15 +8,15 @@ import re
 import socket
 from typing import Any, Dict
 
-from ..errors import ConfigError
+from ..errors import ConfigError, quoted
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
 
 
 def check_name(name: str) -> str:
     """``--name``: a word people can type (it stands where a run id does)."""
-    if name and not NAME_RE.match(name):
-        raise ConfigError(f"--name {name!r} is not a plain word",
+    if name and not NAME_RE.fullmatch(name):
+        raise ConfigError(f"--name {quoted(name)} is not a plain word",
                           fix="start with a letter; then letters, digits, '.', '_' or '-' "
                               "(at most 64), e.g. --name bert-large")
     return name

@@ -114,6 +114,7 @@ class Starter:
             node = plan.nodes[host.rank]
             reply = helper.call(transport, "run.prepare", {
                 "run_id": plan.run_id, "node_rank": host.rank, "cwd": node.workdir,
+                "in_place": node.in_place,
                 "allow_concurrent": plan.allow_concurrent, "attempt": plan.attempt,
                 "launch_timeout": self.launch_timeout, "hold": hold_request(plan, node)},
                 timeout=PREPARE_TIMEOUT)

@@ -27,10 +27,13 @@ def preflight(cluster, job: JobOptions, *, allow_concurrent: bool = False,
     """The checks of `multihost check`; a failure stops here, before anything starts.
     Every failure but the first is told through ``notify``; the first is raised."""
     from ..check.preflight import run_checks
-    from ..check.report import FAIL
+    from ..check.report import FAIL, WARN
 
     notify(f"checking {len(cluster.hosts)} host(s)...")
     report = run_checks(cluster, job)
+    for host, result in report.failures(WARN):
+        if result.name == "busy":   # the host's registry is not used: runs there may be hidden
+            notify(f"{host.host.label}: warning: {result.detail} (fix: {result.fix})")
     failures = [(h, r) for h, r in report.failures(FAIL)
                 if not (allow_concurrent and r.name in ("leftovers", "busy"))]
     for host, result in failures[1:]:

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 from .manifest import Manifest
 from ..machines import IDENTITY_SHELL
-from ..remote.sync.lock import MARKER, SUFFIX as LOCK_SUFFIX
+from ..remote.sync.lock import FALLBACK_DIR as FALLBACK_LOCKS, MARKER, SUFFIX as LOCK_SUFFIX
 
 STATE_DIR = "~/.cache/multihost/sync-state"
 VERSION = 4
@@ -223,13 +223,20 @@ def matches_manifest(record: dict, manifest: Manifest) -> bool:
     return manifest.matches(record.get("digest"))
 
 
+# The lock of a tree kept in the home directory (remote/sync/lock.py lock_path: a tree
+# below /tmp, a run in place): read first, as the helper uses it once it exists.
+HOME_LOCK = (f'"$HOME/{FALLBACK_LOCKS.partition("/")[2]}/$(printf %s "$PWD" | sha256sum | '
+             f'cut -c1-24){LOCK_SUFFIX}"')
+
+
 def stat_command(remote_root: str) -> str:
     """`stat` of the NUL-separated names on stdin, after a line of the workdir's
     generation (the first line of its lock, remote/sync/lock.py: read by the shell
     itself, '-' when there is none) and the machine's identity (machines.py: one machine
     listed twice is refused); a tree marked incomplete fails at once."""
     return (f"cd -P -- {shlex.quote(remote_root)} && test ! -e {MARKER} && "
-            f"{{ {{ read -r g < \"$PWD{LOCK_SUFFIX}\"; }} 2>/dev/null || g=-; }} && "
+            f"{{ {{ read -r g < {HOME_LOCK} || read -r g < \"$PWD{LOCK_SUFFIX}\"; }} "
+            "2>/dev/null || g=-; } && "
             f"{IDENTITY_SHELL} && printf '%s %s\\n' \"$g\" \"$m\" && "
             f"xargs -0 -r stat --printf {shlex.quote(STAT_FORMAT)} --")
 

@@ -88,7 +88,7 @@ def test_a_spare_given_to_cluster_run_takes_the_rank_of_a_host_that_fails_the_pr
         f"[{lab.address(2)}]\nport = 2\n")   # nothing listens there: the check fails
     code = f"""
 import multihost
-cluster = multihost.Cluster.from_hostfile("two.ini", python={sys.executable!r}, workdir="/tmp")
+cluster = multihost.Cluster.from_hostfile("two.ini", python={sys.executable!r}, workdir="/opt")
 run = cluster.run(["-c", "import os, socket; print('rank', os.environ['RANK'], 'on', "
                    "socket.gethostname(), flush=True)"], launcher="python", sync=False,
                   nproc_per_node=1, spares="{lab.address(3)}")

@@ -20,7 +20,7 @@ REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::(\w+)(?:\[([^\]`]+)\])?`")
 EVERY_TEST_LISTED = ["tests/lab/test_faults.py", "tests/lab/test_silent.py",
                      "tests/lab/test_security.py", "tests/lab/test_hostile.py", "tests/lab/test_hostile_ssh.py",
                      "tests/unit/test_hostile_input.py", "tests/unit/cli/test_bad_input.py",
-                     "tests/unit/cli/test_cli_messy.py"]
+                     "tests/unit/cli/test_cli_messy.py", "tests/lab/test_cousers.py"]
 
 
 def table_rows(text: str) -> List[List[str]]:

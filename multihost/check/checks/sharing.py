@@ -7,7 +7,7 @@ elsewhere (`--exclude`, other GPUs), or, for one's own run, stops it.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from .. import fixes
 from ..judge import Cluster, HostProbe, not_checked
@@ -31,6 +31,16 @@ def holders(probe: HostProbe, cluster: Cluster) -> List[dict]:
     entries = (probe.fact("holds") or {}).get("entries") or []
     return [e for e in entries if e.get("kind") == "run" and e.get("live")
             and overlaps(e.get("gpus"), gpus, e.get("ports"), ports)]
+
+
+def registry_trouble(probe: HostProbe) -> Optional[Tuple[str, str]]:
+    """(what, fix) of the host registry's first trouble (one not root's, one over-full),
+    cut to a line: the host's own words, another user's input among them."""
+    found = (probe.fact("holds") or {}).get("trouble") or []
+    first = found[0] if found and isinstance(found[0], dict) else None
+    if first is None:
+        return None
+    return str(first.get("text") or "")[:300], str(first.get("fix") or "")[:300]
 
 
 def _me(probe: HostProbe) -> Optional[int]:
@@ -87,6 +97,10 @@ def judge_busy(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
         if beside:
             return CheckResult("busy", PASS, "free for this job; beside " + holder_line(beside[0]),
                                brief="shared")
+        trouble = registry_trouble(probe)
+        if trouble:   # free as far as anyone can tell here: the registry may hide runs
+            return CheckResult("busy", WARN, "no run seen here, but " + trouble[0],
+                               trouble[1], brief="registry?")
         return CheckResult("busy", PASS, "no run holds this host", brief="free")
     more = and_more([holder_line(e) for e in found[1:]], 2)
     first = found[0]

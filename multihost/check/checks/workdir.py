@@ -1,4 +1,5 @@
-"""workdir: the job's directory is not one the system or the user already lives in.
+"""workdir: the job's directory is not one the system or the user already lives in, nor
+one another account may change (remote/owners.py).
 
 The sync writes the code's files into the workdir (over any file of the same name) and
 the job its logs and checkpoints: a workdir of ``/etc``, ``/usr`` or the home directory
@@ -21,14 +22,13 @@ from ..judge import Cluster, HostProbe
 from ..registry import check
 from ..report import FAIL, CheckResult
 from ...job import in_place, workdir_for
+from ...remote.owners import SYSTEM_DIRS
 
-# Directories of the system itself, and where merged-/usr systems resolve /bin, /sbin
-# and /lib to. Only the directory itself: /usr/local/myjob is somebody's choice.
-SYSTEM_DIRS = frozenset((
-    "/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run",
-    "/sbin", "/sys", "/usr", "/var", "/usr/bin", "/usr/lib", "/usr/lib32", "/usr/lib64",
-    "/usr/sbin",
-))
+
+def clip(text: object, limit: int = 300) -> str:
+    """A host's words, cut to a line's worth."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def what_it_is(real: str, home: Optional[str]) -> Optional[str]:
@@ -89,7 +89,22 @@ def judge_workdir(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
     # (or ssh) already says why, once.
     disk = probe.fact("disk") or {}
     path, real = disk.get("path"), disk.get("real")
-    if not real or in_place(probe.host, cluster.job.code):
+    if not real:
+        return None
+    here = in_place(probe.host, cluster.job.code)
+    if disk.get("unsafe"):
+        # Another account could swap the code between the sync and the launch.
+        return CheckResult(
+            "workdir", FAIL, f"the workdir {path} is not only yours: {clip(disk['unsafe'])}",
+            "use a directory only you can write: "
+            + ("cd to one of your own" if here else fixes.add(
+                "--workdir", shlex.quote(workdir_for(dataclasses.replace(probe.host, workdir=None),
+                                                     cluster.job.code)))),
+            "not yours")
+    if here:
+        if real in SYSTEM_DIRS:
+            return CheckResult("workdir", FAIL, f"the job would run in {real}, a system directory",
+                               "run it from a directory of its own (cd there)", "system dir")
         return None   # the job runs in its own directory, as torchrun would: nothing is synced
     what = what_it_is(real, disk.get("home"))
     if what is None:

@@ -19,6 +19,7 @@ import time
 from . import ping as net_ping
 from . import net
 from ..machine import host_dir, machine_identity
+from .. import owners
 from .proc import foreign_facts, holds_facts, leftover_facts, ports_facts
 from .python import framework_pythons
 from ..proto import op, reply
@@ -206,7 +207,8 @@ def disk_facts(request):
     return {"path": path, "exists": existing == path, "existing": existing,
             "free": stat.f_bavail * stat.f_frsize, "total": stat.f_blocks * stat.f_frsize,
             "writable": os.access(existing or "/", os.W_OK),
-            "real": os.path.realpath(path), "home": os.path.realpath(home)}
+            "real": os.path.realpath(path), "home": os.path.realpath(home),
+            "unsafe": owners.why_unsafe(path)}
 
 
 def ping_facts(request):

@@ -177,7 +177,8 @@ APPS = ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheade
 def holds_facts(request):
     """Every entry of the host registry (remote/registry/holds.py) and who asks."""
     from ..registry import holds
-    return {"me": holds.me(), "entries": holds.read_all()}
+    entries, trouble = holds.scan()
+    return {"me": holds.me(), "entries": entries, "trouble": trouble}
 
 
 def _owner(pid):

@@ -22,6 +22,7 @@ import time
 from ..sync.apply import SafeRoot
 from ..sync.fs import (DIR, FILE, LINK, MODE_BITS, HashCache, UnsafePath, check_relpath,
                           default_threads, hash_files, resolve_root, scan_tree)
+from .. import owners
 from ..proto import OpError, reply
 
 TRASH_SUFFIX = ".multihost-trash"
@@ -142,6 +143,10 @@ def trash(request):
     parent, base = os.path.split(root.rstrip("/"))
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     trash = os.path.join(parent, "." + base + TRASH_SUFFIX, stamp)
+    unsafe = owners.why_unsafe(os.path.dirname(trash))
+    if unsafe:  # a trash another account planted (a link to /etc) would take our files
+        raise OpError("the trash beside %s is not only yours: %s" % (root, unsafe),
+                      owners.fix_for(os.path.dirname(trash), unsafe))
     source = SafeRoot(root, create=False)
     target = SafeRoot(trash, create=True)
     moved, errors = 0, []

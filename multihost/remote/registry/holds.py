@@ -15,28 +15,35 @@ atomically (a temporary name, then rename) under a flock of the directory, so tw
 claiming the host at once see each other. Every file is another user's input: read
 bounded, each field typed, anything else skipped. An entry whose supervisor is gone, or
 a queue entry not refreshed for QUEUE_STALE seconds, is stale: ignored, and removed by
-its owner's next write. Stdlib only, Python 3.6+.
+its owner's next write.
+
+Another account can plant things in /tmp, so the registry is trusted only as root made
+it: a directory (not a link) owned by root. One made by anyone else is not read or
+written (``trouble`` says so, with a fix for root that changes nothing of hers), and a
+run then keeps its entry in ``~/.multihost/holds/<hostname>``, seen by its own user's
+runs only. The registry is advisory: no trouble of it ever fails a run. Names are
+filtered before the count is capped (per user: junk of one user never hides another's
+entries); times are clamped to now; an entry is live only while its pid is a process of
+the entry's owner with the recorded start time. Stdlib only, Python 3.6+.
 """
-import fcntl
+import binascii
 import json
 import os
 import pwd
 import stat
 import time
+import unicodedata
 
 from ..run import files as run_files
+from .place import (DIR, Unwritable, ensure_dir as _ensure_dir, holds_dir, locked,  # noqa: F401
+                    personal_dir, root_fix, shared_trouble, user_of as _user_of)
 
-DIR = "/tmp/multihost-holds"
 MAX_FILE = 16384
-MAX_FILES = 2000
+MAX_FILES = 2000        # entries read per user (a file's name says whose it is)
 QUEUE_STALE = 60.0      # a waiting controller refreshes its entry every few seconds
 KEEP_ENDED = 86400.0    # an ended run stays listed this long (status --all)
-LOCK_WAIT = 10          # seconds: writers hold the registry's flock for milliseconds
 FINAL = ("succeeded", "failed", "stopped")
-
-
-def holds_dir():
-    return os.environ.get("MULTIHOST_HOLDS_DIR") or DIR
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def me():
@@ -50,7 +57,20 @@ def me():
 
 # -- reading: every field typed and bounded -------------------------------------------------
 def _text(value, limit=255):
-    return value[:limit] if isinstance(value, str) else None
+    """Text of another user, bounded, without control characters (a newline in a name
+    would print a row of her making)."""
+    if not isinstance(value, str):
+        return None
+    return "".join(c for c in value[:limit] if unicodedata.category(c)[0] != "C")
+
+
+def _run_name(value):
+    """A run's --name as the controller checks it (a letter, then letters, digits, '.',
+    '_' or '-', at most 64); anything else is no name."""
+    if not isinstance(value, str) or not 0 < len(value) <= 64 or value[0] not in LETTERS \
+            or not all(c in LETTERS or c in "0123456789._-" for c in value):
+        return ""
+    return value
 
 
 def _number(value):
@@ -76,17 +96,23 @@ def clean(raw, owner_uid):
     except KeyError:
         user = str(owner_uid)
     hosts = raw.get("hosts")
+    now = time.time()
+
+    def when(key):  # a time from the future would hold (or queue) for ever
+        value = _number(raw.get(key))
+        return None if value is None else min(value, now)
+
     entry = {
         "kind": raw["kind"], "run_id": run_id, "user": user, "uid": owner_uid,
-        "name": _text(raw.get("name"), 64) or "", "controller": _text(raw.get("controller")) or "",
+        "name": _run_name(raw.get("name")), "controller": _text(raw.get("controller")) or "",
         "gpus": _ints(raw.get("gpus"), 64), "ports": _ints(raw.get("ports"), 64) or [],
-        "hosts": [h[:255] for h in hosts[:1024] if isinstance(h, str)] if isinstance(hosts, list) else [],
-        "time": _number(raw.get("time")) or 0.0, "state": _text(raw.get("state"), 32) or "",
-        "pid": raw.get("pid") if isinstance(raw.get("pid"), int) else None,
+        "hosts": [_text(h) for h in hosts[:1024] if isinstance(h, str)] if isinstance(hosts, list) else [],
+        "time": when("time") or 0.0, "state": _text(raw.get("state"), 32) or "",
+        "pid": raw.get("pid") if isinstance(raw.get("pid"), int) and not isinstance(raw.get("pid"), bool) else None,
         "ticks": raw.get("ticks") if isinstance(raw.get("ticks"), int) else None,
-        "started": _number(raw.get("started")), "ended": _number(raw.get("ended")),
+        "started": when("started"), "ended": when("ended"),
         "exit_code": raw.get("exit_code") if isinstance(raw.get("exit_code"), int) else None,
-        "seen": _number(raw.get("seen")), "stale_after": min(_number(raw.get("stale_after")) or 120.0, 3600.0),
+        "seen": when("seen"), "stale_after": min(_number(raw.get("stale_after")) or 120.0, 3600.0),
     }
     return entry
 
@@ -105,40 +131,96 @@ def live(entry, now=None):
         if isinstance(node, dict) and node.get("state") in FINAL:
             return False
     if entry["pid"]:
-        return run_files.is_alive(entry["pid"], entry["ticks"])
+        # Her entry naming pid 1, or a pid of ours, holds nothing: the process must be
+        # the owner's, with the start time recorded.
+        return entry["ticks"] is not None and _owner_uid(entry["pid"]) == entry["uid"] and \
+            run_files.is_alive(entry["pid"], entry["ticks"])
     return now - entry["time"] < entry["stale_after"]
 
 
-def read_all():
-    """Every entry here, typed, with ``live`` and the file's name; [] without a registry."""
-    base = holds_dir()
+def _owner_uid(pid):
     try:
-        names = sorted(os.listdir(base))[:MAX_FILES]
+        return os.stat("/proc/%d" % pid).st_uid
+    except (OSError, ValueError, OverflowError):
+        return None
+
+
+def read_all():
+    """Every entry here, typed, with ``live``, its file's name and directory; [] without
+    a registry."""
+    return scan()[0]
+
+
+def scan():
+    """(entries, trouble): every entry of the host registry (when it can be trusted) and
+    of this user's own fallback; trouble: what a user should hear (a registry not used,
+    one over-full)."""
+    trouble, entries = [], []
+    problem = shared_trouble()
+    if problem:
+        trouble.append({"text": problem, "fix": root_fix(holds_dir())})
+    else:
+        entries += _read_dir(holds_dir(), trouble)
+    personal = personal_dir()
+    if personal != holds_dir() and os.path.isdir(personal):
+        entries += [e for e in _read_dir(personal, trouble) if e["uid"] == os.getuid()]
+    return entries, trouble
+
+
+def _read_dir(base, trouble):
+    try:
+        names = os.listdir(base)
     except OSError:
         return []
+    per_user = {}
+    for name in names:   # filtered before any cap: junk names count for nothing
+        uid = _name_uid(name)
+        if uid is not None:
+            per_user.setdefault(uid, []).append(name)
     now, entries = time.time(), []
-    for name in names:
-        if not name.endswith(".json") or not name.startswith(("run-", "queue-")):
-            continue
-        try:
-            fd = os.open(os.path.join(base, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE:
-                continue
-            raw = json.loads(os.read(fd, MAX_FILE).decode("utf-8", "replace"))
-        except (OSError, ValueError):
-            continue
-        finally:
-            os.close(fd)
-        entry = clean(raw, info.st_uid)
-        if entry is not None:
-            entry["live"] = live(entry, now)
-            entry["file"] = name
-            entries.append(entry)
+    for uid, mine in sorted(per_user.items()):
+        if len(mine) > MAX_FILES:
+            trouble.append({
+                "text": "the host registry %s holds %d entries of %s: only %d were read"
+                        % (base, len(mine), _user_of(uid), MAX_FILES),
+                "fix": "as root on that host: `find %s -maxdepth 1 -user %d -delete` (or ask %s)"
+                       % (base, uid, _user_of(uid))})
+        for name in sorted(mine)[:MAX_FILES]:
+            entry = _read_one(base, name, uid)
+            if entry is not None:
+                entry["live"] = live(entry, now)
+                entry["file"], entry["dir"] = name, base
+                entries.append(entry)
     return entries
+
+
+def _name_uid(name):
+    """The uid an entry's file name gives (``run-<uid>-<run id>.json``), or None for a
+    name that is not an entry's."""
+    kind, _, rest = name.partition("-")
+    uid, _, tail = rest.partition("-")
+    if kind not in ("run", "queue") or not tail.endswith(".json") or \
+            not run_files.valid_run_id(tail[:-5]) or not uid or len(uid) > 10 or \
+            any(c not in "0123456789" for c in uid):
+        return None
+    return int(uid)
+
+
+def _read_one(base, name, uid):
+    try:
+        fd = os.open(os.path.join(base, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE or info.st_uid != uid:
+            return None   # a file named for another user than its owner is a forgery
+        raw = json.loads(os.read(fd, MAX_FILE).decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return clean(raw, info.st_uid)
 
 
 # -- conflicts and words ------------------------------------------------------------------
@@ -196,74 +278,32 @@ def holder_line(entry, now=None):
 
 
 # -- writing: under the directory's flock -------------------------------------------------
-class Unwritable(Exception):
-    pass
-
-
-def _ensure_dir():
-    base = holds_dir()
-    try:
-        os.mkdir(base, 0o700)
-        os.chmod(base, 0o1777)  # the umask would have taken the bits others need
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise Unwritable("can not make %s: %s" % (base, exc.strerror))
-    info = os.lstat(base)
-    if not stat.S_ISDIR(info.st_mode):
-        raise Unwritable("%s is not a directory" % base)
-    if info.st_uid not in (0, os.getuid()) and (info.st_mode & 0o1002) != 0o1002:
-        raise Unwritable("%s belongs to uid %d and is not mode 1777" % (base, info.st_uid))
-    return base
-
-
-class locked(object):
-    """``with locked():`` the registry's flock (on the directory itself: no file that
-    one user creates and another can not open)."""
-
-    def __enter__(self):
-        self.base = _ensure_dir()
-        self.fd = os.open(self.base, os.O_RDONLY)
-        # Bounded: any user can take this flock, and one who keeps it must not hang every
-        # run's prepare on the host.
-        deadline = time.time() + LOCK_WAIT
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self.base
-            except OSError:
-                if time.time() > deadline:
-                    os.close(self.fd)
-                    raise Unwritable("%s stayed locked for %ds (a process holds its flock: "
-                                     "`fuser %s` names it)" % (self.base, LOCK_WAIT, self.base))
-                time.sleep(0.05)
-
-    def __exit__(self, *exc):
-        os.close(self.fd)
-
-
 def file_name(kind, run_id, uid=None):
     return "%s-%d-%s.json" % (kind, os.getuid() if uid is None else uid, run_id)
 
 
-def write(kind, run_id, data):
-    """Write (replace) this user's entry atomically, readable by everyone."""
-    base = holds_dir()
+def write(kind, run_id, data, base=None):
+    """Write (replace) this user's entry atomically, readable by everyone, through a
+    temporary name nobody can guess (one planted in its place would fail the write)."""
+    base = base or _ensure_dir()
     path = os.path.join(base, file_name(kind, run_id))
-    tmp = "%s.%d.tmp" % (path, os.getpid())
+    tmp = os.path.join(base, ".%s.tmp" % binascii.hexlify(os.urandom(12)).decode())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w") as out:
         json.dump(dict(data, kind=kind, run_id=run_id), out, sort_keys=True)
-    os.chmod(tmp, 0o644)
+        os.fchmod(out.fileno(), 0o644)
     os.replace(tmp, path)
 
 
 def remove(kind, run_id, uid=None):
-    try:
-        os.unlink(os.path.join(holds_dir(), file_name(kind, run_id, uid)))
-        return True
-    except OSError:
-        return False
+    gone = False
+    for base in (holds_dir(), personal_dir()):
+        try:
+            os.unlink(os.path.join(base, file_name(kind, run_id, uid)))
+            gone = True
+        except OSError:
+            pass
+    return gone
 
 
 def read_own(kind, run_id):
@@ -285,7 +325,7 @@ def prune(entries, now=None):
         if (ended and now - (entry["ended"] or entry["time"]) > KEEP_ENDED) or \
                 (not entry["live"] and not ended):
             try:
-                os.unlink(os.path.join(holds_dir(), entry["file"]))
+                os.unlink(os.path.join(entry.get("dir") or holds_dir(), entry["file"]))
             except OSError:
                 pass
 
@@ -301,7 +341,7 @@ def update(run_id, **fields):
                                                 "time", "state", "pid", "ticks", "started",
                                                 "ended", "exit_code", "stale_after"))
             data.update(fields)
-            write("run", run_id, data)
+            write("run", run_id, data, entry.get("dir"))
     except (Unwritable, OSError):
         pass  # the registry is advisory to others: never the reason a run fails
 

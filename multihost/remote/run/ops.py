@@ -29,6 +29,7 @@ from ..registry import ops as ops_hold
 from . import attempt as run_attempt
 from . import files as run_files
 from ..sync import lock as sync_lock
+from .. import owners
 from ..proto import OpError, op
 
 SIOCGIFADDR = 0x8915
@@ -64,6 +65,19 @@ def _interfaces():
     return found
 
 
+def refuse_foreign_workdir(workdir):
+    """A workdir of the system, or one another account may change (she would swap the
+    code between the sync and the launch, and it would run as us), is never run from."""
+    if owners.is_system_dir(workdir):
+        raise OpError("the workdir %s is a system directory: a job is never run there"
+                      % os.path.realpath(workdir),
+                      "run it from a directory of its own (cd there, or give --workdir)")
+    unsafe = owners.why_unsafe(workdir)
+    if unsafe:
+        raise OpError("the workdir %s is not only yours: %s" % (workdir, unsafe),
+                      owners.fix_for(workdir, unsafe))
+
+
 @op("run.prepare")
 def prepare(request):
     import pkgutil
@@ -78,8 +92,9 @@ def prepare(request):
     if not os.path.isdir(workdir):
         raise OpError("workdir %s does not exist" % workdir,
                       "sync the code there (run without --no-sync) or give the right --workdir")
+    refuse_foreign_workdir(workdir)
     try:  # a tree a sync is writing, or left half written, is never run
-        sync_lock.check_for_run(workdir, run_id)
+        sync_lock.check_for_run(workdir, run_id, in_place=bool(request.get("in_place")))
     except sync_lock.Busy as busy:
         raise OpError(busy.text, busy.fix)
     node_path = os.path.join(run_dir, "node.json")

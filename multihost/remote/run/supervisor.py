@@ -312,7 +312,7 @@ def supervise(spec, run_dir, ready_fd):
             # Held for the run's life: a sync into this workdir is refused naming the run.
             sup.workdir_claim = sync_lock.hold_for_run(
                 os.path.join(os.path.expanduser("~"), os.path.expanduser(spec.get("cwd") or "~")),
-                sup.run_id)
+                sup.run_id, in_place=bool(spec.get("in_place")))
         except sync_lock.Busy as busy:
             sup.finish(error=busy.text)
             sup.tell_launch_op({"ok": False, "error": busy.text, "fix": busy.fix})

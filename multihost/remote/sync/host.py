@@ -22,6 +22,7 @@ import sys
 import time
 
 from ..machine import machine_identity
+from .. import owners
 from .lock import Busy, Claim, remove_marker
 from .fs import FILE, LINK, UnsafePath, check_relpath, resolve_root
 from .receiver import Progress, Receiver
@@ -192,6 +193,10 @@ def _claim(request):
     if not isinstance(spec, dict):
         return None
     root = resolve_root(request["root"], request.get("base"))
+    unsafe = owners.why_unsafe(root)
+    if unsafe:  # she could swap the code between this sync and the launch
+        raise Busy("the workdir %s is not only yours: %s" % (root, unsafe),
+                   owners.fix_for(root, unsafe), {"error": True})
     return Claim(root, spec).take(lambda text: reply({"waiting": text}))
 
 

@@ -6,8 +6,10 @@ and leave a mix that neither made; a sync into the workdir of a running job repl
 code under it. So every process that writes a workdir for a sync (its session, a relay
 node, a later stream) holds a claim on it for its life, and so does a run's supervisor:
 
-- The lock file sits beside the workdir, ``<real path>.multihost-lock`` (in
-  ``~/.multihost/locks/`` when that directory is not writable). Byte 0 is a gate, held
+- The lock file sits beside the workdir, ``<real path>.multihost-lock``, or in
+  ``~/.multihost/locks/`` (a run in place, a tree below a sticky or world-writable
+  directory such as /tmp, a parent that is not writable: ``lock_path``). It is opened
+  without following links, and must be a plain file of ours. Byte 0 is a gate, held
   for a moment while a claim is decided; byte 1 is held shared by every live process of
   the holder. POSIX record locks go with their process: a killed holder leaves nothing
   to clean up, and the next writer finds byte 1 free and takes over.
@@ -27,9 +29,11 @@ import fcntl
 import getpass
 import json
 import os
+import stat
 import time
 
 from ..machine import host_dir
+from .. import owners
 from .fs import tree_key
 
 SUFFIX = ".multihost-lock"
@@ -48,12 +52,20 @@ class Busy(Exception):
         self.text, self.fix, self.holder = text, fix, holder or {}
 
 
-def lock_path(root):
-    """Beside the workdir (what every user of it can find), else in the home directory."""
+def lock_path(root, in_place=False):
+    """Beside the workdir (what every user of it can find), else in the home directory:
+    for a run in place (beside it would be the parent's, ``/run.multihost-lock`` for a
+    run in ``/run``), for a tree below a directory others may write (``/tmp``: anyone
+    could put a file or a link there first), and for one whose parent is not ours to
+    write. Once a tree's lock is in the home directory it stays there, which is also
+    where the no-change check (sync/fastpath.py) looks first."""
     real = os.path.realpath(root).rstrip("/") or "/"
+    home = os.path.join(host_dir(FALLBACK_DIR), tree_key(root) + SUFFIX)
+    if in_place or os.path.exists(home) or _below_shared(real):
+        return home
     beside = real + SUFFIX
     parent = os.path.dirname(beside)
-    if os.path.exists(beside) or os.access(parent, os.W_OK):
+    if os.path.lexists(beside) or os.access(parent, os.W_OK):
         return beside
     if not os.path.isdir(parent):
         try:
@@ -61,7 +73,46 @@ def lock_path(root):
             return beside
         except OSError:
             pass
-    return os.path.join(host_dir(FALLBACK_DIR), tree_key(root) + SUFFIX)
+    return home
+
+
+def _below_shared(real):
+    """Is a directory above ``real`` sticky or writable by everyone?"""
+    path = os.path.dirname(real)
+    while True:
+        try:
+            if os.stat(path).st_mode & 0o1002:
+                return True
+        except OSError:
+            pass
+        if path in ("/", ""):
+            return False
+        path = os.path.dirname(path)
+
+
+def _open_lock(path):
+    """The lock file, opened without following a link (one planted in its place would
+    have us truncate and write whatever it names), made by us if new, refused when
+    another user's or not a plain file."""
+    directory, name = os.path.split(path)
+    dfd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                     0o644, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        info = os.lstat(name, dir_fd=dfd)
+        raise OSError(errno.EPERM, "it is a link (owner %s, to %s), not a lock file of yours"
+                      % (owners.user_name(info.st_uid), os.readlink(name, dir_fd=dfd)[:200]))
+    finally:
+        os.close(dfd)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1:
+        os.close(fd)
+        raise OSError(errno.EPERM, "it is %s, not a lock file of yours"
+                      % owners.describe(path, info))
+    return fd
 
 
 def describe(holder):
@@ -93,7 +144,7 @@ class Claim(object):
     def __init__(self, root, claim):
         self.root = root
         self.claim = dict(claim)
-        self.path = lock_path(root)
+        self.path = lock_path(root, bool(claim.get("in_place")))
         self.fd = None
         self.marked = False
         self.waited = 0.0
@@ -118,7 +169,7 @@ class Claim(object):
         directory = os.path.dirname(self.path)
         if not os.path.isdir(directory):
             os.makedirs(directory, mode=0o700, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self.fd = _open_lock(self.path)
         began = time.time()
         told = None
         while True:
@@ -312,8 +363,9 @@ UNFINISHED_FIX = ("sync it first: run again without --no-sync (or `multihost syn
                   "same hosts and --workdir)")
 
 
-def run_claim(run_id):
-    return {"id": "run:%s" % run_id, "kind": "run", "what": "run %s" % run_id}
+def run_claim(run_id, in_place=False):
+    return {"id": "run:%s" % run_id, "kind": "run", "what": "run %s" % run_id,
+            "in_place": in_place}
 
 
 def refuse_unfinished(root, fix=UNFINISHED_FIX):
@@ -324,30 +376,30 @@ def refuse_unfinished(root, fix=UNFINISHED_FIX):
                    % (root, said), fix)
 
 
-def _run_claim_taken(root, run_id):
+def _run_claim_taken(root, run_id, in_place=False):
     """A run's claim on ``root``; None when its lock cannot be opened at all (a lock of
     another user): that stops no run, only a sync that would write under it does."""
     try:
-        return Claim(root, run_claim(run_id)).take()
+        return Claim(root, run_claim(run_id, in_place)).take()
     except Busy as busy:
         if busy.holder.get("error"):
             return None
         raise
 
 
-def check_for_run(root, run_id):
+def check_for_run(root, run_id, in_place=False):
     """Before a run prepares: no sync is writing ``root`` now, and none left it half
     written. (Its supervisor then holds it for the run's life: ``hold_for_run``.)"""
-    claim = _run_claim_taken(root, run_id)
+    claim = _run_claim_taken(root, run_id, in_place)
     if claim is not None:
         claim.give_back()
     refuse_unfinished(root)
 
 
-def hold_for_run(root, run_id):
+def hold_for_run(root, run_id, in_place=False):
     """The supervisor's claim on its workdir, held until it exits; a Busy if a sync got
     there since the prepare or left the tree half written."""
-    claim = _run_claim_taken(root, run_id)
+    claim = _run_claim_taken(root, run_id, in_place)
     try:
         refuse_unfinished(root)
     except Busy:

@@ -109,3 +109,28 @@ def test_a_file_name_with_terminal_escapes_is_listed_without_them(two_hosts):
     (extra,) = report.hosts[1].diffs[0].extra
     assert extra.startswith("evil") and extra.endswith(".jpg")
     assert not any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 for c in extra), repr(extra)
+
+
+def test_a_trash_another_account_planted_beside_the_data_takes_nothing(tmp_path, monkeypatch):
+    import io
+    import json
+
+    from multihost.remote.data.host import trash
+    from multihost.remote.proto import OpError
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)                         # like /tmp
+    data = shared / "data"
+    data.mkdir()
+    (data / "old.bin").write_text("x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    planted = shared / ".data.multihost-trash"
+    os.symlink(elsewhere, planted)
+    os.lchown(planted, 4242, 4242)               # made by another account
+    stdin = io.TextIOWrapper(io.BytesIO(json.dumps(["old.bin"]).encode()))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    with pytest.raises(OpError, match="is a link made by 4242"):
+        trash({"root": str(data)})
+    assert (data / "old.bin").exists() and list(elsewhere.iterdir()) == []

@@ -6,6 +6,7 @@ import sys
 import time
 
 from multihost.remote.registry import holds
+from multihost.remote.run import files as run_files
 from multihost.remote.check import proc as ops_check_proc
 from multihost.remote.registry import ops as ops_hold
 
@@ -62,7 +63,7 @@ def test_the_processes_of_a_run_in_the_registry_are_not_foreign(tmp_path):
         assert found is not None
         run_id = "20261127-110200-ab12"
         ops_hold.claim({"run_id": run_id, "hold": {}})
-        holds.update(run_id, pid=os.getpid(), ticks=None)   # its supervisor: our pytest
+        holds.update(run_id, pid=os.getpid(), ticks=run_files.start_ticks(os.getpid()))   # its supervisor: our pytest
         assert not [f for f in ops_check_proc.foreign_facts({}) if f["pid"] == proc.pid]
     finally:
         stop(proc)

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from multihost.remote.sync.lock import (MARKER, STALE, Busy, Claim, marked, refuse_unfinished)
+from multihost.remote.sync.lock import (MARKER, STALE, Busy, Claim, lock_path, marked,
+                                        refuse_unfinished)
 
 HOLD = """
 import sys, time
@@ -31,6 +32,12 @@ def hold(root, ident="sync:a", kind="sync", what="multihost sync from ctl", *mor
     return proc
 
 
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    """A home of the test's own: locks of trees below /tmp are kept there."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
 @pytest.fixture
 def root(tmp_path):
     work = tmp_path / "work"
@@ -49,7 +56,7 @@ def test_a_younger_sync_is_refused_at_once_naming_the_first(root):
         text = str(refused.value)
         assert "being written by" in text and "multihost sync from ctl" in text
         assert f"pid {first.pid}" in text and " since " in text
-        assert (root.parent / "work.multihost-lock").exists()
+        assert os.path.exists(lock_path(str(root)))
     finally:
         first.kill()
         first.wait()
@@ -141,3 +148,33 @@ def test_a_lock_that_cannot_be_opened_refuses_a_sync_but_not_a_run(root, monkeyp
         Claim(str(root), {"id": "sync:a", "kind": "sync"}).take()
     assert "cannot take the lock" in str(refused.value) and "Permission denied" in str(refused.value)
     assert sync_lock.hold_for_run(str(root), "r-1") is None     # the run goes on, unheld
+
+
+def test_a_lock_below_a_sticky_directory_lives_in_the_home_and_a_planted_link_is_not_followed(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)            # like /tmp: anyone may add a name
+    work = shared / "job"
+    work.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    os.symlink(victim, shared / "job.multihost-lock")   # what another user would plant
+    claim = Claim(str(work), {"id": "sync:a", "kind": "sync", "born": time.time()}).take()
+    claim.mark()
+    claim.finish(clean=True)
+    assert victim.read_text() == "precious\n"
+    assert lock_path(str(work)).startswith(os.path.expanduser("~/.multihost/locks/"))
+
+
+def test_a_lock_in_place_of_a_link_is_refused_naming_it(root):
+    path = lock_path(str(root))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.symlink("/etc/hostname", path)
+    with pytest.raises(Busy) as refused:
+        Claim(str(root), {"id": "sync:a", "kind": "sync", "born": time.time()}).take()
+    assert "not a lock file of yours" in str(refused.value) and path in str(refused.value)
+
+
+def test_a_run_in_place_keeps_its_lock_in_the_home_not_in_the_parent(root):
+    assert lock_path(str(root), in_place=True).startswith(os.path.expanduser("~/.multihost/locks/"))
+    assert not lock_path("/run", in_place=True).startswith("/run")
