@@ -23,11 +23,11 @@ __version__ = "0.1.0"
 from .api import Cluster, Run, RunResult  # noqa: E402 (after the path is made safe)
 from .errors import (CheckError, CommandTimeout, ConfigError, ConnectError,  # noqa: E402
                      LaunchError, MultihostError, RemoteError, RunFailed, SyncError)
-from .events import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState,  # noqa: E402
-                     RootCause, RunFinished, RunStarted)
+from .events import (GpuSample, LogBlock, LogLine, LogProgress, NodeChanged,  # noqa: E402
+                     NodeState, RootCause, RunFinished, RunStarted)
 from .hosts import Host, load_hosts  # noqa: E402
 
 __all__ = ["CheckError", "Cluster", "CommandTimeout", "ConfigError", "ConnectError",
-           "GpuSample", "Host", "LaunchError", "LogBlock", "LogLine", "MultihostError",
-           "NodeChanged", "NodeState", "RemoteError", "Run", "RunFailed", "RunFinished",
-           "RunResult", "RunStarted", "RootCause", "SyncError", "load_hosts"]
+           "GpuSample", "Host", "LaunchError", "LogBlock", "LogLine", "LogProgress",
+           "MultihostError", "NodeChanged", "NodeState", "RemoteError", "Run", "RunFailed",
+           "RunFinished", "RunResult", "RunStarted", "RootCause", "SyncError", "load_hosts"]
