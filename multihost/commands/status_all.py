@@ -13,6 +13,7 @@ from .common import _count, _port
 
 ALL_EPILOG = """\
   multihost status --all --ips=a,b,c      every run on these hosts, anyone's, queued too
+  multihost status --all --ips=a,b,c --ended --mine    the runs I started, ended ones too
   multihost status --all --hostfile hosts.ini --state running --json
   multihost status --all                  inside salloc/sbatch: the allocation's nodes
 """
@@ -26,6 +27,11 @@ def add_all_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--state", choices=("queued", "starting", "running", "succeeded",
                                            "failed", "stopped", "lost"),
                        help="with --all: only runs in this state")
+    group.add_argument("--ended", action="store_true",
+                       help="with --all: ended runs too (succeeded, failed, stopped), the "
+                            "worst news first")
+    group.add_argument("--mine", action="store_true",
+                       help="with --all: only the runs I started (this user on any controller)")
     group.add_argument("--ips", metavar="A,B,...", help="with --all: the hosts")
     group.add_argument("--hostfile", metavar="FILE", help="with --all: the hosts (INI)")
     group.add_argument("--include", metavar="HOSTS", help="with --all: only these hosts")
@@ -41,7 +47,8 @@ def add_all_options(parser: argparse.ArgumentParser) -> None:
 
 def main_all(args: argparse.Namespace) -> int:
     from ..errors import EXIT_CONNECT, ConfigError
-    from ..run.holders import gather, render
+    from ..run.holders import chosen, gather, render
+    from ..run.sharing import controller
     from ..slurm.jobs import cluster_jobs
     from .common import cluster_from_args, hosts_from_args, slurm_plan
 
@@ -58,8 +65,8 @@ def main_all(args: argparse.Namespace) -> int:
     with cluster_from_args(args, hosts) as cluster:
         runs, errors = gather(cluster)
     jobs = cluster_jobs()     # None: no Slurm here
-    if args.state:
-        runs = [r for r in runs if r.state == args.state]
+    mine = controller().partition("@")[0] if getattr(args, "mine", False) else None
+    runs = chosen(runs, ended=getattr(args, "ended", False), mine=mine, state=args.state)
     now = time.time()
     if args.json:
         print(json.dumps({"runs": [r.to_json(now) for r in runs],
@@ -69,8 +76,9 @@ def main_all(args: argparse.Namespace) -> int:
     else:
         render(runs, sys.stdout, now)
         if not runs:
-            print("no runs on these hosts" + (f" in state {args.state}" if args.state else ""),
-                  file=sys.stderr)
+            print("no runs on these hosts" + (f" in state {args.state}" if args.state else "")
+                  + ("" if getattr(args, "ended", False) or args.state else
+                     " (--ended lists those that ended)"), file=sys.stderr)
         if jobs is not None:
             from ..views.slurm_view import render_jobs
 

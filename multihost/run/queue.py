@@ -77,29 +77,35 @@ class Ticket:
                     ahead.append((label, e))
         return held + ahead
 
-    def place_line(self, blockers: List[Tuple[str, dict]]) -> str:
+    def place(self, blockers: List[Tuple[str, dict]]) -> Tuple[int, str, str]:
+        """(place in line, the run first in the way, where): what a waiting user is told
+        again when it changes; the holder's age in place_line is not news."""
         ahead = {e["run_id"] for _, e in blockers if e["kind"] == "queue"}
         first = blockers[0][1]
         where = fold([label for label, e in blockers if e["run_id"] == first["run_id"]])
+        return len(ahead) + 1, first["run_id"], where
+
+    def place_line(self, blockers: List[Tuple[str, dict]]) -> str:
+        place, _, where = self.place(blockers)
+        first = blockers[0][1]
         who = holder_line(first) if first["kind"] == "run" else \
             holder_line(first).replace(", no GPUs)", ")").replace(" (run ", " (queued, run ")
-        return f"queued: {_nth(len(ahead) + 1)}, behind {who} on {where}"
+        return f"queued: {_nth(place)}, behind {who} on {where}"
 
     def wait_turn(self, say: Callable[[str], None]) -> None:
         """Return when it is this run's turn; Ctrl-C (or `multihost stop`) leaves the line."""
         self._save()
         self._stop = threading.Event()
-        said = ""
+        said: Optional[Tuple[int, str, str]] = None
         try:
             while True:
                 blockers = self.blockers(self.refresh())
                 if not blockers:
                     say(f"queued run {self.name or self.run_id}: its turn, starting")
                     break
-                line = self.place_line(blockers)
-                if line != said:
-                    say(line)
-                    said = line
+                if self.place(blockers) != said:
+                    say(self.place_line(blockers))
+                    said = self.place(blockers)
                 time.sleep(POLL)
         except BaseException:
             self.leave()

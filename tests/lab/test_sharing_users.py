@@ -108,7 +108,8 @@ def root_run(lab, hosts, code, tmp_path, name, nap, *extra):
 
 
 def everyone(run, hosts, *extra):
-    result = run("status", "--all", "--hostfile", str(hosts), *extra, "--json", timeout=60)
+    result = run("status", "--all", "--hostfile", str(hosts), "--ended", *extra, "--json",
+                 timeout=60)
     assert result.returncode == 0, result.stderr
     # The newest run of each name: the hosts keep ended runs a day, and tests name alike.
     return {r["name"]: r for r in sorted(json.loads(result.stdout)["runs"], key=lambda r: r["since"])}
