@@ -49,6 +49,9 @@ KEYS: Dict[str, Tuple[str, str]] = {
     "name": ("--name", "str"), "queue": ("--queue", "bool"),
     "command": ("", "command"),
 }
+# Recorded even at their defaults ("." and "log"): relative to where the run was started,
+# so a rerun from another directory must be given them as they were, absolute.
+ALWAYS_RECORDED = ("code", "log_dir")
 # The argparse destination of each key, for writing a resolved job back.
 DESTS = {"hosts": "ips", "identity": "identity", "ssh_config": "ssh_config",
          "nproc_per_node": "nproc_per_node", "log_dir": "log_dir"}
@@ -163,7 +166,8 @@ def resolved(args: Any, defaults: Mapping[str, Any], command: Sequence[str]) -> 
             continue
         dest = DESTS.get(key, flag.lstrip("-").replace("-", "_"))
         value = getattr(args, dest, None)
-        if value is None or value == defaults.get(dest) or value == [] or value is False:
+        if value is None or value == [] or value is False or \
+                (value == defaults.get(dest) and key not in ALWAYS_RECORDED):
             continue
         if kind == "env":
             # A bare `--env NAME` came from the shell: like a secret, it is given again.
@@ -202,6 +206,14 @@ def _value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_value(v) for v in value) + "]"
     return json.dumps(str(value), ensure_ascii=False)
+
+
+def program_words(command: Sequence[str]) -> List[str]:
+    """The words of a command that name the program, before its arguments: the script
+    (``train.py``), or ``-m module`` / ``-c code``."""
+    if len(command) >= 2 and command[0] in ("-m", "-c"):
+        return list(command[:2])
+    return list(command[:1])
 
 
 def masked_secrets(table: Mapping[str, Any]) -> List[str]:

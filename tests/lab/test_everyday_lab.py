@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+from test_run import run_id_in
+
 
 def job_dir(tmp_path, lab):
     project = tmp_path / "project"
@@ -102,3 +104,22 @@ def test_with_no_hosts_workdir_still_chooses_where_the_job_runs(lab, tmp_path):
     assert done.returncode == 0, done.stderr
     assert (elsewhere / "out0.txt").read_text() == str(elsewhere)
     assert not (project / "out0.txt").exists()
+
+
+def test_rerun_with_new_arguments_from_another_directory_runs_the_runs_own_code(lab, tmp_path):
+    project = job_dir(tmp_path, lab)
+    (project / "train.py").write_text("import os, sys, socket\nprint('rank', os.environ['RANK'], "
+                                      "socket.gethostname(), 'args', *sys.argv[1:])\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "train.py").write_text("print('the code of another directory')\n")
+    first = lab.multihost("run", "--hostfile", "hosts.ini", "--launcher", "python", "--plain",
+                          "--", "train.py", "--epochs", "3", cwd=str(project))
+    assert first.returncode == 0, first.stderr
+    run_id = run_id_in(first.stderr)
+    again = lab.multihost("rerun", run_id, "--plain", "--", "--resume", "ckpt/last.pt",
+                          cwd=str(elsewhere))
+    assert again.returncode == 0, again.stderr
+    for rank in range(lab.n):
+        assert f"rank {rank} h{rank + 1} args --resume ckpt/last.pt" in again.stdout, again.stdout
+    assert "another directory" not in again.stdout and str(project) in again.stderr
