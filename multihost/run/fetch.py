@@ -27,7 +27,7 @@ from ..transport import is_local_host
 from ..transport.srun import remote_shell, step_error
 from ..untrusted import clean_text
 from .control import ssh_options
-from .records import NodeRecord, RunRecord, host_from_dict, load_run
+from .records import NodeRecord, RunRecord, host_from_dict, last_run_from, load_run
 
 # -r -l -t: the tree, its links (inside it only) and times, so an unchanged file is
 # skipped by size and time; --partial keeps half a checkpoint for the next try.
@@ -53,8 +53,9 @@ def fetch(paths: Sequence[str], *, run: Optional[str] = None, to: str = ".",
           every_host: bool = False, progress: bool = False) -> List[Fetched]:
     """Copy each PATH (relative to the run's workdir) from rank 0's host into ``to``, or
     with ``every_host`` from every host into ``to/<host>/``. Already there and unchanged:
-    skipped; cut half way: resumed. ``progress`` lets rsync draw its progress line."""
-    record = load_run(run)
+    skipped; cut half way: resumed. ``progress`` lets rsync draw its progress line.
+    No ``run``: the last run of the code directory we are in, else the last run."""
+    record = load_run(run if run is not None else last_run_from(os.getcwd()))
     wanted = [checked_path(path) for path in paths]
     nodes = list(record.nodes) if every_host else [record.nodes[0]]
     jobs = [(node, path) for node in nodes for path in wanted]

@@ -88,6 +88,18 @@ def test_command_line_flags_beat_the_hostfile(tmp_path):
     assert {h.workdir for h in hosts} == {"/w"} and {h.python for h in hosts} == {"py"}
 
 
+def test_two_projects_sharing_a_hostfiles_workdir_get_a_directory_each(tmp_path):
+    from multihost.job import workdir_for
+
+    path = hostfile(tmp_path, "[defaults]\nworkdir = /root/work\n[h1]\n[h2]\nworkdir = /scratch/{project}-runs\n")
+    h1, h2 = load_hosts(None, path)
+    assert [workdir_for(h1, str(tmp_path / p)) for p in ("bert", "resnet")] == \
+        ["/root/work/bert", "/root/work/resnet"]
+    assert workdir_for(h2, str(tmp_path / "bert")) == "/scratch/bert-runs"
+    exact, = load_hosts(None, hostfile(tmp_path, "[h1]\n"), HostOptions(workdir="/root/work"))
+    assert workdir_for(exact, str(tmp_path / "bert")) == "/root/work"   # --workdir: as typed
+
+
 @pytest.mark.parametrize("text, words", [
     ("[h1]\ngpu = 0\n", [":2:", "unknown key 'gpu'", "keys are"]),
     ("[h1]\nport = 99999\n", [":2:", "port '99999'"]),
