@@ -73,3 +73,15 @@ def test_hugging_faces_trainer_gives_live_steps_and_the_loss_of_its_log_dict(lab
     logged = [r for r in records if r["event"] == "metrics" and r["loss"] is not None
               and r["epoch"] is not None]
     assert len(logged) >= 6, logged
+
+
+def test_a_lightning_world_size_that_multihost_did_not_start_is_named_with_the_flag_to_give(
+        lab, tmp_path):
+    done = lab.multihost("run", "--hostfile", str(two_hosts(lab, tmp_path)), "--nproc_per_node", "1",
+                         "--code", str(PROGRAMS), "--no-check", "--plain", "--log_dir",
+                         str(tmp_path / "log"), "--", "lightning_job.py", "--devices", "2",
+                         "--num_nodes", "2", "--steps", "2", timeout=300)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert "Lightning asks devices=2 x num_nodes=2 = 4 processes; multihost started 2 hosts x 1 " \
+           "process = 2: give --nproc_per_node 2" in last, done.stderr[-3000:]
