@@ -27,7 +27,8 @@ from ..transport import is_local_host
 from ..transport.srun import remote_shell, step_error
 from ..untrusted import clean_text
 from .control import ssh_options
-from .records import NodeRecord, RunRecord, host_from_dict, last_run_from, load_run
+from .jobfile import last_run_from
+from .records import NodeRecord, RunRecord, host_from_dict, load_run
 
 # -r -l -t: the tree, its links (inside it only) and times, so an unchanged file is
 # skipped by size and time; --partial keeps half a checkpoint for the next try.

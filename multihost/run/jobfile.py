@@ -21,7 +21,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
 from .env import MASK, is_secret, mask_argv, mask_url_userinfo
@@ -264,3 +264,20 @@ def check_same_code(record, code: str) -> None:
     if record.code_digest and code_digest(code) != record.code_digest:
         raise ConfigError(f"--same-code: the files in {code} changed since run {record.run_id}",
                           fix="restore them (git stash, git checkout), or drop --same-code")
+
+
+def last_run_from(code_dir: str, look: int = 200) -> Optional[str]:
+    """The newest run whose code directory (its job file's ``code``) is ``code_dir``:
+    where a project's outputs are, when several projects share the hosts; None if none
+    of the newest ``look`` runs is."""
+    from .records import job_file_path, run_ids
+
+    wanted = os.path.realpath(code_dir)
+    for run_id in list(reversed(run_ids()))[:look]:
+        try:
+            code = load(str(job_file_path(run_id))).get("code")
+        except ConfigError:
+            continue
+        if isinstance(code, str) and os.path.realpath(code) == wanted:
+            return run_id
+    return None

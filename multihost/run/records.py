@@ -239,25 +239,6 @@ def run_ids() -> List[str]:
                   if RUN_ID_RE.match(p.name) and (p / "run.json").is_file())
 
 
-def last_run_from(code_dir: str, look: int = 200) -> Optional[str]:
-    """The newest run whose code directory (its job file's ``code``) is ``code_dir``:
-    where a project's outputs are, when several projects share the hosts; None if none
-    of the newest ``look`` runs is."""
-    import os
-
-    from .jobfile import load
-
-    wanted = os.path.realpath(code_dir)
-    for run_id in list(reversed(run_ids()))[:look]:
-        try:
-            code = load(str(job_file_path(run_id))).get("code")
-        except ConfigError:
-            continue
-        if isinstance(code, str) and os.path.realpath(code) == wanted:
-            return run_id
-    return None
-
-
 def run_named(name: str) -> Optional[str]:
     """The newest run started from this controller with ``--name NAME``, or None."""
     for run_id in reversed(run_ids()):

@@ -1,5 +1,5 @@
 """Programs nobody here wrote, in the lab: PyTorch Lightning (its default bar, rich, and
-its TQDM bar) and Hugging Face's Trainer on 2 hosts, their progress bars redrawn with
+its TQDM bar), Hugging Face's Trainer and an Accelerate loop with tqdm on 2 hosts, their progress bars redrawn with
 \\r. Their steps must reach ``--json`` (progress and metrics records) while they run,
 not when their line ends."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("lightning")
 pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
@@ -85,3 +86,10 @@ def test_a_lightning_world_size_that_multihost_did_not_start_is_named_with_the_f
     last = done.stderr.strip().splitlines()[-1]
     assert "Lightning asks devices=2 x num_nodes=2 = 4 processes; multihost started 2 hosts x 1 " \
            "process = 2: give --nproc_per_node 2" in last, done.stderr[-3000:]
+
+
+def test_an_accelerate_loops_tqdm_bar_gives_live_steps_and_loss(lab, tmp_path):
+    records = run_json(lab, tmp_path, "accelerate_job.py", "--steps", "12", "--nap", "0.4")
+    steps = live_steps(records)
+    assert len(set(steps)) >= 3 and steps == sorted(steps), steps
+    assert [r for r in records if r["event"] == "metrics" and r["loss"] is not None]
