@@ -7,6 +7,7 @@ started run lives elsewhere (``run/records.py``).
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
@@ -106,6 +107,12 @@ def workdir_for(host: Host, code: str = ".") -> str:
         return os.path.abspath(code)
     name = os.path.basename(os.path.abspath(code)) or "job"
     if host.workdir:
+        base = host.workdir[:-len(PROJECT) - 1] if host.workdir.endswith("/" + PROJECT) else ""
+        if base and (posixpath.basename(base.rstrip("/")) == name
+                     or base.rstrip("/") == os.path.abspath(code)):
+            # the hostfile already names this project's directory, or the code's own
+            # path (a filesystem the hosts share): not a base for projects
+            return base
         return host.workdir.replace(PROJECT, name)
     return f"~/multihost/{name}"
 

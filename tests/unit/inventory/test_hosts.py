@@ -98,6 +98,13 @@ def test_two_projects_sharing_a_hostfiles_workdir_get_a_directory_each(tmp_path)
     assert workdir_for(h2, str(tmp_path / "bert")) == "/scratch/bert-runs"
     exact, = load_hosts(None, hostfile(tmp_path, "[h1]\n"), HostOptions(workdir="/root/work"))
     assert workdir_for(exact, str(tmp_path / "bert")) == "/root/work"   # --workdir: as typed
+    # a hostfile that names the project's own directory, or the code's path on a shared
+    # filesystem, is that directory, not a base
+    named, = load_hosts(None, hostfile(tmp_path, "[defaults]\nworkdir = /data/bert\n[h1]\n"))
+    assert workdir_for(named, str(tmp_path / "bert")) == "/data/bert"
+    assert workdir_for(named, str(tmp_path / "gpt")) == "/data/bert/gpt"
+    shared, = load_hosts(None, hostfile(tmp_path, f"[defaults]\nworkdir = {tmp_path}\n[h1]\n"))
+    assert workdir_for(shared, str(tmp_path)) == str(tmp_path)
 
 
 @pytest.mark.parametrize("text, words", [
