@@ -14,6 +14,7 @@ from .common import _count, _port
 ALL_EPILOG = """\
   multihost status --all --ips=a,b,c      every run on these hosts, anyone's, queued too
   multihost status --all --ips=a,b,c --ended --mine    the runs I started, ended ones too
+  multihost status --all                  the hosts of the last run started here
   multihost status --all --hostfile hosts.ini --state running --json
   multihost status --all                  inside salloc/sbatch: the allocation's nodes
 """
@@ -45,8 +46,25 @@ def add_all_options(parser: argparse.ArgumentParser) -> None:
                        help="with --all: hosts asked at once (default 64)")
 
 
+def last_runs_hosts():
+    """No hosts named: those of the last run started here (said on stderr), which is
+    where a team that shares them looks most days."""
+    from ..errors import ConfigError
+    from ..run.records import list_runs
+
+    last = list_runs(1)
+    if not last or (last[0].ssh or {}).get("transport") == "srun":   # a Slurm job's nodes are gone
+        raise ConfigError("status --all asks the hosts: name them",
+                          fix="add `--ips=a,b` or `--hostfile FILE` (or run it inside a Slurm "
+                              "allocation: its nodes)")
+    record = last[0]
+    print(f"multihost: the hosts of the last run, {record.run_id} (--hostfile or --ips for "
+          f"others)", file=sys.stderr)
+    return tuple(record.hosts)
+
+
 def main_all(args: argparse.Namespace) -> int:
-    from ..errors import EXIT_CONNECT, ConfigError
+    from ..errors import EXIT_CONNECT
     from ..run.holders import chosen, gather, render
     from ..run.sharing import controller
     from ..slurm.jobs import cluster_jobs
@@ -55,13 +73,12 @@ def main_all(args: argparse.Namespace) -> int:
     for name, default in (("workdir", None), ("python", None), ("transport", None)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    if not (args.ips or args.hostfile or slurm_plan(args).nodes):
-        raise ConfigError("status --all asks the hosts: name them",
-                          fix="add `--ips=a,b` or `--hostfile FILE` (or run it inside a Slurm "
-                              "allocation: its nodes)")
     args.ssh_config = args.ssh_config or "~/.ssh/config"
     args.connect_timeout = args.connect_timeout or 10.0
-    hosts = hosts_from_args(args)
+    if args.ips or args.hostfile or slurm_plan(args).nodes:
+        hosts = hosts_from_args(args)
+    else:
+        hosts = last_runs_hosts()
     with cluster_from_args(args, hosts) as cluster:
         runs, errors = gather(cluster)
     jobs = cluster_jobs()     # None: no Slurm here

@@ -259,3 +259,10 @@ def test_the_team_view_lists_a_failed_run_as_failed_behind_ended_and_mine_picks_
                       "--ended", "--mine", "--json"], timeout=60,
                      env=lab.env_with(USER="nobody", LOGNAME="nobody"))
     assert json.loads(nobody.stdout)["runs"] == [], nobody.stderr
+    # no hosts named: those of the last run started here, said on stderr
+    remembered = lab.multihost("status", "--all", "--ended", "--json", timeout=60)
+    assert remembered.returncode == 0, remembered.stderr
+    last = run_id_in(remembered.stderr)
+    assert "the hosts of the last run" in remembered.stderr
+    if last == run_id_in(done.stderr):      # no other test started one since
+        assert name in {r["name"] for r in json.loads(remembered.stdout)["runs"]}
