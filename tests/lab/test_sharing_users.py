@@ -138,6 +138,11 @@ def test_another_users_run_is_busy_named_and_never_stopped_by_the_fix(lab, tmp_p
         # status --all from bob's side and from root's: both see root's run
         mine = ("--include", f"{lab.address(1)},{lab.address(2)}")
         assert everyone(bob.multihost, bob.hosts, *mine)["bert-large"]["user"] == "root"
+        # root's run by its name from bob's controller: a pointer that shows it
+        logs = bob.multihost("logs", "bert-large")
+        assert logs.returncode != 0 and "status --all --ended --json" in logs.stderr, logs.stderr
+        assert everyone(bob.multihost, bob.hosts, *mine)["bert-large"]["controller"].startswith(
+            "root@")
         waiting = bob.popen("run", "--hostfile", str(bob.hosts), "--include",
                             f"{lab.address(1)},{lab.address(2)}", "--launcher", "python",
                             "--code", str(bob.code), "--name", "bobs", "--queue", "--plain",
