@@ -29,7 +29,7 @@ _HOMES = {
     "CheckError": "errors", "CommandTimeout": "errors", "ConfigError": "errors",
     "ConnectError": "errors", "LaunchError": "errors", "MultihostError": "errors",
     "RemoteError": "errors", "RunFailed": "errors", "SyncError": "errors",
-    "GpuSample": "events", "LogBlock": "events", "LogLine": "events",
+    "GpuSample": "events", "LogBlock": "events", "LogLine": "events", "LogProgress": "events",
     "NodeChanged": "events", "NodeState": "events", "RootCause": "events",
     "RunFinished": "events", "RunStarted": "events",
     "Host": "hosts", "load_hosts": "hosts",

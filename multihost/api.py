@@ -109,6 +109,17 @@ class Cluster:
         return fabric_group(self.hosts, self.ssh.accept_new_host_keys, options=self.ssh,
                             serial=serial, config=config)
 
+    def runs(self, *, ended: bool = False, mine: bool = False) -> list:
+        """Every run on these hosts, of every user and controller, as ``status --all``
+        lists them (run/holders.py: SharedRun, the worst news first); ``ended``: the ended
+        ones too; ``mine``: only those this user started."""
+        from .run.holders import chosen, gather
+        from .run.sharing import controller
+
+        with self._connect() as cluster:
+            found, _ = gather(cluster)
+        return chosen(found, ended=ended, mine=controller().partition("@")[0] if mine else None)
+
     # -- commands -------------------------------------------------------------------
     def exec(self, command: str, *, timeout: Optional[float] = None) -> List[HostResult]:
         """A shell command on every host; a HostResult (value: CommandResult) per host."""
@@ -143,14 +154,15 @@ class Cluster:
             kill_wait: float = 10.0, wait: Optional[float] = None, setup: Optional[str] = None,
             hang_timeout: Optional[float] = None, gpu_interval: float = 5.0,
             max_restarts: Optional[int] = None, spares: Spares = None,
-            detach: bool = False, name: str = "") -> "Run":
+            detach: bool = False, name: str = "", queue: bool = False) -> "Run":
         """Check, sync and launch in ip order, as ``multihost run`` does; returns once every
         node has been launched (the preflight's or sync's failure is raised here). The run
         is followed in the background until it ends, unless ``detach``: then it goes on
         by itself, like ``run --detach``, and ``Run.events`` reattaches to it.
         ``max_restarts`` and ``spares`` (more, after the cluster's own) are the flags'
         (docs/longrun.md): each attempt's events end with its RunFinished. ``name`` is
-        ``--name``'s: what the hosts' other users see (docs/sharing.md)."""
+        ``--name``'s: what the hosts' other users see; ``queue`` is ``--queue``'s: wait in
+        line while the hosts are held, instead of refusing (docs/sharing.md)."""
         from .run import pipeline
         from .run.lifecycle import Lifecycle
         from .run.sharing import check_name
@@ -161,7 +173,7 @@ class Cluster:
             allow_concurrent=allow_concurrent, log_dir=log_dir, kill_wait=kill_wait, wait=wait,
             detach=detach, setup=setup, hang_timeout=hang_timeout, gpu_interval=gpu_interval,
             max_restarts=max_restarts, spares=self.spares + self._more_spares(spares),
-            name=check_name(name))
+            name=check_name(name), queue=queue)
         validated = pipeline.validate(self.hosts, request)   # before any host is asked
         cluster = self._connect()
         life = Lifecycle(cluster, request, validated, notify=notify)
@@ -170,8 +182,10 @@ class Cluster:
             life.close()
             cluster.close()
 
-        try:
-            _, record = life.prepare()
+        try:   # queue: in line until the hosts are free, as run --queue
+            from .run.queue import prepare_in_line
+
+            _, record = prepare_in_line(cluster, life, request, notify)
         except BaseException:
             close()
             raise

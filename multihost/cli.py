@@ -126,14 +126,31 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_CLOSED_PIPE
 
 
+# Commands whose words after `--` are new arguments for the job, not for the command: they
+# are put aside before argparse, which would take the first one for a positional
+# (`rerun -- --resume x`: the run id "--resume").
+REST_COMMANDS = ("rerun",)
+
+
+def split_rest(argv: List[str]):
+    """(argv, the words after `--` or None) for REST_COMMANDS; argv as it is otherwise."""
+    command = next((word for word in argv if not word.startswith("-")), None)
+    if command not in REST_COMMANDS or "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
 def dispatch(argv: Optional[List[str]] = None) -> int:
     if "_ARGCOMPLETE" in os.environ:  # a Tab in the shell: answer it and exit
         complete(build_parser())
-    words = sys.argv[1:] if argv is None else list(argv)
+    words, rest = split_rest(list(sys.argv[1:] if argv is None else argv))
     parser = parser_for(command_named(words))
     try:
         # A flag's own type check (a port, a count) raises our errors from inside argparse.
         args, unknown = parser.parse_known_args(words)
+        if rest is not None:
+            args.rest = rest
         if unknown:  # named by the command's parser, so the fix points at its --help
             getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     except MultihostError as err:

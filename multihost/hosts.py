@@ -313,6 +313,20 @@ def _parse_value(key: str, value: str, where: str, previous: object) -> object:
     return value
 
 
+PROJECT = "{project}"   # in a workdir: the name of the code directory (see job.workdir_for)
+
+
+def project_workdir(workdir: str) -> str:
+    """A hostfile's workdir is where every project's directory goes, not one directory
+    for all of them: ``/root/work`` holds ``/root/work/<code dir name>``, so two projects
+    that share a hostfile never sync into (and fetch from) one directory. A workdir that
+    places ``{project}`` itself, or the in-place ``.``, is taken as written; ``--workdir``
+    (and the API's ``workdir=``) names the one directory, as typed."""
+    if workdir == IN_PLACE or PROJECT in workdir:
+        return workdir
+    return workdir.rstrip("/") + "/" + PROJECT if workdir.rstrip("/") else "/" + PROJECT
+
+
 def build_hosts(entries: Sequence[Dict[str, object]], options: HostOptions) -> Tuple[Host, ...]:
     """Apply the command-line flags and check for duplicates; ranks follow the order."""
     hosts = []
@@ -322,6 +336,9 @@ def build_hosts(entries: Sequence[Dict[str, object]], options: HostOptions) -> T
                   if not k.startswith("_") and k != "spare" and v is not None}
         if options.user is not None:
             check_user(options.user, "--user")
+        workdir = fields.get("workdir")
+        if workdir is not None and options.workdir is None:
+            fields["workdir"] = project_workdir(str(workdir))
         for flag in ("user", "port", "identity_file", "workdir", "python"):
             value = getattr(options, flag)
             if value is not None:

@@ -7,11 +7,12 @@ started run lives elsewhere (``run/records.py``).
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from .errors import ConfigError
-from .hosts import IN_PLACE, Host, parse_gpu_ids, parse_port
+from .hosts import IN_PLACE, PROJECT, Host, parse_gpu_ids, parse_port
 
 # The reference docs recommend one FLAGS_START_PORT in 10000-20000 on every machine.
 DEFAULT_START_PORT = 17000
@@ -100,12 +101,19 @@ def job_options_from_args(args, hosts: Sequence[Host] = ()) -> JobOptions:
 
 def workdir_for(host: Host, code: str = ".") -> str:
     """Where the code lives on the host: its workdir (``.``: the code directory's own
-    path), else ~/multihost/<code dir name>."""
+    path; ``{project}``, which a hostfile's workdir ends with: the code directory's name),
+    else ~/multihost/<code dir name>."""
     if host.workdir == IN_PLACE:
         return os.path.abspath(code)
-    if host.workdir:
-        return host.workdir
     name = os.path.basename(os.path.abspath(code)) or "job"
+    if host.workdir:
+        base = host.workdir[:-len(PROJECT) - 1] if host.workdir.endswith("/" + PROJECT) else ""
+        if base and (posixpath.basename(base.rstrip("/")) == name
+                     or base.rstrip("/") == os.path.abspath(code)):
+            # the hostfile already names this project's directory, or the code's own
+            # path (a filesystem the hosts share): not a base for projects
+            return base
+        return host.workdir.replace(PROJECT, name)
     return f"~/multihost/{name}"
 
 

@@ -32,7 +32,10 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 'torch==2.13.0' numpy 2>&1 \
+# lightning, transformers and accelerate: the programs of tests/lab/test_programs.py (pinned
+# beside torch, so that none of them replaces it)
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 'torch==2.13.0' numpy \
+  'lightning==2.6.6' 'transformers==5.25.0' 'accelerate==1.16.0' 2>&1 \
   | grep -v -e '^WARNING: Location' -e 'is ignored' || true
 .venv/bin/python -W ignore -c 'import multihost, paramiko, rich, torch' \
   || { echo "setup: the virtualenv is incomplete" >&2; exit 1; }

@@ -6,7 +6,7 @@ import sys
 
 EPILOG = """\
 examples:
-  multihost fetch output/best_model            rank 0's host, the last run, into ./output/
+  multihost fetch output/best_model            rank 0's host, this directory's last run, into ./output/
   multihost fetch ckpt.pt --to /data/runs/a    into /data/runs/a/ckpt.pt
   multihost fetch --all log.txt                every host's, into ./<host>/log.txt
   multihost fetch 20261127-101500-3f2a output  another run's (a run id first)
@@ -24,9 +24,11 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                         "its hosts to this machine.",
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", metavar="[RUN] PATH",
-                        help="a run id first (default: the last run), then paths relative to "
+                        help="a run id first (default: the last run of the code directory you are "
+                             "in, else the last run), then paths relative to "
                              "the run's workdir")
-    parser.add_argument("--run", help="run id or a unique prefix (default: the last run)")
+    parser.add_argument("--run", help="run id or a unique prefix (default: the last run of "
+                                         "the code directory you are in, else the last run)")
     parser.add_argument("--to", default=".", metavar="DIR",
                         help="where to put them (default: the current directory)")
     parser.add_argument("--all", action="store_true", dest="every_host",

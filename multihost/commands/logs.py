@@ -103,13 +103,13 @@ class _Filtered:
         self.keep = keep
 
     def __call__(self, event):
-        from ..events import LogBlock, LogLine
+        from ..events import LogBlock, LogLine, LogProgress
 
         if isinstance(event, LogBlock):
             event = self.keep.block(event)
             if event is not None:
                 self.view(event)
-        elif not isinstance(event, LogLine) or self.keep.accepts(event):
+        elif not isinstance(event, (LogLine, LogProgress)) or self.keep.accepts(event):
             self.view(event)
 
 

@@ -212,7 +212,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from ..errors import CheckError
     from ..job import job_options_from_args
     from ..run import pipeline
     from ..run.lifecycle import Lifecycle
@@ -238,27 +237,11 @@ def _main(args: argparse.Namespace) -> int:
             return 0
     with cluster_from_args(args, hosts) as cluster, \
             Lifecycle(cluster, request, validated, notify=lambda text: _say(args, text)) as life:
-        ticket = None
-        if request.queue:  # in line until its hosts are free (docs/sharing.md)
-            from ..run.queue import ticket_for
+        from ..run.queue import prepare_in_line   # --queue: in line until the hosts are free
 
-            ticket = ticket_for(cluster, job, job.start_port, request.name)
-        while True:
-            if ticket is not None:
-                ticket.wait_turn(lambda text: _say(args, text))
-            try:
-                _, record = life.prepare(
-                    sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
-                break
-            except CheckError as error:
-                # Another run took the hosts in the moment between its turn and its check:
-                # back to its place (the front, it asked first), not a failure.
-                if ticket is None or not error.cause.startswith("busy: "):
-                    raise
-                _say(args, f"{error.cause}: back in line")
-            finally:
-                if ticket is not None:
-                    ticket.leave()
+        _, record = prepare_in_line(
+            cluster, life, request, lambda text: _say(args, text),
+            sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
         save_job(args, record, command)
         holder: dict = {}
         outcome = life.follow(lambda: run_view(args, holder), holder)

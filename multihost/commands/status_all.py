@@ -13,6 +13,8 @@ from .common import _count, _port
 
 ALL_EPILOG = """\
   multihost status --all --ips=a,b,c      every run on these hosts, anyone's, queued too
+  multihost status --all --ips=a,b,c --ended --mine    the runs I started, ended ones too
+  multihost status --all                  the hosts of the last run started here
   multihost status --all --hostfile hosts.ini --state running --json
   multihost status --all                  inside salloc/sbatch: the allocation's nodes
 """
@@ -26,6 +28,11 @@ def add_all_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--state", choices=("queued", "starting", "running", "succeeded",
                                            "failed", "stopped", "lost"),
                        help="with --all: only runs in this state")
+    group.add_argument("--ended", action="store_true",
+                       help="with --all: ended runs too (succeeded, failed, stopped), the "
+                            "worst news first")
+    group.add_argument("--mine", action="store_true",
+                       help="with --all: only the runs I started (this user on any controller)")
     group.add_argument("--ips", metavar="A,B,...", help="with --all: the hosts")
     group.add_argument("--hostfile", metavar="FILE", help="with --all: the hosts (INI)")
     group.add_argument("--include", metavar="HOSTS", help="with --all: only these hosts")
@@ -39,27 +46,44 @@ def add_all_options(parser: argparse.ArgumentParser) -> None:
                        help="with --all: hosts asked at once (default 64)")
 
 
+def last_runs_hosts():
+    """No hosts named: those of the last run started here (said on stderr), which is
+    where a team that shares them looks most days."""
+    from ..errors import ConfigError
+    from ..run.records import list_runs
+
+    last = list_runs(1)
+    if not last or (last[0].ssh or {}).get("transport") == "srun":   # a Slurm job's nodes are gone
+        raise ConfigError("status --all asks the hosts: name them",
+                          fix="add `--ips=a,b` or `--hostfile FILE` (or run it inside a Slurm "
+                              "allocation: its nodes)")
+    record = last[0]
+    print(f"multihost: the hosts of the last run, {record.run_id} (--hostfile or --ips for "
+          f"others)", file=sys.stderr)
+    return tuple(record.hosts)
+
+
 def main_all(args: argparse.Namespace) -> int:
-    from ..errors import EXIT_CONNECT, ConfigError
-    from ..run.holders import gather, render
+    from ..errors import EXIT_CONNECT
+    from ..run.holders import chosen, gather, render
+    from ..run.sharing import controller
     from ..slurm.jobs import cluster_jobs
     from .common import cluster_from_args, hosts_from_args, slurm_plan
 
     for name, default in (("workdir", None), ("python", None), ("transport", None)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    if not (args.ips or args.hostfile or slurm_plan(args).nodes):
-        raise ConfigError("status --all asks the hosts: name them",
-                          fix="add `--ips=a,b` or `--hostfile FILE` (or run it inside a Slurm "
-                              "allocation: its nodes)")
     args.ssh_config = args.ssh_config or "~/.ssh/config"
     args.connect_timeout = args.connect_timeout or 10.0
-    hosts = hosts_from_args(args)
+    if args.ips or args.hostfile or slurm_plan(args).nodes:
+        hosts = hosts_from_args(args)
+    else:
+        hosts = last_runs_hosts()
     with cluster_from_args(args, hosts) as cluster:
         runs, errors = gather(cluster)
     jobs = cluster_jobs()     # None: no Slurm here
-    if args.state:
-        runs = [r for r in runs if r.state == args.state]
+    mine = controller().partition("@")[0] if getattr(args, "mine", False) else None
+    runs = chosen(runs, ended=getattr(args, "ended", False), mine=mine, state=args.state)
     now = time.time()
     if args.json:
         print(json.dumps({"runs": [r.to_json(now) for r in runs],
@@ -69,8 +93,9 @@ def main_all(args: argparse.Namespace) -> int:
     else:
         render(runs, sys.stdout, now)
         if not runs:
-            print("no runs on these hosts" + (f" in state {args.state}" if args.state else ""),
-                  file=sys.stderr)
+            print("no runs on these hosts" + (f" in state {args.state}" if args.state else "")
+                  + ("" if getattr(args, "ended", False) or args.state else
+                     " (--ended lists those that ended)"), file=sys.stderr)
         if jobs is not None:
             from ..views.slurm_view import render_jobs
 

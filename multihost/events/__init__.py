@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Callable
 
 from .check import CheckStage
-from .run import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause,
-                  RunFinished, RunStarted, RunState, RunStopping, Stragglers, who)
+from .run import (GpuSample, LogBlock, LogLine, LogProgress, NodeChanged, NodeState, Notice,
+                  RootCause, RunFinished, RunStarted, RunState, RunStopping, Stragglers, who)
 from .sync import (DataProgress, SyncHostDone, SyncPlanned, SyncProgress, SyncScanned,
                    SyncWaiting)
 
@@ -28,6 +28,6 @@ from .sync import (DataProgress, SyncHostDone, SyncPlanned, SyncProgress, SyncSc
 Listener = Callable[[object], None]
 
 __all__ = ["CheckStage", "DataProgress", "GpuSample", "Listener", "LogBlock", "LogLine",
-           "NodeChanged", "NodeState", "Notice", "RootCause", "RunFinished", "RunStarted",
-           "RunState", "RunStopping", "Stragglers", "SyncHostDone", "SyncPlanned",
+           "LogProgress", "NodeChanged", "NodeState", "Notice", "RootCause", "RunFinished",
+           "RunStarted", "RunState", "RunStopping", "Stragglers", "SyncHostDone", "SyncPlanned",
            "SyncProgress", "SyncScanned", "SyncWaiting", "who"]

@@ -146,6 +146,26 @@ class LogBlock:
 
 
 @dataclass(frozen=True)
+class LogProgress:
+    """A rank's line that is being rewritten in place (a tqdm, Lightning or Hugging Face
+    progress bar: ``\\r`` updates, no newline yet): its latest state, cleaned. Views read
+    its numbers and show it as the rank's last line; it is no line of the log (the line
+    arrives as a LogBlock once it ends)."""
+
+    node_rank: int
+    host: str
+    local_rank: int
+    rank: int
+    text: str
+    time: float = 0.0
+    role: str = ""
+
+    @property
+    def who(self) -> str:
+        return who(self.host, self.rank, self.role, self.local_rank)
+
+
+@dataclass(frozen=True)
 class Notice:
     """Something multihost says about a host that is not a change of its state (its log
     mirror fell behind, or caught up)."""

@@ -20,14 +20,14 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import helper, waits
 from ..errors import BadReply, ConnectError, MultihostError
-from ..events import Listener, LogBlock, NodeChanged, NodeState, Notice
+from ..events import Listener, LogBlock, LogProgress, NodeChanged, NodeState, Notice
 from ..hosts import Host
 from ..remote.run.states import FINAL_STATES
 from .echo import ConfigBlock, LauncherEcho, fold_signal_trace
 from .frames import LineJoiner, read_frame
 from .gpus import GpuFeed
 from ..sync.ignore import MIRROR_MARKER
-from ..untrusted import GPU_LOG, as_int, clean_block, clean_text
+from ..untrusted import GPU_LOG, as_int, clean_block, clean_line, clean_text
 
 RETRY_EVERY = 3.0
 SPARE_BYTES = 1 << 20   # free space a mirror behind waits for, beyond what it lacks
@@ -286,6 +286,20 @@ class LogFollower:
         whole = joiner.feed(data)
         if whole:
             self._emit(node, name, whole)
+        state = joiner.progress_update() if name != GPU_LOG else b""
+        if state:
+            self._progress(node, name, state)
+
+    def _progress(self, node: Node, name: str, state: bytes) -> None:
+        """A bar's latest state: at most one per file and frame, whatever the bar's rate."""
+        text = clean_line(state).strip()
+        if not text:
+            return
+        local = local_rank_of(name)
+        role = role_of(name)
+        rank = -1 if role or local < 0 else node.first_rank + local
+        self.listener(LogProgress(node.host.rank, node.host.label, local, rank, text,
+                                  time.time(), role))
 
     def _emit(self, node: Node, name: str, data: bytes) -> None:
         if name == GPU_LOG:

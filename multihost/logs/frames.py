@@ -59,6 +59,7 @@ class LineJoiner:
     def __init__(self, limit: int = MAX_LINE):
         self.limit = limit
         self.pending = b""
+        self.shown = b""     # the progress state last given out (progress_update)
 
     def feed(self, data: bytes) -> bytes:
         """The whole lines that ``data`` completes (with their newlines), maybe none."""
@@ -71,6 +72,25 @@ class LineJoiner:
         self.pending = b""
         self._hold(data[end:])
         return done
+
+    def progress_update(self) -> bytes:
+        """The latest state of a line being rewritten with ``\\r`` (a progress bar), when
+        it changed since the last call; b"" otherwise. Reads back from the end, so it
+        costs the latest state, not the held line."""
+        pending = self.pending
+        end = len(pending)
+        while end > 0:
+            start = pending.rfind(b"\r", 0, end)
+            if start < 0:
+                return b""  # an unfinished line, no bar: it waits for its end
+            state = pending[start + 1:end]
+            if state.strip():
+                if state == self.shown:
+                    return b""
+                self.shown = state
+                return state
+            end = start
+        return b""
 
     def flush(self) -> bytes:
         """The last line without its newline (a finished rank's), and forget it."""

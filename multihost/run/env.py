@@ -7,7 +7,7 @@ Layers, later ones win (docs/environment.md):
   2. set by multihost: FLAGS_START_PORT, MULTIHOST_RUN_ID / NODE_RANK / NUM_NODES /
      NODE_IPS, CUDA_VISIBLE_DEVICES (from --gpus), PYTHONUNBUFFERED=1 (logs as they
      come), NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (the interface check found) unless
-     the user set them in any layer
+     the user set them in any layer, and PROGRESS_ENV unless the user set them
   3. the template's @env lines
   4. --env-file FILE, then --env K=V (repeatable)
 
@@ -36,6 +36,11 @@ MASK = "***"
 # scheme://userinfo@ : the userinfo of a URL (postgres://user:pw@db/x) carries passwords.
 _URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@\s]+)@")
 SOCKET_IFNAMES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+# A rich progress bar (Lightning's default where rich is installed) draws nothing into a
+# file until its end; told the output can take terminal codes, it redraws one line with
+# \r as tqdm does, which the log follower shows live. Wide, so Lightning's metrics stay
+# on the bar's line (at 80 columns they wrap onto a second line at every redraw).
+PROGRESS_ENV = {"TTY_COMPATIBLE": "1", "COLUMNS": "200"}
 
 # Set per host or per rank by multihost or the launcher: a user value would make hosts
 # disagree, or override what the launcher computes for each rank.
@@ -170,6 +175,8 @@ def node_env(passed: Mapping[str, str], computed: Mapping[str, str],
     if iface:
         for name in SOCKET_IFNAMES:
             env.setdefault(name, iface)
+    for name, value in PROGRESS_ENV.items():
+        env.setdefault(name, value)
     return env
 
 

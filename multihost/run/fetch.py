@@ -31,6 +31,7 @@ from ..transport import is_local_host
 from ..transport.srun import SrunOptions, remote_shell, step_error
 from ..untrusted import clean_text
 from .control import ssh_options
+from .jobfile import last_run_from
 from .records import NodeRecord, RunRecord, host_from_dict, load_run
 
 # -r -l -t: the tree, its links (inside it only) and times, so an unchanged file is
@@ -60,8 +61,9 @@ def fetch(paths: Sequence[str], *, run: Optional[str] = None, to: str = ".",
     """Copy each PATH (relative to the run's workdir) from rank 0's host into ``to``, or
     with ``every_host`` from every host into ``to/<host>/``. Already there and unchanged:
     skipped; cut half way: resumed. ``progress`` lets rsync draw its progress line;
-    ``limit``: the most bytes one PATH may hold."""
-    record = load_run(run)
+    ``limit``: the most bytes one PATH may hold. No ``run``: the last run of the code
+    directory we are in, else the last run."""
+    record = load_run(run if run is not None else last_run_from(os.getcwd()))
     to = os.path.abspath(os.path.expanduser(to))   # never an option, whatever it reads
     wanted = [checked_path(path) for path in paths]
     nodes = list(record.nodes) if every_host else [record.nodes[0]]

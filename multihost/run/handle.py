@@ -1,12 +1,22 @@
 """The Python API's handle on one run (``multihost.Run``): started by this process
 (``Cluster.run``, followed in a background thread, restarts and spares included) or found
 by id (``Run.load``), with its events, its end, its status and a way to stop it.
+
+A run this process follows ends with the process, as the CLI's does: a Ctrl-C in
+``events()``/``lines()``/``wait()``, the end of a ``with`` block, and the script's exit
+stop it on every host and wait until it ended there (``detach=True`` runs go on by
+themselves). The follower is a daemon thread that dies with the interpreter; an atexit
+hook, which runs while daemon threads still do, ends what is left first.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import logging
+import os
+import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Deque, Iterator, Optional
 
@@ -14,7 +24,9 @@ from ..errors import MultihostError, RunFailed
 from ..events import LogBlock, LogLine, RootCause, RunFinished
 
 EVENT_BUFFER = 100_000   # events kept for a reader that has not caught up (the mirror keeps all)
+STOP_MARGIN = 30.0       # beyond the kill wait: the hosts' answers, the record saved
 log = logging.getLogger("multihost")
+_FOLLOWED: "weakref.WeakSet[Run]" = weakref.WeakSet()   # runs this process follows, live
 
 
 def notify(text: str) -> None:
@@ -59,6 +71,15 @@ class Run:
     def __repr__(self) -> str:
         return f"Run({self.run_id!r})"
 
+    def __enter__(self) -> "Run":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        """Leaving the block ends a run this process follows (``wait()`` inside it to let
+        the job finish); a run found by id or started detached is left as it is."""
+        if self._thread is not None and not self._done():
+            self._end_here("the with block of the multihost API was left")
+
     @property
     def record(self):
         """The controller's record of the run (RunRecord), as last saved."""
@@ -94,6 +115,26 @@ class Run:
         self._thread = threading.Thread(target=follow, name=f"multihost-run-{self.run_id}",
                                         daemon=True)
         self._thread.start()
+        _FOLLOWED.add(self)
+
+    def _end_here(self, why: str) -> None:
+        """Stop on every host and wait for it (a second Ctrl-C meanwhile kills at once)."""
+        controls = self._holder.get("controls")
+        if controls is None or self._done():
+            return
+        controls.stop(f"{why} (pid {os.getpid()})")
+        try:
+            self._thread.join(self._stop_wait())
+        except KeyboardInterrupt:
+            controls.stop()          # the second: SIGKILL now, as the CLI's second Ctrl-C
+            self._thread.join(STOP_MARGIN)
+            raise
+
+    def _stop_wait(self) -> float:
+        try:
+            return self.record.kill_wait + STOP_MARGIN
+        except MultihostError:
+            return STOP_MARGIN
 
     def _done(self) -> bool:
         return self._thread is not None and not self._thread.is_alive()
@@ -116,7 +157,7 @@ class Run:
                     event = self._events.popleft()
                 yield event
         except KeyboardInterrupt:
-            self.stop()
+            self._end_here("Ctrl-C in the multihost API")
             raise
         if self._error is not None:
             raise self._error
@@ -139,7 +180,7 @@ class Run:
                     with self._ready:
                         self._events.clear()   # nobody reads them: the mirror has the lines
             except KeyboardInterrupt:
-                self.stop()
+                self._end_here("Ctrl-C in the multihost API")
                 raise
             if self._error is not None:
                 raise self._error
@@ -201,13 +242,13 @@ class Run:
             return query(cluster, record)
 
     def stop(self, *, grace: Optional[float] = None):
-        """End the run on every host (SIGTERM, ``grace`` seconds, SIGKILL). A run followed
-        by this process is stopped by its follower, which then records its end."""
+        """End the run on every host (SIGTERM, ``grace`` seconds, SIGKILL), returning once
+        it ended there. A run followed by this process is stopped by its follower, which
+        then records its end."""
         controls = self._holder.get("controls")
         if controls is not None and not self._done() and grace is None:
-            controls.stop()
+            self._end_here("stopped from the multihost API")
             return None
-        import os
         import socket
 
         from .control import cluster_of, stop
@@ -225,3 +266,14 @@ class Run:
         from .fetch import fetch
 
         return fetch(paths, run=self.run_id, to=to, every_host=every_host)
+
+
+@atexit.register
+def _end_followed_runs() -> None:
+    """The script ends while runs it follows still run: end them on every host first."""
+    for run in list(_FOLLOWED):
+        if run._thread is not None and not run._done():
+            sys.stderr.write(f"multihost: the script ended: stopping run {run.run_id} on every "
+                             f"host (cluster.run(..., detach=True) leaves a run running)\n")
+            sys.stderr.flush()
+            run._end_here("the script using the multihost API ended")

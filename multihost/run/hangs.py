@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
-from ..events import Listener, LogBlock, LogLine, NodeChanged, NodeState
+from ..events import Listener, LogBlock, LogLine, LogProgress, NodeChanged, NodeState
 from .outcome import Failure
 
 SILENT_AFTER_MAX = 60.0
@@ -53,7 +53,7 @@ class HangWatch:
         self.stacks_file: Optional[Path] = None
 
     def __call__(self, event: object) -> None:
-        if isinstance(event, (LogLine, LogBlock)):
+        if isinstance(event, (LogLine, LogBlock, LogProgress)):   # a bar moving is output
             self.last_line[event.rank] = event.time or time.time()
             self.where[event.rank] = (event.node_rank, event.host)
         self.listener(event)

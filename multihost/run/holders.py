@@ -14,6 +14,12 @@ from ..untrusted import clean_report
 from ..remote.registry.holds import fold_ints
 
 STATES = ("queued", "starting", "running", "succeeded", "failed", "stopped", "lost")
+LIVE = ("queued", "starting", "running")
+ENDED = ("succeeded", "failed", "stopped")
+# How bad the news is, worst last: of a run's hosts the worst is its state (failed on one
+# host and stopped on the others by the teardown: failed), and ended runs are listed
+# worst first. Lost (the process gone, nothing recorded) is no better than failed.
+WORST = ("queued", "starting", "running", "succeeded", "stopped", "failed", "lost")
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,7 @@ def merge(per_host: Dict[str, List[dict]]) -> List[SharedRun]:
             where.setdefault(key, []).append(label)
             best = runs.get(key)
             # The worst news of any host: a run failed on one host failed.
-            if best is None or STATES.index(state) > STATES.index(best["_state"]):
+            if best is None or WORST.index(state) > WORST.index(best["_state"]):
                 runs[key] = dict(entry, _state=state)
     queued = queue_order([r for r in runs.values() if r["_state"] == "queued"])
     places = {(e.get("user"), e["run_id"]): i + 1 for i, e in enumerate(queued)}
@@ -89,7 +95,26 @@ def merge(per_host: Dict[str, List[dict]]) -> List[SharedRun]:
                      e.get("controller") or "", places.get((e.get("user"), e["run_id"]), 0)
                      if e["_state"] == "queued" else 0)
            for key, e in runs.items()]
-    return sorted(out, key=lambda r: (STATES.index(r.state) > 2, r.place or 0, -r.since))
+    return sorted(out, key=order)
+
+
+def order(run: SharedRun) -> tuple:
+    """Live runs first (running before the line, the line in its order), then the ended
+    ones, the worst news first, the newest first within each."""
+    if run.state in LIVE:
+        return (0, run.place or 0, -run.since)
+    return (1, -WORST.index(run.state), -run.since)
+
+
+def chosen(runs: Sequence[SharedRun], *, ended: bool = False, mine: Optional[str] = None,
+           state: Optional[str] = None) -> List[SharedRun]:
+    """What ``status --all`` lists: runs not ended (a lost one is news until looked at)
+    unless ``ended``; with ``mine``, those started by that user of the controllers (not
+    the hosts' account, which a team may share); one state with ``state``."""
+    return [r for r in runs
+            if (ended or state in ENDED or r.state not in ENDED)
+            and (mine is None or r.controller.partition("@")[0] == mine)
+            and (state is None or r.state == state)]
 
 
 def registry_entries(reply: object) -> List[dict]:

@@ -21,7 +21,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
 from .env import MASK, is_secret, mask_argv, mask_url_userinfo
@@ -49,6 +49,9 @@ KEYS: Dict[str, Tuple[str, str]] = {
     "name": ("--name", "str"), "queue": ("--queue", "bool"),
     "command": ("", "command"),
 }
+# Recorded even at their defaults ("." and "log"): relative to where the run was started,
+# so a rerun from another directory must be given them as they were, absolute.
+ALWAYS_RECORDED = ("code", "log_dir")
 # The argparse destination of each key, for writing a resolved job back.
 DESTS = {"hosts": "ips", "identity": "identity", "ssh_config": "ssh_config",
          "nproc_per_node": "nproc_per_node", "log_dir": "log_dir"}
@@ -163,7 +166,8 @@ def resolved(args: Any, defaults: Mapping[str, Any], command: Sequence[str]) -> 
             continue
         dest = DESTS.get(key, flag.lstrip("-").replace("-", "_"))
         value = getattr(args, dest, None)
-        if value is None or value == defaults.get(dest) or value == [] or value is False:
+        if value is None or value == [] or value is False or \
+                (value == defaults.get(dest) and key not in ALWAYS_RECORDED):
             continue
         if kind == "env":
             # A bare `--env NAME` came from the shell: like a secret, it is given again.
@@ -202,6 +206,14 @@ def _value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_value(v) for v in value) + "]"
     return json.dumps(str(value), ensure_ascii=False)
+
+
+def program_words(command: Sequence[str]) -> List[str]:
+    """The words of a command that name the program, before its arguments: the script
+    (``train.py``), or ``-m module`` / ``-c code``."""
+    if len(command) >= 2 and command[0] in ("-m", "-c"):
+        return list(command[:2])
+    return list(command[:1])
 
 
 def masked_secrets(table: Mapping[str, Any]) -> List[str]:
@@ -252,3 +264,20 @@ def check_same_code(record, code: str) -> None:
     if record.code_digest and code_digest(code) != record.code_digest:
         raise ConfigError(f"--same-code: the files in {code} changed since run {record.run_id}",
                           fix="restore them (git stash, git checkout), or drop --same-code")
+
+
+def last_run_from(code_dir: str, look: int = 200) -> Optional[str]:
+    """The newest run whose code directory (its job file's ``code``) is ``code_dir``:
+    where a project's outputs are, when several projects share the hosts; None if none
+    of the newest ``look`` runs is."""
+    from .records import job_file_path, run_ids
+
+    wanted = os.path.realpath(code_dir)
+    for run_id in list(reversed(run_ids()))[:look]:
+        try:
+            code = load(str(job_file_path(run_id))).get("code")
+        except ConfigError:
+            continue
+        if isinstance(code, str) and os.path.realpath(code) == wanted:
+            return run_id
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import threading
 import time
@@ -247,6 +248,32 @@ def failure_of(outcome, plan) -> Optional[RunFailed]:
                      fix=f"see `multihost status {plan.run_id}`")
 
 
+# PyTorch Lightning (TorchElasticEnvironment.validate_settings) refuses a world size that
+# is not its devices x num_nodes, in words multihost can turn into the flags to give.
+LIGHTNING_WORLD = re.compile(r"You set `devices=(\d+)` and `num_nodes=(\d+)` in Lightning, but "
+                             r"the product \(\d+ \* \d+\) does not match the world size \((\d+)\)")
+
+
+def world_size_fix(tail, plan) -> Optional[str]:
+    """The flags that give the world size a Lightning job asks for, from its refusal."""
+    found = next((m for m in map(LIGHTNING_WORLD.search, tail) if m), None)
+    if found is None:
+        return None
+    devices, num_nodes, world = (int(n) for n in found.groups())
+    hosts = len(plan.nodes)
+    nprocs = sorted({node.nproc for node in plan.nodes})
+    started = f"{hosts} host{'s' if hosts != 1 else ''} x {'/'.join(map(str, nprocs))} process" \
+              f"{'es' if nprocs != [1] else ''} = {world}"
+    if num_nodes == hosts:
+        return (f"Lightning asks devices={devices} x num_nodes={num_nodes} = {devices * num_nodes} "
+                f"processes; multihost started {started}: give --nproc_per_node {devices} "
+                f"(Lightning's devices, per host)")
+    return (f"Lightning asks devices={devices} x num_nodes={num_nodes} = {devices * num_nodes} "
+            f"processes; multihost started {started}: give {num_nodes} hosts and "
+            f"--nproc_per_node {devices}, or set num_nodes={hosts} in the Trainer (its num_nodes "
+            f"is the number of hosts)")
+
+
 def fix_for(cause, plan) -> str:
     """What to look at next, for the root cause's kind of failure."""
     import signal
@@ -254,7 +281,7 @@ def fix_for(cause, plan) -> str:
     from .outcome import known_fix
 
     node = plan.nodes[cause.node_rank]
-    known = known_fix(cause.tail or ())
+    known = known_fix(cause.tail or ()) or world_size_fix(cause.tail or (), plan)
     if known:
         return known
     if NO_SPACE in (cause.detail or ""):

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable, Optional, Tuple
 
-from ..events import Listener, LogBlock, LogLine, Stragglers
+from ..events import Listener, LogBlock, LogLine, LogProgress, Stragglers
 from ..logs.metrics import Metrics, parse_metrics
 from .stragglers import Pace, Straggler, describe, to_json
 
@@ -41,7 +41,7 @@ class ProgressWatch:
         self.marked: Tuple[Straggler, ...] = ()
 
     def __call__(self, event: object) -> None:
-        if isinstance(event, (LogBlock, LogLine)) and event.rank >= 0 and not event.role:
+        if isinstance(event, (LogBlock, LogLine, LogProgress)) and event.rank >= 0 and not event.role:
             lines = event.last(METRIC_LINES) if isinstance(event, LogBlock) else [event.text]
             found = newest_metrics(lines)
             if found.step is not None or found.speed is not None:

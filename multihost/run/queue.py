@@ -77,19 +77,26 @@ class Ticket:
                     ahead.append((label, e))
         return held + ahead
 
-    def place_line(self, blockers: List[Tuple[str, dict]]) -> str:
+    def place(self, blockers: List[Tuple[str, dict]]) -> Tuple[int, str, str]:
+        """(place in line, the run first in the way, where): what a waiting user is told
+        again when it changes; the holder's age in place_line is not news."""
         ahead = {e["run_id"] for _, e in blockers if e["kind"] == "queue"}
         first = blockers[0][1]
         where = fold([label for label, e in blockers if e["run_id"] == first["run_id"]])
+        return len(ahead) + 1, first["run_id"], where
+
+    def place_line(self, blockers: List[Tuple[str, dict]]) -> str:
+        place, _, where = self.place(blockers)
+        first = blockers[0][1]
         who = holder_line(first) if first["kind"] == "run" else \
             holder_line(first).replace(", no GPUs)", ")").replace(" (run ", " (queued, run ")
-        return f"queued: {_nth(len(ahead) + 1)}, behind {who} on {where}"
+        return f"queued: {_nth(place)}, behind {who} on {where}"
 
     def wait_turn(self, say: Callable[[str], None]) -> None:
         """Return when it is this run's turn; Ctrl-C (or `multihost stop`) leaves the line."""
         self._save()
         self._stop = threading.Event()
-        said = ""
+        said: Optional[Tuple[int, str, str]] = None
         restore = _terminate_leaves_the_line()
         try:
             while True:
@@ -97,10 +104,9 @@ class Ticket:
                 if not blockers:
                     say(f"queued run {self.name or self.run_id}: its turn, starting")
                     break
-                line = self.place_line(blockers)
-                if line != said:
-                    say(line)
-                    said = line
+                if self.place(blockers) != said:
+                    say(self.place_line(blockers))
+                    said = self.place(blockers)
                 time.sleep(POLL)
         except BaseException:
             self.leave()
@@ -152,6 +158,29 @@ def ticket_for(cluster, job, start_port: Optional[int], name: str) -> Ticket:
     gpus = {h.label: (list(job.gpus_for(h)) or None) for h in cluster.hosts}
     ports = {h.label: list(job.ports(start_port, h)) if start_port else [] for h in cluster.hosts}
     return Ticket(cluster, name, gpus, ports)
+
+
+def prepare_in_line(cluster, life, request, say: Callable[[str], None], **prepare):
+    """``life.prepare(**prepare)`` once it is the run's turn (``request.queue``) or at
+    once: what ``run --queue`` and ``Cluster.run(queue=True)`` share. Another run that
+    took the hosts in the moment between the turn and the check sends it back to its
+    place (the front: it asked first), not into a failure."""
+    from ..errors import CheckError
+
+    ticket = ticket_for(cluster, request.job, request.job.start_port, request.name) \
+        if request.queue else None
+    while True:
+        if ticket is not None:
+            ticket.wait_turn(say)
+        try:
+            return life.prepare(**prepare)
+        except CheckError as error:
+            if ticket is None or not error.cause.startswith("busy: "):
+                raise
+            say(f"{error.cause}: back in line")
+        finally:
+            if ticket is not None:
+                ticket.leave()
 
 
 def waiting(handle: Optional[str] = None) -> List[dict]:

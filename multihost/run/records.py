@@ -273,8 +273,13 @@ def resolve_run_id(run_id: Optional[str]) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
+        # Another user's run (or one from another controller) is not recorded here: the
+        # hosts' registries know it, and its logs are its controller's.
         raise ConfigError(f"no run {run_id!r} on this controller",
-                          fix="list runs with `multihost status --list`")
+                          fix="`multihost status --list` lists this controller's runs; "
+                              "`multihost status --all --ended --json` every user's on the hosts "
+                              "of your last run, each with its controller (user@machine: where "
+                              "its logs are)")
     raise ConfigError(f"{run_id!r} matches {len(matches)} runs ({', '.join(matches[:3])}...)",
                       fix="give more of the run id")
 

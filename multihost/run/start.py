@@ -31,7 +31,7 @@ from .. import helper
 from ..errors import EXIT_INTERRUPTED, ConnectError, LaunchError, MultihostError, RunFailed
 from ..events import Listener, NodeChanged, NodeState, RootCause, RunState
 from ..fanout import HostResult
-from ..hosts import Host
+from ..hosts import PROJECT, Host
 from ..slurm.steps import keeps_steps, launch_kept
 from .plan import Prepared, RunPlan, launch_request
 from .sharing import hold_request
@@ -115,6 +115,9 @@ class Starter:
             reply = helper.call(transport, "run.prepare", {
                 "run_id": plan.run_id, "node_rank": host.rank, "cwd": node.workdir,
                 "in_place": node.in_place,
+                # a project's directory under a hostfile's workdir: made if missing (a
+                # run without sync, the first of a project there), as the sync would
+                "make_cwd": bool(host.workdir and host.workdir.endswith("/" + PROJECT)),
                 "allow_concurrent": plan.allow_concurrent, "attempt": plan.attempt,
                 "launch_timeout": self.launch_timeout, "hold": hold_request(plan, node)},
                 timeout=PREPARE_TIMEOUT)

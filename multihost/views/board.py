@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
-from ..events import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause,
+from ..events import (GpuSample, LogBlock, LogLine, LogProgress, NodeChanged, NodeState, Notice, RootCause,
                       RunFinished, RunStarted, RunStopping, Stragglers)
 from ..logs.metrics import Metrics, parse_metrics
 from ..nodeset import fold
@@ -126,6 +126,8 @@ class BoardModel:
                 self._lines(event, event.last(TAIL), event.count())
             elif isinstance(event, LogLine):
                 self._lines(event, [event.text], 1)
+            elif isinstance(event, LogProgress):
+                self._progress(event)
             elif isinstance(event, NodeChanged):
                 self._node(event)
             elif isinstance(event, Notice):
@@ -179,6 +181,18 @@ class BoardModel:
         for text in lines[-self._recent_size:]:
             if text.strip():  # blank lines say nothing in a summary
                 self._recent.append((who, event.rank, text))
+
+    def _progress(self, event: LogProgress) -> None:
+        """A bar's latest state: the row's numbers and last line, not a line of its log."""
+        row = self._row(event.host, event.node_rank, event.rank)
+        row.last_line = event.text
+        found = parse_metrics(event.text)
+        if found:
+            row.metrics = row.metrics.merged(found)
+            if found.speed is not None:
+                self._speed(row, event.rank, row.metrics.step, found.speed)
+        if row.state in (NodeState.PENDING, NodeState.LAUNCHING):
+            row.state, row.since = NodeState.RUNNING, row.since or event.time
 
     def _speed(self, row: _Row, rank: int, step: Optional[int], speed: float) -> None:
         key = (-1 if step is None else step, speed)

@@ -1,4 +1,8 @@
-"""One JSON object per line and event, for other tools: ``--json``."""
+"""One JSON object per line and event, for other tools: ``--json``.
+
+A line or a progress bar's state that carries numbers (logs/metrics.py) is followed by a
+``metrics`` record of the rank: ``{"event": "metrics", "rank": 0, "step": 9, "loss":
+0.69, ...}``, so a tool reads a run's progress without parsing its lines."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,11 +11,12 @@ import json
 import threading
 from typing import IO
 
-from ..events import (GpuSample, LogBlock, LogLine, NodeChanged, Notice, RunFinished, RunStarted,
-                      RunStopping, Stragglers)
+from ..events import (GpuSample, LogBlock, LogLine, LogProgress, NodeChanged, Notice, RunFinished,
+                      RunStarted, RunStopping, Stragglers)
+from ..logs.metrics import parse_metrics
 
-KINDS = {RunStarted: "started", LogLine: "line", NodeChanged: "node", Notice: "notice",
-         RunStopping: "stopping", Stragglers: "stragglers", GpuSample: "gpu",
+KINDS = {RunStarted: "started", LogLine: "line", LogProgress: "progress", NodeChanged: "node",
+         Notice: "notice", RunStopping: "stopping", Stragglers: "stragglers", GpuSample: "gpu",
          RunFinished: "finished"}
 
 
@@ -38,6 +43,14 @@ class JsonView:
             return
         record = {"event": kind}
         record.update({k: _plain(v) for k, v in dataclasses.asdict(event).items()})
+        records = [record]
+        if isinstance(event, (LogLine, LogProgress)) and not event.role:
+            found = parse_metrics(event.text)
+            if found:
+                records.append({"event": "metrics", "node_rank": event.node_rank,
+                                "host": event.host, "rank": event.rank, "time": event.time,
+                                **dataclasses.asdict(found)})
         with self._lock:
-            self.out.write(json.dumps(record, default=str) + "\n")
+            for one in records:
+                self.out.write(json.dumps(one, default=str) + "\n")
             self.out.flush()

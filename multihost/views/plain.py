@@ -1,6 +1,8 @@
 """Plain prefixed lines: the view for pipes, CI, `--plain` and NO_COLOR.
 
-Log lines go to ``out`` as ``HOST [RANK]: text``; what multihost itself says about the
+Log lines go to ``out`` as ``HOST [RANK]: text``; a progress bar that redraws its line
+(tqdm, Lightning, the HF Trainer) is printed there at most every PROGRESS_EVERY seconds
+per rank while it runs, and whole when its line ends; what multihost itself says about the
 run (starts, state changes, the root cause) goes to ``err`` prefixed ``multihost:``, so
 a pipe into grep sees only the job's lines. Called from several threads: one lock.
 """
@@ -10,11 +12,12 @@ import os
 import threading
 from typing import IO, Dict, List, Tuple
 
-from ..events import (GpuSample, LogBlock, LogLine, NodeChanged, NodeState, Notice, RootCause,
+from ..events import (GpuSample, LogBlock, LogLine, LogProgress, NodeChanged, NodeState, Notice, RootCause,
                       RunFinished, RunStarted, RunStopping, Stragglers)
 from .gpus import describe as describe_gpus
 
 GPU_EVERY = 60.0   # seconds between a host's GPU lines, unless its idle GPUs change
+PROGRESS_EVERY = 30.0   # seconds between a rank's progress lines: a pipe reads every one
 
 _COLOURS = ["36", "33", "35", "32", "34", "91", "96", "93"]
 
@@ -76,6 +79,7 @@ class PlainView:
         self._stragglers = ""     # the last said, repeated in the summary at the end
         self._straggling_ranks: List[int] = []
         self._gpu_said: Dict[int, Tuple[float, Tuple[int, ...]]] = {}  # node: (time, idle)
+        self._progress_said: Dict[tuple, float] = {}   # (host, rank): when its bar was printed
 
     def _prefix(self, event) -> str:
         host = event.host
@@ -105,6 +109,13 @@ class PlainView:
             with self._lock:
                 self.out.write(f"{self._prefix(event)}{event.text}\n")
                 self.out.flush()
+        elif isinstance(event, LogProgress):
+            key, now = (event.host, event.rank), event.time
+            if now - self._progress_said.get(key, float("-inf")) >= PROGRESS_EVERY:
+                self._progress_said[key] = now
+                with self._lock:
+                    self.out.write(f"{self._prefix(event)}{event.text}\n")
+                    self.out.flush()
         elif isinstance(event, RunStarted):
             attempt = f" ({event.attempt})" if event.attempt else ""
             self.say(f"run {event.run_id}{attempt}: {len(event.hosts)} hosts x "

@@ -364,6 +364,8 @@ def test_a_workdir_of_that_hosts_own_ssh_directory_names_that_host(lab, tmp_path
         [False, False, True, False]
     workdir = by_name(doc, 2)["workdir"]
     assert workdir["status"] == "fail"
-    assert workdir["detail"].startswith("the workdir /root/.ssh is ssh's own directory")
+    # a hostfile's workdir holds the project's directory: /root/.ssh/<code dir name>
+    assert workdir["detail"].startswith("the workdir /root/.ssh/") and \
+        "is inside ssh's own directory" in workdir["detail"], workdir["detail"]
     assert workdir["fix"].startswith("give the job a directory of its own: "
                                      "add `--workdir '~/multihost/")

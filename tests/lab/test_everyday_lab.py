@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+from test_run import run_id_in
+
 
 def job_dir(tmp_path, lab):
     project = tmp_path / "project"
@@ -70,7 +72,7 @@ def test_ssh_opens_a_shell_on_the_host_of_a_rank_in_the_runs_workdir(lab, tmp_pa
                            timeout=60, env=lab.env, cwd=str(project))
     assert shell.returncode == 0, shell.stderr
     lines = shell.stdout.split()
-    assert "h3" in lines and "/root/work" in lines
+    assert "h3" in lines and "/root/work/project" in lines   # the hostfile workdir/<project>
 
 
 WRITES_OUT = ("import os\n"
@@ -102,3 +104,43 @@ def test_with_no_hosts_workdir_still_chooses_where_the_job_runs(lab, tmp_path):
     assert done.returncode == 0, done.stderr
     assert (elsewhere / "out0.txt").read_text() == str(elsewhere)
     assert not (project / "out0.txt").exists()
+
+
+def test_rerun_with_new_arguments_from_another_directory_runs_the_runs_own_code(lab, tmp_path):
+    project = job_dir(tmp_path, lab)
+    (project / "train.py").write_text("import os, sys, socket\nprint('rank', os.environ['RANK'], "
+                                      "socket.gethostname(), 'args', *sys.argv[1:])\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "train.py").write_text("print('the code of another directory')\n")
+    first = lab.multihost("run", "--hostfile", "hosts.ini", "--launcher", "python", "--plain",
+                          "--", "train.py", "--epochs", "3", cwd=str(project))
+    assert first.returncode == 0, first.stderr
+    run_id = run_id_in(first.stderr)
+    again = lab.multihost("rerun", run_id, "--plain", "--", "--resume", "ckpt/last.pt",
+                          cwd=str(elsewhere))
+    assert again.returncode == 0, again.stderr
+    for rank in range(lab.n):
+        assert f"rank {rank} h{rank + 1} args --resume ckpt/last.pt" in again.stdout, again.stdout
+    assert "another directory" not in again.stdout and str(project) in again.stderr
+
+
+def test_two_projects_with_one_hostfile_workdir_keep_and_fetch_their_own_files(lab, tmp_path):
+    fetched = {}
+    for name in ("alpha", "beta"):
+        project = tmp_path / name
+        project.mkdir()
+        shutil.copy(lab.hostfile, project / "hosts.ini")     # workdir = /root/work
+        (project / "train.py").write_text(f"import os\nos.makedirs('out', exist_ok=True)\n"
+                                          f"open('out/ckpt.txt', 'w').write('{name}')\n"
+                                          f"print('cwd', os.getcwd())\n")
+        done = lab.multihost("run", "--hostfile", "hosts.ini", "--launcher", "python",
+                             "--plain", "--", "train.py", cwd=str(project))
+        assert done.returncode == 0, done.stderr
+        assert f"cwd /root/work/{name}" in done.stdout
+    for name in ("alpha", "beta"):
+        got = tmp_path / f"got-{name}"
+        done = lab.multihost("fetch", "out/ckpt.txt", "--to", str(got), cwd=str(tmp_path / name))
+        assert done.returncode == 0, done.stderr
+        fetched[name] = (got / "out" / "ckpt.txt").read_text()
+    assert fetched == {"alpha": "alpha", "beta": "beta"}

@@ -369,3 +369,36 @@ def test_data_that_differs_between_hosts_stops_the_run_before_launch(lab, tmp_pa
     finally:
         for i in (1, 2):
             lab.host_run(i, ["rm", "-rf", "/root/mhdata"])
+
+
+def test_a_rank_whose_wrapper_is_killed_is_the_root_cause_not_the_peers_it_stopped(
+        lab, tmp_path, code):
+    """``kill -9`` of the process that matches the script may hit multihost's rank wrapper
+    (it carries the script's command line): torchrun then stops the other ranks with
+    SIGTERM; the rank killed, not one of those, is the root cause."""
+    hosts = hostfile(lab, tmp_path, 2)
+    proc = lab.popen([sys.executable, "-m", "multihost", "run", "--hostfile", str(hosts),
+                      "--nproc_per_node", "2", "--code", str(code), "--no-check", "--kill-wait",
+                      "2", "--plain", "--log_dir", str(tmp_path / "log"), "--", "sleeper.py"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run_id = run_started_by(lab, proc)
+        wait_running(lab, run_id, 2)
+        deadline = time.monotonic() + 60
+        while True:   # the rank's wrapper records itself once torchrun started it
+            record = lab.host_run(2, ["cat", f"/root/.multihost/runs/{run_id}/rank.1.json"])
+            if record.returncode == 0 and json.loads(record.stdout).get("pid"):
+                break
+            assert time.monotonic() < deadline, record.stderr
+            time.sleep(0.3)
+        wrapper = json.loads(record.stdout)["wrapper"][0]
+        lab.host_run(2, ["kill", "-9", str(wrapper)], check=True)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    last = err.strip().splitlines()[-1]
+    assert "rank 3 (local rank 1): killed by SIGKILL" in last, err[-3000:]
+    status = status_json(lab, run_id)
+    assert (status["root_cause"]["rank"], status["root_cause"]["node_rank"]) == (3, 1)
+    assert leftovers(lab, 2, run_id) == {}

@@ -61,8 +61,8 @@ def newest(runs):
 
 
 def all_runs(lab, hosts, *extra):
-    result = lab.multihost("status", "--all", "--hostfile", str(hosts), "--json", *extra,
-                           timeout=60)
+    result = lab.multihost("status", "--all", "--hostfile", str(hosts), "--json", "--ended",
+                           *extra, timeout=60)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)["runs"]
 
@@ -231,3 +231,38 @@ def test_a_detached_queued_run_waits_in_the_background_and_runs(lab, tmp_path, g
         assert not all_runs(lab, hosts, "--state", "queued")
     finally:
         lab.multihost("stop", first_id, "--kill-wait", "1", timeout=60)
+
+
+def test_the_team_view_lists_a_failed_run_as_failed_behind_ended_and_mine_picks_mine(lab, tmp_path):
+    code = code_dir(tmp_path)
+    (code / "fail.py").write_text("import os, sys, time\n"
+                                  "sys.exit(3) if os.environ['RANK'] == '1' else time.sleep(60)\n")
+    hosts = hostfile(lab, tmp_path, 2)
+    name = f"fails-{secrets.token_hex(2)}"
+    done = lab.multihost("run", "--hostfile", str(hosts), "--launcher", "python", "--code",
+                         str(code), "--name", name, "--kill-wait", "1", "--no-check", "--plain",
+                         "--log_dir", str(tmp_path / "log"), "--", "fail.py", timeout=120)
+    assert done.returncode == 3, done.stderr
+    # rank 1 failed on the second host, the teardown stopped the first: the run failed
+    assert name not in newest(all_runs(lab, hosts, "--state", "running"))
+    shown = lab.multihost("status", "--all", "--hostfile", str(hosts), "--json", timeout=60)
+    assert name not in {r["name"] for r in json.loads(shown.stdout)["runs"]}   # ended: hidden
+    ended = newest(all_runs(lab, hosts))          # all_runs asks with --ended
+    assert ended[name]["state"] == "failed" and ended[name]["exit_code"] == 3
+    table = lab.multihost("status", "--all", "--hostfile", str(hosts), "--ended", timeout=60).stdout
+    rows = [line.split() for line in table.splitlines()[1:]]
+    states = [row[3] for row in rows if row[3] in ("succeeded", "failed", "stopped")]
+    assert states == sorted(states, key=("failed", "stopped", "succeeded").index), table
+    mine = newest(all_runs(lab, hosts, "--mine"))
+    assert name in mine and all(r["controller"].startswith("root@") for r in mine.values())
+    nobody = lab.run([sys.executable, "-m", "multihost", "status", "--all", "--hostfile", str(hosts),
+                      "--ended", "--mine", "--json"], timeout=60,
+                     env=lab.env_with(USER="nobody", LOGNAME="nobody"))
+    assert json.loads(nobody.stdout)["runs"] == [], nobody.stderr
+    # no hosts named: those of the last run started here, said on stderr
+    remembered = lab.multihost("status", "--all", "--ended", "--json", timeout=60)
+    assert remembered.returncode == 0, remembered.stderr
+    last = run_id_in(remembered.stderr)
+    assert "the hosts of the last run" in remembered.stderr
+    if last == run_id_in(done.stderr):      # no other test started one since
+        assert name in {r["name"] for r in json.loads(remembered.stdout)["runs"]}

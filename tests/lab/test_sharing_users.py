@@ -108,7 +108,8 @@ def root_run(lab, hosts, code, tmp_path, name, nap, *extra):
 
 
 def everyone(run, hosts, *extra):
-    result = run("status", "--all", "--hostfile", str(hosts), *extra, "--json", timeout=60)
+    result = run("status", "--all", "--hostfile", str(hosts), "--ended", *extra, "--json",
+                 timeout=60)
     assert result.returncode == 0, result.stderr
     # The newest run of each name: the hosts keep ended runs a day, and tests name alike.
     return {r["name"]: r for r in sorted(json.loads(result.stdout)["runs"], key=lambda r: r["since"])}
@@ -137,6 +138,11 @@ def test_another_users_run_is_busy_named_and_never_stopped_by_the_fix(lab, tmp_p
         # status --all from bob's side and from root's: both see root's run
         mine = ("--include", f"{lab.address(1)},{lab.address(2)}")
         assert everyone(bob.multihost, bob.hosts, *mine)["bert-large"]["user"] == "root"
+        # root's run by its name from bob's controller: a pointer that shows it
+        logs = bob.multihost("logs", "bert-large")
+        assert logs.returncode != 0 and "status --all --ended --json" in logs.stderr, logs.stderr
+        assert everyone(bob.multihost, bob.hosts, *mine)["bert-large"]["controller"].startswith(
+            "root@")
         waiting = bob.popen("run", "--hostfile", str(bob.hosts), "--include",
                             f"{lab.address(1)},{lab.address(2)}", "--launcher", "python",
                             "--code", str(bob.code), "--name", "bobs", "--queue", "--plain",

@@ -80,7 +80,9 @@ def test_check_inside_salloc_says_each_node_ran_an_srun_step(slurm_lab):
 
 def test_status_all_shows_slurms_jobs_beside_the_runs(slurm_lab, tmp_path):
     code = sleeper_code(tmp_path)
+    name = f"holder-{tmp_path.name[-6:]}"   # this test's run, whatever ran before it
     holder = slurm_lab.popen(["salloc", "-N", "2", "-J", "holder", "multihost", "run",
+                              "--name", name,
                               "--launcher", "python", "--nproc_per_node", "1", "--code", str(code),
                               "--no-check", "--plain", "--log_dir", str(tmp_path / "log"), "--",
                               "sleeper.py"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -99,7 +101,7 @@ def test_status_all_shows_slurms_jobs_beside_the_runs(slurm_lab, tmp_path):
         r = slurm_lab.multihost("status", "--all", "--hostfile", str(slurm_lab.hostfile), timeout=90)
         assert r.returncode == 0, r.stderr
         lines = r.stdout.splitlines()
-        assert any(re.search(r"\brunning\b", l) and "root" in l for l in lines[1:3]), r.stdout
+        assert any(re.search(r"\brunning\b", l) and "root" in l and name in l for l in lines), r.stdout
         assert "Slurm jobs (squeue, every user): 2" in lines, r.stdout
         assert any(l.split()[:3] == [held, "root", "RUNNING"] and "h[1-2]" in l and
                    l.split()[-1] == "holder" for l in lines), r.stdout
@@ -109,7 +111,9 @@ def test_status_all_shows_slurms_jobs_beside_the_runs(slurm_lab, tmp_path):
                                               str(slurm_lab.hostfile), "--json", timeout=90).stdout)
         assert {(j["job_id"], j["state"]) for j in data["slurm"]} == {(held, "RUNNING"),
                                                                      (waiting, "PENDING")}
-        assert [r["state"] for r in data["runs"]] == ["running"]
+        assert [r["state"] for r in data["runs"] if r["name"] == name] == ["running"]
+        # runs that ended before (earlier tests') wait behind --ended
+        assert not [r for r in data["runs"] if r["state"] in ("succeeded", "failed", "stopped")]
     finally:
         slurm_lab.run(["scancel", "-u", "root"])
         for proc in (holder, queued):

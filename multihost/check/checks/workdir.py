@@ -39,6 +39,9 @@ def what_it_is(real: str, home: Optional[str]) -> Optional[str]:
         return "the home directory itself"
     if home and real == posixpath.join(home, ".ssh"):
         return "ssh's own directory (keys, authorized_keys)"
+    if home and real.startswith(posixpath.join(home, ".ssh") + "/"):
+        # a hostfile's workdir ~/.ssh holds the project's directory: ~/.ssh/<project>
+        return "inside ssh's own directory (keys, authorized_keys)"
     return None
 
 
@@ -57,8 +60,8 @@ def what_it_is_as_typed(path: str) -> Optional[str]:
     rel = posixpath.normpath(path or ".")
     if rel == ".":
         return "the home directory itself"
-    if rel == ".ssh":
-        return what_it_is("~/.ssh", "~")
+    if rel == ".ssh" or rel.startswith(".ssh/"):
+        return what_it_is("~/" + rel, "~")
     if all(part == ".." for part in rel.split("/")):
         return "a directory that holds the home directory"
     return None

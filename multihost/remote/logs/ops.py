@@ -2,7 +2,8 @@
 
 Frames on stdout, in the format of frames.py (data, state, heartbeat, end).
 Data is cut at the last newline so that lines are never split between frames, except
-at the end of a finished node (a last line without newline) or a line longer than a chunk.
+at the end of a finished node (a last line without newline), a line longer than a chunk,
+and a line being redrawn with \r (a progress bar: its states are shown as they come).
 The controller resumes from the sizes of its mirror files: nothing is lost or repeated.
 """
 import json
@@ -76,9 +77,12 @@ class Streamer(object):
                     handle.seek(offset)
                     data = handle.read(min(size - offset, CHUNK))
                 cut = data.rfind(b"\n") + 1
-                if cut == 0 and not final and len(data) < CHUNK:
+                # A line redrawn with \r (a progress bar) goes out as it is drawn: each
+                # state is one write of the job's, and the controller joins the line.
+                bar = data.find(b"\r", cut) >= 0
+                if cut == 0 and not (final or bar) and len(data) < CHUNK:
                     break  # a line still being written: wait for its end
-                if cut and not (final and cut < len(data)):
+                if cut and not (final or bar):
                     data = data[:cut]
                 self.data(name, offset, data)
                 offset += len(data)

@@ -188,7 +188,32 @@ def rank_records(run_dir):
             rec = read_json(os.path.join(run_dir, name))
             if isinstance(rec, dict):
                 records.append(rec)
+    settle_killed_wrappers(run_dir, records)
     return sorted(records, key=lambda r: r.get("local_rank", 0))
+
+
+def settle_killed_wrappers(run_dir, records):
+    """A rank whose wrapper is gone without writing its end was killed with its wrapper
+    (SIGKILL: the wrapper catches every other signal; ``kill -9`` of the process that
+    matches the script hits the wrapper as often as the script). Its end is not known;
+    it came before what it caused: the launcher then stopped the node's other ranks and
+    exited. So it is dated just before the first of those, and is the root cause instead
+    of a peer the launcher stopped."""
+    dead = []
+    for rec in records:
+        wrapper = rec.get("wrapper")
+        if rec.get("ended") is None and isinstance(wrapper, list) and len(wrapper) == 2 \
+                and isinstance(wrapper[0], int) and not is_alive(wrapper[0], wrapper[1]):
+            dead.append(rec)
+    if not dead:
+        return
+    node = read_json(os.path.join(run_dir, "node.json")) or {}
+    after = [r["ended"] for r in records if r not in dead and r.get("ended") and r.get("signal")]
+    if isinstance(node.get("ended"), (int, float)):
+        after.append(node["ended"])
+    when = min(after) - 0.001 if after else time.time()
+    for rec in dead:
+        rec.update(ended=when, signal=int(signal.SIGKILL), wrapper_killed=True)
 
 
 # --- processes --------------------------------------------------------------------

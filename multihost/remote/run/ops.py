@@ -89,6 +89,11 @@ def prepare(request):
     # A relative workdir is relative to the home directory, as for ssh and the sync, even
     # when the helper runs elsewhere (this machine's host runs in the controller's cwd).
     workdir = os.path.join(os.path.expanduser("~"), os.path.expanduser(request.get("cwd") or "~"))
+    if not os.path.isdir(workdir) and request.get("make_cwd"):
+        try:
+            os.makedirs(workdir, 0o700)
+        except OSError:
+            pass   # refused just below, naming the workdir
     if not os.path.isdir(workdir):
         raise OpError("workdir %s does not exist" % workdir,
                       "sync the code there (run without --no-sync) or give the right --workdir")

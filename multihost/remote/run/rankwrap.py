@@ -61,6 +61,15 @@ def exit_mark(run_dir, local_rank):
         return None
 
 
+def own_start_ticks():
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+        return int(raw[raw.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def main(argv):
     if len(argv) < 3:
         sys.stderr.write("usage: rankwrap.py RUN_DIR CMD [ARGS...]\n")
@@ -76,9 +85,11 @@ def main(argv):
                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     for sig in CAUGHT:  # a Python handler (not SIG_IGN) is reset to default by exec
         signal.signal(sig, lambda *_: None)
+    # "wrapper": this process (pid, start ticks): a record left without its end by a
+    # wrapper that is gone means the wrapper itself was killed (files.rank_records).
     record = {"local_rank": int(local_rank), "rank": int(rank) if rank and rank.isdigit() else None,
               "started": time.time(), "pid": None, "ended": None, "exit_code": None,
-              "signal": None}
+              "signal": None, "wrapper": [os.getpid(), own_start_ticks()]}
     pid = os.fork()
     if pid == 0:
         for sig in CAUGHT:

@@ -32,6 +32,9 @@ def judged(path, real, home="/root", rank=1):
     ("/root", "/root", "the workdir /root is the home directory itself"),
     ("/root/.ssh/", "/root/.ssh", "the workdir /root/.ssh is ssh's own directory"),
     ("/root/keys", "/root/.ssh", "the workdir /root/keys resolves to /root/.ssh, ssh's own"),
+    # a hostfile's `workdir = ~/.ssh` holds the project's directory: never into ~/.ssh
+    ("/root/.ssh/authorized_keys", "/root/.ssh/authorized_keys",
+     "the workdir /root/.ssh/authorized_keys is inside ssh's own directory"),
 ])
 def test_a_workdir_the_system_or_the_user_lives_in_is_not_ready(path, real, said):
     report = judged(path, real)

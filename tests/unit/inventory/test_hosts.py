@@ -88,6 +88,25 @@ def test_command_line_flags_beat_the_hostfile(tmp_path):
     assert {h.workdir for h in hosts} == {"/w"} and {h.python for h in hosts} == {"py"}
 
 
+def test_two_projects_sharing_a_hostfiles_workdir_get_a_directory_each(tmp_path):
+    from multihost.job import workdir_for
+
+    path = hostfile(tmp_path, "[defaults]\nworkdir = /root/work\n[h1]\n[h2]\nworkdir = /scratch/{project}-runs\n")
+    h1, h2 = load_hosts(None, path)
+    assert [workdir_for(h1, str(tmp_path / p)) for p in ("bert", "resnet")] == \
+        ["/root/work/bert", "/root/work/resnet"]
+    assert workdir_for(h2, str(tmp_path / "bert")) == "/scratch/bert-runs"
+    exact, = load_hosts(None, hostfile(tmp_path, "[h1]\n"), HostOptions(workdir="/root/work"))
+    assert workdir_for(exact, str(tmp_path / "bert")) == "/root/work"   # --workdir: as typed
+    # a hostfile that names the project's own directory, or the code's path on a shared
+    # filesystem, is that directory, not a base
+    named, = load_hosts(None, hostfile(tmp_path, "[defaults]\nworkdir = /data/bert\n[h1]\n"))
+    assert workdir_for(named, str(tmp_path / "bert")) == "/data/bert"
+    assert workdir_for(named, str(tmp_path / "gpt")) == "/data/bert/gpt"
+    shared, = load_hosts(None, hostfile(tmp_path, f"[defaults]\nworkdir = {tmp_path}\n[h1]\n"))
+    assert workdir_for(shared, str(tmp_path)) == str(tmp_path)
+
+
 @pytest.mark.parametrize("text, words", [
     ("[h1]\ngpu = 0\n", [":2:", "unknown key 'gpu'", "keys are"]),
     ("[h1]\nport = 99999\n", [":2:", "port '99999'"]),

@@ -139,3 +139,56 @@ def test_a_line_still_being_written_is_never_shown_cut_in_two(home, tmp_path):
         handle.write(b"ne\n")
     (home / "node.json").write_text(json.dumps({"state": "succeeded", "exit_code": 0}))
     assert lines(follow(tmp_path)) == [(0, "half of a line")]
+
+
+def test_a_progress_bar_is_shown_as_it_moves_before_its_line_ends(home, tmp_path):
+    """tqdm, Lightning and the HF Trainer redraw one line with \\r: each state is shown
+    while the bar runs (no newline yet), and the line once, at its end, as its last state."""
+    from multihost.events import LogProgress
+
+    log = home / "log" / "workerlog.1"
+    log.write_bytes(b"")
+    seen = threading.Condition()
+    states = []
+
+    def listener(event):
+        with seen:
+            if isinstance(event, LogProgress):
+                states.append(event)
+            elif isinstance(event, LogBlock):
+                states.append(event.text)
+            seen.notify_all()
+
+    host = Host(name="127.0.0.1", python=sys.executable)
+    with HostGroup([host]) as cluster:
+        follower = LogFollower(cluster, RUN, [(host, 2)], tmp_path / "mirror", listener,
+                               follow=True).start()
+        for step in range(1, 6):
+            with open(log, "ab") as handle:
+                handle.write(b"\rEpoch 0:  %d/5 [00:0%d<00:01, 7.12it/s, train_loss=0.%d]" % (step, step, step))
+            with seen:  # the state is shown while the line has no end
+                assert seen.wait_for(lambda: any(isinstance(e, LogProgress) and f" {step}/5" in e.text
+                                                 for e in states), timeout=10)
+        with open(log, "ab") as handle:
+            handle.write(b"\n")
+        (home / "node.json").write_text(json.dumps({"state": "succeeded", "exit_code": 0}))
+        assert follower.drain(20)
+        follower.stop()
+    moving = [e for e in states if isinstance(e, LogProgress)]
+    assert [e.rank for e in moving] == [1] * 5 and moving[-1].text.endswith("train_loss=0.5]")
+    assert [e for e in states if isinstance(e, str)] == [moving[-1].text]   # the line, once
+    assert (tmp_path / "mirror" / "127.0.0.1" / "log" / "workerlog.1").read_bytes() == log.read_bytes()
+
+
+def test_a_bar_that_never_ends_its_line_is_held_in_bounded_memory_at_its_latest_state():
+    from multihost.logs.frames import LineJoiner
+    from multihost.untrusted import MAX_LINE
+
+    joiner = LineJoiner()
+    for step in range(200_000):   # 7 MB of \\r updates, fed as a host's frames bring them
+        assert joiner.feed(b"\r %d/200000 [00:01<00:02, 9.0it/s]" % step) == b""
+        if step % 1000 == 999:
+            assert joiner.progress_update().startswith(b" %d/200000" % step)
+            assert joiner.progress_update() == b""   # unchanged: nothing new to show
+    assert len(joiner.pending) < MAX_LINE + 200
+    assert joiner.feed(b"\n") .endswith(b"\r 199999/200000 [00:01<00:02, 9.0it/s]\n")

@@ -136,3 +136,28 @@ def test_a_failed_setup_stops_before_launch_naming_host_exit_and_last_lines(tmp_
     assert last.startswith("multihost: 127.0.0.1: setup") and "exited 3" in last
     assert "No matching distribution" in last and "(fix: " in last
     assert not any(home.rglob("launched"))
+
+
+def test_rerun_from_another_directory_syncs_the_runs_code_and_takes_new_arguments(tmp_path):
+    home, project, elsewhere = tmp_path / "home", tmp_path / "project", tmp_path / "elsewhere"
+    for directory in (home, project, elsewhere):
+        directory.mkdir()
+    (project / "train.py").write_text("import sys\nprint('args', *sys.argv[1:])\n")
+    (elsewhere / "train.py").write_text("print('the wrong project')\n")
+    first = multihost(home, project, "run", "--no-check", "--launcher", "python", "--plain",
+                      "--", "train.py", "--epochs", "3")
+    assert first.returncode == 0 and "args --epochs 3" in first.stdout, first.stderr
+    run_id = next(p.name for p in (home / ".multihost" / "runs").iterdir() if p.is_dir())
+    resumed = multihost(home, elsewhere, "rerun", run_id, "--plain", "--", "--resume", "ckpt.pt")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "args --resume ckpt.pt" in resumed.stdout and "wrong project" not in resumed.stdout
+    again = multihost(home, elsewhere, "rerun", "--plain")      # the last run: the resumed one
+    assert "args --resume ckpt.pt" in again.stdout, again.stderr
+    last = multihost(home, elsewhere, "rerun", "--plain", "--", "--epochs", "1")
+    assert "args --epochs 1" in last.stdout, last.stderr
+    assert not (elsewhere / "log").exists() and len(list((project / "log").iterdir())) >= 4
+
+
+def test_the_program_of_a_command_is_its_script_or_its_module():
+    assert jobfile.program_words(["train.py", "--lr", "1"]) == ["train.py"]
+    assert jobfile.program_words(["-m", "pkg.train", "--lr", "1"]) == ["-m", "pkg.train"]

@@ -62,6 +62,13 @@ def test_socket_interface_from_check_unless_the_user_set_it():
     assert (env["GLOO_SOCKET_IFNAME"], env["NCCL_SOCKET_IFNAME"]) == ("ens5", "ib0")
 
 
+def test_a_rich_progress_bar_is_told_to_draw_into_the_log_unless_the_user_says_otherwise():
+    env = request_for()["env"]
+    assert (env["TTY_COMPATIBLE"], env["COLUMNS"]) == ("1", "200")
+    env = request_for(user_env={"TTY_COMPATIBLE": "0", "COLUMNS": "100"})["env"]
+    assert (env["TTY_COMPATIBLE"], env["COLUMNS"]) == ("0", "100")
+
+
 def test_gpus_set_cuda_visible_devices_and_user_env_wins_over_passthrough():
     env = request_for(gpus=(2, 3), user_env={"NCCL_DEBUG": "WARN"})["env"]
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"

@@ -2,6 +2,7 @@
 replies, the root cause (earliest failure by time), and the run's own exit status."""
 from __future__ import annotations
 
+import dataclasses
 import signal
 
 import pytest
@@ -306,3 +307,22 @@ def test_paddles_gloo_group_set_up_failure_is_named_with_its_fix():
     assert known_fix(["gloo/transport/tcp/pair.cc:784 connect [198.18.0.11]:949: "
                       "Connection refused"]) == fix
     assert known_fix(["ValueError: bad batch"]) is None
+
+
+def test_lightnings_world_size_refusal_gets_the_flags_that_give_its_world_size():
+    from types import SimpleNamespace
+
+    from multihost.run.pipeline import fix_for
+
+    plan = SimpleNamespace(run_id="20261127-152005-f588", nodes=[
+        SimpleNamespace(host=SimpleNamespace(label=host), nproc=1) for host in ("h1", "h2", "h3")])
+    said = ("ValueError: You set `devices=2` and `num_nodes=3` in Lightning, but the product "
+            "(2 * 3) does not match the world size (3).")
+    cause = Failure(1.0, 0, "h1", "rank", rank=0, local_rank=0, exit_code=1,
+                    tail=("Traceback (most recent call last):", said))
+    assert fix_for(cause, plan) == (
+        "Lightning asks devices=2 x num_nodes=3 = 6 processes; multihost started 3 hosts x 1 "
+        "process = 3: give --nproc_per_node 2 (Lightning's devices, per host)")
+    two_hosts = SimpleNamespace(run_id=plan.run_id, nodes=plan.nodes[:2])
+    assert "give 3 hosts and --nproc_per_node 2, or set num_nodes=2" in fix_for(
+        dataclasses.replace(cause, tail=(said.replace("(3)", "(2)"),)), two_hosts)

@@ -72,3 +72,40 @@ def test_a_hosts_registry_reply_is_cleaned_and_only_well_formed_entries_are_kept
     kept = registry_entries(reply)
     assert len(kept) == 1 and "\x1b" not in kept[0]["user"] + kept[0]["name"]
     assert registry_entries({"entries": "nope"}) == [] and registry_entries(None) == []
+
+
+def test_a_run_failed_on_one_host_and_stopped_on_the_others_is_failed_and_listed_first():
+    from multihost.run.holders import chosen
+
+    ended = dict(live=False, started=60.0)
+    runs = merge({
+        "h1": [run("20261127-080000-0001", state="stopped", exit_code=143, ended=70.0, **ended),
+               run("20261127-070000-0002", state="succeeded", exit_code=0, ended=65.0, **ended),
+               run("20261127-060000-0003", state="stopped", exit_code=143, ended=64.0,
+                   controller="bob@laptop", **ended),
+               run("20261127-090000-0004", controller="bob@laptop")],
+        "h2": [run("20261127-080000-0001", state="failed", exit_code=3, ended=69.0, **ended)]})
+    assert [(r.run_id[-4:], r.state) for r in runs] == [
+        ("0004", "running"), ("0001", "failed"), ("0003", "stopped"), ("0002", "succeeded")]
+    assert [r.run_id[-4:] for r in chosen(runs)] == ["0004"]            # ended: with --ended
+    assert [r.run_id[-4:] for r in chosen(runs, ended=True, mine="bob")] == ["0004", "0003"]
+    assert [r.run_id[-4:] for r in chosen(runs, state="failed")] == ["0001"]
+
+
+def test_a_queued_run_says_its_place_again_only_when_it_changes(monkeypatch):
+    import multihost.run.queue as queue_module
+
+    t = ticket()
+    holder = run("20261127-090000-cccc", started=50.0)
+    other = queue("20261127-095000-dddd", 90.0, user="bob")
+    turns = iter([[holder, other]] * 3 + [[holder]] * 2 + [[]])   # 2nd, then 1st, then go
+    clock = iter(range(1000, 2000, 2))       # the holder's age grows at every look
+    monkeypatch.setattr(t, "refresh", lambda: {"198.18.0.11": next(turns)})
+    monkeypatch.setattr(queue_module.time, "sleep", lambda s: None)
+    monkeypatch.setattr(queue_module.time, "time", lambda: float(next(clock)))
+    monkeypatch.setattr(t, "_save", lambda: None)
+    monkeypatch.setattr(t, "_keep", lambda: None)
+    said = []
+    t.wait_turn(said.append)
+    assert [line.split(",")[0] for line in said] == ["queued: 2nd", "queued: 1st",
+                                                     "queued run mine: its turn"]

@@ -216,3 +216,15 @@ def test_at_80_columns_the_keys_that_stop_detach_and_quit_are_on_the_first_foote
     text = screen(started(), width=80)
     footer = next(l for l in text.splitlines() if "[s] stop the run" in l)
     assert "[d] detach" in footer and "[q] plain lines" in footer and len(footer) <= 80
+
+
+def test_a_progress_bar_moving_shows_its_step_loss_and_speed_but_adds_no_log_line():
+    from multihost.events import LogProgress
+    model = started()
+    model.apply(line(0, 0, "a warning printed before the bar"))
+    for step in (3, 9):
+        model.apply(LogProgress(0, HOSTS[0], 0, 0, f"Epoch 1:  45%|####5  | {step}/20 "
+                                f"[00:01<00:01,  7.12it/s, v_num=0, train_loss=0.69{step}]", T0 + 2))
+    row = next(r for r in model.snapshot().rows if r.host == HOSTS[0])
+    assert (row.metrics.epoch, row.metrics.step, row.metrics.loss, row.metrics.speed) == (1, 9, 0.699, 7.12)
+    assert row.last_line.startswith("Epoch 1:") and row.lines == 1
