@@ -53,6 +53,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                     help="also show PATH inside every host at the same path (repeatable)")
     up.add_argument("--replace", action="store_true",
                     help="tear down a lab of the same name first instead of refusing")
+    up.add_argument("--containers", action="store_true",
+                    help="podman in every host, with its own storage (run --image tests)")
     up.add_argument("--slurm", action="store_true",
                     help="also run Slurm: slurmctld on ctl (198.18.0.1), slurmd on every host")
     sub.add_parser("down", help="remove the lab: processes, namespaces, files")
@@ -122,7 +124,7 @@ def main(args) -> int:
         import time
         t0 = time.monotonic()
         lab.up(args.n, rate=args.rate, shares=args.share, replace=args.replace,
-               with_slurm=args.slurm)
+               with_slurm=args.slurm, with_containers=args.containers)
         print(f"lab {lab.name}: {args.n} host(s) up{' with Slurm' if args.slurm else ''} "
               f"in {time.monotonic() - t0:.1f}s")
         print(f"  hostfile  {lab.hostfile}")

@@ -55,6 +55,10 @@ class RunRequest:
     launch_timeout: float = 120.0            # a node whose job has not started everywhere
                                              # by then (the controller was lost during the
                                              # launch) stops its ranks itself
+    image: Optional[str] = None              # --image: every node's launcher and ranks run
+                                             # inside it (docs/containers.md)
+    engine: Optional[str] = None             # --engine podman|docker; None: the host's
+    image_from_controller: bool = False      # --image-from-controller: save | load, no pull
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
     if request.gpu_interval < 0:
         raise ConfigError("--gpu-interval takes seconds, 0 (no GPU samples) or more",
                           fix="e.g. --gpu-interval 5")
+    check_image(request)
     if (request.max_restarts or 0) < 0:
         raise ConfigError("--max-restarts takes a count, 0 or more", fix="e.g. --max-restarts 3")
     if request.max_restarts and request.detach:
@@ -105,6 +110,23 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
     if request.sync:
         run_plan.check_script(command, job.code, no_python=request.no_python)
     return Validated(choice, template, job)
+
+
+def check_image(request: RunRequest) -> None:
+    if request.engine and not request.image:
+        raise ConfigError("--engine chooses the engine of --image", fix="add --image IMAGE")
+    if request.image_from_controller and not request.image:
+        raise ConfigError("--image-from-controller sends the --image", fix="add --image IMAGE")
+    if request.engine not in (None, "podman", "docker"):
+        raise ConfigError(f"--engine {request.engine!r} is not podman or docker",
+                          fix="--engine podman (or docker)")
+    if request.image and request.ps is not None:
+        raise ConfigError("--image does not run parameter-server jobs yet",
+                          fix="drop --image, or run the trainers with `multihost run`")
+    if request.image is not None and (not request.image.strip() or request.image.startswith("-")
+                                      or any(c.isspace() for c in request.image)):
+        raise ConfigError(f"--image {request.image!r} is not an image name",
+                          fix="e.g. --image nvcr.io/nvidia/pytorch:24.05-py3")
 
 
 def ps_layout(request: RunRequest, addresses, start_port):
@@ -202,7 +224,12 @@ def plan_for(cluster, request: RunRequest, validated: Validated, report, run_id:
         environ=os.environ, user_env=dict(request.env), kill_wait=request.kill_wait,
         allow_concurrent=request.allow_concurrent, gpu_interval=request.gpu_interval,
         ps=ps_layout(request, addresses, start_port))
-    return dataclasses.replace(plan, launch_timeout=request.launch_timeout, name=request.name)
+    container = None
+    if request.image:
+        container = {"image": request.image, "engine": request.engine,
+                     "mounts": [p for p in validated.job.data if p.startswith("/")]}
+    return dataclasses.replace(plan, launch_timeout=request.launch_timeout, name=request.name,
+                               container=container)
 
 
 def failure_of(outcome, plan) -> Optional[RunFailed]:

@@ -224,14 +224,15 @@ def find_engine(wanted=None):
         if path:
             return name, path
     if wanted:
-        raise ContainerError("%s is not installed on this host" % wanted,
-                             "sudo apt-get install -y %s" % _package(wanted))
+        raise ContainerError("%s is not installed on this host" % wanted, install_fix(wanted))
     raise ContainerError("no container engine on this host (podman or docker)",
-                         "sudo apt-get install -y podman")
+                         install_fix("podman"))
 
 
-def _package(engine):
-    return "docker.io" if engine == "docker" else engine
+def install_fix(engine):
+    """Debian's package of the engine, typed as this user may type it."""
+    package = "docker.io" if engine == "docker" else "podman catatonit"
+    return "%sapt-get install -y %s" % ("" if os.getuid() == 0 else "sudo ", package)
 
 
 def _output(argv, timeout=30):
