@@ -101,7 +101,10 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
                              hostfile=hosts[0].launcher if hosts else None)
     template = launchers.load_template(choice.name)
     # The preflight checks that every host has what the launcher imports (torchrun: torch).
-    job = dataclasses.replace(request.job, frameworks=template.frameworks)
+    # In an image, the framework is the image's: the host's python is not the job's.
+    job = dataclasses.replace(request.job, frameworks=() if request.image else template.frameworks,
+                              image=request.image, engine=request.engine,
+                              image_from_controller=request.image_from_controller)
     ps = ps_layout(request, [h.name for h in hosts], job.start_port or 17000)
     if ps is not None:  # the check then checks every role's port on every machine
         job = dataclasses.replace(job, nproc_per_node=ps.ports_per_machine())

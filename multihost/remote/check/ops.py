@@ -231,11 +231,17 @@ def connect_facts(request):
                               c.get("timeout", 3.0))
 
 
+def image_facts(request):
+    from ..run.image_ops import describe
+
+    return describe(request.get("image"), request.get("engine"))
+
+
 PROBES = {
     "hostname": hostname_facts, "python": python_facts, "gpus": gpu_facts,
     "ports": ports_facts, "net": net_facts, "disk": disk_facts, "leftovers": leftover_facts,
     "ping": ping_facts, "connect": connect_facts, "data": data_facts,
-    "holds": holds_facts, "foreign": foreign_facts,
+    "holds": holds_facts, "foreign": foreign_facts, "image": image_facts,
 }
 
 

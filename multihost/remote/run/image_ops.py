@@ -34,16 +34,28 @@ def _gpu_runtime(facts):
 
 @op("image.facts")
 def facts(request):
+    return describe(request.get("image"), request.get("engine"))
+
+
+def describe(image, engine=None):
+    """The engine here and the image: also the check's ``image`` probe."""
     try:
-        found = container.host_facts(request.get("engine") or None)
+        found = container.host_facts(engine or None)
     except container.ContainerError as err:
         return {"engine": None, "error": err.text, "fix": err.fix}
-    image = request.get("image")
     return {"engine": found["engine"], "version": found.get("version") or "",
             "rootless": bool(found.get("rootless")), "user": found.get("user"),
             "gpu_runtime": _gpu_runtime(found), "gpus": len(found.get("gpus") or ()),
             "image_id": container.image_id(found["path"], image) if image else None,
-            "leftovers": container.leftovers(found["path"])}
+            "leftovers": _left_over(container.leftovers(found["path"]))}
+
+
+def _left_over(found):
+    """The containers whose run no longer holds this host (its supervisor is gone)."""
+    from ..registry import holds
+
+    live = {entry["run_id"] for entry in holds.read_all() if entry.get("live")}
+    return [c for c in found if c["run"] not in live]
 
 
 @op("image.pull")
