@@ -17,6 +17,12 @@ command -v tmux >/dev/null 2>&1 || need+=(tmux)   # the dashboard tests drive a 
 # The Slurm lab (multihost lab up N --slurm) runs real slurmctld/slurmd and munged.
 command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need+=(munge)
+# run --image in the lab: podman in every lab host (runc: crun refuses hybrid cgroups),
+# its init, and debootstrap to build the test image (no registry is needed).
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || need+=(runc)
+[ -x /usr/libexec/podman/catatonit ] || [ -x /usr/bin/catatonit ] || need+=(catatonit)
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -7,7 +7,9 @@ with fixes that work when typed.
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab
-from test_faults import Controller, wait_for
+from test_faults import Controller, on_host, wait_for
 
 IMAGE = "localhost/multihost-test:bookworm-python3"
 ROOTFS = Path(os.environ.get("MULTIHOST_IMAGE_ROOTFS",
@@ -248,3 +250,52 @@ def test_check_names_a_differing_image_and_a_host_without_the_engine(clab, code)
     line = next(l for l in check.stdout.splitlines() if "198.18.0.11 [0] image: fail" in l)
     assert "podman is not installed on this host" in line
     assert f"--include 198.18.0.11 -- apt-get install -y podman catatonit" in check.stdout
+
+
+def test_a_controller_lost_mid_launch_leaves_no_container(clab, code, tmp_path):
+    """Node 0's containers run, node 1's launch is late, the controller dies between the
+    two: past --launch-timeout node 0 gives up, and its containers go with its ranks."""
+    slow = f"/root/slowpy-{secrets.token_hex(3)}"
+    on_host(clab, 2, slow).write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$*" in *run.launch*) sleep 8;; esac
+        exec {sys.executable} "$@"
+        """))
+    on_host(clab, 2, slow).chmod(0o755)
+    hostfile = tmp_path / "hosts.ini"
+    hostfile.write_text(f"[{clab.address(1)}]\npython = {sys.executable}\n"
+                        f"[{clab.address(2)}]\npython = {slow}\n")
+    argv = run_args(clab, code, "--env", "JOB_SLEEP=300", "--launch-timeout", "5")
+    argv[argv.index("--ips"):argv.index("--ips") + 2] = ["--hostfile", str(hostfile)]
+    controller = Controller(clab, argv, env=clab.env)
+    try:
+        run_id = controller.run_id(120)
+        wait_for(lambda: len(containers_of(clab, run_id).get(1, ())) == 2, 90,
+                 "node 0's containers never ran")
+        controller.kill()
+        wait_for(lambda: not containers_of(clab, run_id) and not ranks_of(clab, run_id), 60,
+                 "the run's containers were left on the hosts")
+    finally:
+        controller.kill()
+        clab.host_run(2, ["rm", "-f", slow])
+
+
+def test_check_names_a_container_left_by_an_earlier_run_and_its_fix_removes_it(clab, code):
+    saved = subprocess.run(["podman", "save", IMAGE], env=clab.env, capture_output=True,
+                           check=True).stdout
+    assert clab.host_run(1, ["podman", "load"], input=saved, text=False,
+                         env=host_env(clab)).returncode == 0
+    left = podman_on(clab, 1, "run", "-d", "--name", "mh-20200101-000000-dead-n0",
+                     "--label", "multihost.run=20200101-000000-dead",
+                     "--label", "multihost.owner=root", "--ulimit", "nproc=4096:4096",
+                     "--ulimit", "nofile=20000:20000", IMAGE, "sleep", "600")
+    assert left.returncode == 0, left.stderr
+    check = clab.multihost("check", "--ips", ",".join(clab.addresses), "--image", IMAGE,
+                           "--plain", "-v", "--code", str(code), timeout=120)
+    line = next(l for l in check.stdout.splitlines() if "198.18.0.11 [0] image: warn" in l)
+    assert "container mh-20200101-000000-dead-n0 of run 20200101-000000-dead (owner root" in line
+    fix = re.search(r"run `(multihost exec [^`]+)`", line).group(1)
+    assert "podman rm -f mh-20200101-000000-dead-n0" in fix
+    typed = clab.multihost(*shlex.split(fix)[1:], timeout=120)
+    assert typed.returncode == 0, typed.stderr
+    assert podman_on(clab, 1, "ps", "-a", "-q").stdout.strip() == ""
