@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .config import LabPaths
+from .config import CTL_ADDRESS, LabPaths
 
 TOOLS = {"podman": "podman", "runc": "runc"}
 CATATONIT = ("/usr/libexec/podman/catatonit", "/usr/bin/catatonit")
@@ -57,6 +57,28 @@ def cgroup_mounts(mounts_file: str = "/proc/self/mounts") -> List[List[str]]:
     return found
 
 
+def registry_address() -> str:
+    """Where a lab's own registry listens (`docker-registry serve`, in the controller's
+    namespace): the controller's lab address."""
+    return f"{CTL_ADDRESS}:5000"
+
+
+def registry_config(paths: LabPaths) -> Path:
+    """A config for Debian's docker-registry: no auth, the lab's address, its own
+    storage in the lab."""
+    path = paths.dir / "containers" / "registry.yml"
+    path.write_text(f"""version: 0.1
+storage:
+  filesystem:
+    rootdirectory: {paths.dir / "containers" / "registry"}
+  delete:
+    enabled: true
+http:
+  addr: {registry_address()}
+""")
+    return path
+
+
 def etc_dir(paths: LabPaths) -> Path:
     return paths.dir / "containers" / "etc"
 
@@ -80,6 +102,10 @@ def prepare(paths: LabPaths, n: int) -> None:
             shutil.copy(machine / name, etc / name)
     if not (etc / "policy.json").exists():   # any image, no signature: a test lab
         (etc / "policy.json").write_text('{"default": [{"type": "insecureAcceptAnything"}]}\n')
+    # A registry the lab runs itself listens on the controller's lab address, over plain
+    # HTTP (no certificate to make): the hosts' pulls from it are allowed to be insecure.
+    with open(etc / "registries.conf", "a") as conf:
+        conf.write(f'\n[[registry]]\nlocation = "{registry_address()}"\ninsecure = true\n')
     (etc / "containers.conf").write_text(ENGINE_CONF)
     (etc / "storage.conf").write_text('[storage]\ndriver = "overlay"\n'
                                       'graphroot = "/var/lib/containers/storage"\n'

@@ -299,3 +299,40 @@ def test_check_names_a_container_left_by_an_earlier_run_and_its_fix_removes_it(c
     typed = clab.multihost(*shlex.split(fix)[1:], timeout=120)
     assert typed.returncode == 0, typed.stderr
     assert podman_on(clab, 1, "ps", "-a", "-q").stdout.strip() == ""
+
+
+def test_hosts_without_the_image_pull_it_from_a_registry(clab, code):
+    """The pull path: the image in a registry on the controller's lab address (Debian's
+    docker-registry), both hosts pull it at once, and run it."""
+    from multihost.lab import containers
+
+    registry_bin = shutil.which("docker-registry")
+    if not registry_bin:
+        pytest.skip("no registry to pull from: docker-registry is not installed (scripts/setup.sh)")
+    remote = f"{containers.registry_address()}/multihost-test:pull"
+    registry = clab.popen([registry_bin, "serve", str(containers.registry_config(clab.lab.paths))],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+    try:
+        ping = f"import urllib.request; urllib.request.urlopen('http://{remote.split('/')[0]}/v2/')"
+        wait_for(lambda: clab.run([sys.executable, "-c", ping]).returncode == 0, 30,
+                 "the registry never answered")
+        assert clab.run(["podman", "tag", IMAGE, remote]).returncode == 0
+        pushed = clab.run(["podman", "push", "--tls-verify=false", remote], timeout=300)
+        assert pushed.returncode == 0, pushed.stderr
+        for i in (1, 2):
+            podman_on(clab, i, "rmi", "-f", remote)
+        args = run_args(clab, code)
+        args[args.index(IMAGE)] = remote
+        result = clab.multihost(*args, timeout=300)
+    finally:
+        os.killpg(registry.pid, signal.SIGKILL)
+        registry.wait(10)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"pulling {remote} on 2 host(s)" in result.stderr
+    assert "from this machine" not in result.stderr
+    assert result.stdout.count("inside=True") == 4
+    wanted = clab.run(["podman", "image", "inspect", "--format", "{{.Id}}", remote]).stdout.strip()
+    assert podman_on(clab, 1, "image", "inspect", "--format", "{{.Id}}", remote).stdout.strip() \
+        == podman_on(clab, 2, "image", "inspect", "--format", "{{.Id}}", remote).stdout.strip() \
+        == wanted
