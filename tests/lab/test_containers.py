@@ -336,3 +336,24 @@ def test_hosts_without_the_image_pull_it_from_a_registry(clab, code):
     assert podman_on(clab, 1, "image", "inspect", "--format", "{{.Id}}", remote).stdout.strip() \
         == podman_on(clab, 2, "image", "inspect", "--format", "{{.Id}}", remote).stdout.strip() \
         == wanted
+
+
+def test_stacks_reach_every_rank_inside_its_container(clab, code):
+    """`multihost stacks` finds each rank's process on its host (the records hold the
+    pid inside the container) and its stack hook answers: the frame the rank sleeps in."""
+    controller = Controller(clab, run_args(clab, code, "--env", "JOB_SLEEP=300"), env=clab.env)
+    try:
+        run_id = controller.run_id(120)
+        all_up(clab, run_id)
+        wait_for(lambda: "all 4 ranks met" in controller.text("out"), 60, "ranks never met")
+        stacks = clab.multihost("stacks", run_id, timeout=120)
+        assert stacks.returncode == 0, stacks.stderr
+        # One stack for all four (the same frame), each rank reached in its container.
+        assert "ranks 0-3 (4 rank(s) on" in stacks.stdout, stacks.stdout
+        assert "rank.py\", line" in stacks.stdout, stacks.stdout
+        stopped = clab.multihost("stop", run_id, timeout=120)
+        assert stopped.returncode == 0, stopped.stderr
+        controller.wait(120)
+    finally:
+        controller.kill()
+    nothing_left(clab, run_id)

@@ -89,6 +89,49 @@ def remove_for(record, run_id):
         return []
 
 
+INITS = ("podman-init", "catatonit", "docker-init", "tini")
+
+
+def _proc_text(pid, name):
+    try:
+        with open("/proc/%d/%s" % (pid, name), "rb") as source:
+            return source.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def innermost_pid(pid):
+    """The pid a process has in its own (innermost) namespace: NSpid's last field."""
+    for line in _proc_text(pid, "status").splitlines():
+        if line.startswith("NSpid:"):
+            fields = line.split()[1:]
+            return int(fields[-1]) if fields else None
+    return None
+
+
+def rank_host_pid(run_id, stacks_path, inner=None):
+    """The host's pid of a rank's process inside its container (its records hold the
+    pid it has in there): among the run's processes given this rank's stacks file, the
+    one whose pid in there is ``inner`` (the stack hook's own word), else, with no word,
+    the newest that is not the container's init. None when there is none."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        env = dict(entry.partition("=")[::2] for entry in _proc_text(pid, "environ").split("\0")
+                   if entry)
+        if env.get(run_files.MARKER) != run_id or env.get("MULTIHOST_STACKS_FILE") != stacks_path:
+            continue
+        if inner is not None:
+            if innermost_pid(pid) == inner:
+                return pid
+            continue
+        if _proc_text(pid, "comm").strip() not in INITS:
+            found.append(pid)
+    return max(found) if found else None
+
+
 def node_record(run_dir):
     node = run_files.read_json(os.path.join(run_dir, "node.json"), {}) or {}
     return node.get("container")
