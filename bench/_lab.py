@@ -19,9 +19,10 @@ from multihost.lab import Lab  # noqa: E402
 
 
 @contextlib.contextmanager
-def bench_lab(hosts: int, rate: Optional[str] = None) -> Iterator[Lab]:
+def bench_lab(hosts: int, rate: Optional[str] = None,
+              containers: bool = False) -> Iterator[Lab]:
     lab = Lab("mhb" + secrets.token_hex(2))
-    lab.up(hosts, rate=rate)
+    lab.up(hosts, rate=rate, with_containers=containers)
     try:
         yield lab
     finally:

@@ -196,3 +196,16 @@ def test_leftovers_name_their_run_and_owner_for_both_engines():
     for text, run, owner in ((podman, "R1", "ann"), (docker, "R2", "bob")):
         found = container.leftovers("/x", lambda argv, text=text: text)
         assert [(f["run"], f["owner"]) for f in found] == [(run, owner)]
+
+
+def test_bad_image_flags_are_refused_before_any_host_is_asked():
+    from multihost.errors import ConfigError
+    from multihost.job import JobOptions
+    from multihost.run.pipeline import RunRequest, check_image
+
+    for fields, said in (({"engine": "podman"}, "--engine chooses the engine of --image"),
+                         ({"image": "x", "engine": "lxc"}, "is not podman or docker"),
+                         ({"image": "-rm"}, "is not an image name"),
+                         ({"image_from_controller": True}, "sends the --image")):
+        with pytest.raises(ConfigError, match=said):
+            check_image(RunRequest(command=("t.py",), job=JobOptions(), **fields))

@@ -136,3 +136,13 @@ def test_a_failed_setup_stops_before_launch_naming_host_exit_and_last_lines(tmp_
     assert last.startswith("multihost: 127.0.0.1: setup") and "exited 3" in last
     assert "No matching distribution" in last and "(fix: " in last
     assert not any(home.rglob("launched"))
+
+
+def test_an_image_in_a_job_file_is_the_runs_image_and_a_flag_beats_it(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text('hosts = "10.0.0.1"\nimage = "nvcr.io/nvidia/pytorch:24.05-py3"\n'
+                   'engine = "podman"\nimage_from_controller = true\ncommand = "train.py"\n')
+    args = run_args("-f", str(job))
+    assert (args.image, args.engine, args.image_from_controller) == (
+        "nvcr.io/nvidia/pytorch:24.05-py3", "podman", True)
+    assert run_args("-f", str(job), "--image", "mine:1").image == "mine:1"
