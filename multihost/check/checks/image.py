@@ -30,7 +30,9 @@ def reference(cluster: Cluster):
 
 
 @check("image", order=45, probes=("image",), short="image", wanted=_wanted)
-def judge_image(probe: HostProbe, cluster: Cluster) -> CheckResult:
+def judge_image(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
+    if not cluster.job.image:
+        return None   # no image, no column
     skipped = not_checked(probe, "image")
     if skipped:
         return skipped

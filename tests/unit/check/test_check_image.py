@@ -60,3 +60,9 @@ def test_a_container_left_by_another_users_run_names_its_owner():
     assert row.detail == "container mh-R-n0 of run R (owner bob, Up 2 hours) is left"
     assert row.fix.startswith("ask bob to end it, or run `multihost exec")
     assert row.fix.endswith("-- podman rm -f mh-R-n0`")
+
+
+def test_no_image_no_column():
+    probes = lab_probes(2)
+    cluster = make_cluster(probes, JobOptions(), 17000, ADDRESSES[0], False)
+    assert [judge_image(p, cluster) for p in cluster.probes] == [None, None]
