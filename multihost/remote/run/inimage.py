@@ -48,8 +48,7 @@ class ImageRun(object):
     def job_env(self, spec):
         """The container's environment: the job's own, not the host's (its PATH, its
         HOME would be wrong inside the image)."""
-        env = dict(spec.get("env") or {})
-        return env
+        return dict(spec.get("env") or {})
 
     def command(self, argv, env, local_rank=None):
         """(the engine's argv, the client's environment) for ``argv`` with ``env``."""
@@ -130,8 +129,3 @@ def rank_host_pid(run_id, stacks_path, inner=None):
         if _proc_text(pid, "comm").strip() not in INITS:
             found.append(pid)
     return max(found) if found else None
-
-
-def node_record(run_dir):
-    node = run_files.read_json(os.path.join(run_dir, "node.json"), {}) or {}
-    return node.get("container")
