@@ -33,6 +33,9 @@ RANK = textwrap.dedent("""\
     import os, socket, time
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    attempt = os.environ.get("MULTIHOST_RESTART_COUNT", "0")
+    if os.environ.get("FAIL_FIRST") and attempt == "0" and rank == 3:
+        raise SystemExit(3)
     inside = os.path.exists("/run/.containerenv") or os.path.exists("/.dockerenv")
     print("up rank=%d host=%s inside=%s uid=%d" % (rank, socket.gethostname(), inside,
                                                    os.getuid()), flush=True)
@@ -356,4 +359,15 @@ def test_stacks_reach_every_rank_inside_its_container(clab, code):
         controller.wait(120)
     finally:
         controller.kill()
+    nothing_left(clab, run_id)
+
+
+def test_a_restart_runs_the_next_attempt_in_new_containers(clab, code):
+    """--max-restarts: rank 3 fails in attempt 0; attempt 1 starts in containers of its
+    own name (-a1) on the same hosts, and the run succeeds with nothing left."""
+    result = clab.multihost(*run_args(clab, code, "--env", "FAIL_FIRST=1", "--max-restarts", "1"),
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "all 4 ranks met" in result.stdout
+    run_id = result.stderr.split("multihost: run ", 1)[1].split(":", 1)[0]
     nothing_left(clab, run_id)
