@@ -19,9 +19,10 @@ from multihost.lab import Lab  # noqa: E402
 
 
 @contextlib.contextmanager
-def bench_lab(hosts: int, rate: Optional[str] = None, shares: Sequence[str] = ()) -> Iterator[Lab]:
+def bench_lab(hosts: int, rate: Optional[str] = None, shares: Sequence[str] = (),
+              containers: bool = False) -> Iterator[Lab]:
     lab = Lab("mhb" + secrets.token_hex(2))
-    lab.up(hosts, rate=rate, shares=shares)
+    lab.up(hosts, rate=rate, shares=shares, with_containers=containers)
     try:
         yield lab
     finally:

@@ -154,7 +154,9 @@ class Cluster:
             kill_wait: float = 10.0, wait: Optional[float] = None, setup: Optional[str] = None,
             hang_timeout: Optional[float] = None, gpu_interval: float = 5.0,
             max_restarts: Optional[int] = None, spares: Spares = None,
-            detach: bool = False, name: str = "", queue: bool = False) -> "Run":
+            detach: bool = False, name: str = "", queue: bool = False,
+            image: Optional[str] = None, engine: Optional[str] = None,
+            image_from_controller: bool = False) -> "Run":
         """Check, sync and launch in ip order, as ``multihost run`` does; returns once every
         node has been launched (the preflight's or sync's failure is raised here). The run
         is followed in the background until it ends, unless ``detach``: then it goes on
@@ -162,7 +164,9 @@ class Cluster:
         ``max_restarts`` and ``spares`` (more, after the cluster's own) are the flags'
         (docs/longrun.md): each attempt's events end with its RunFinished. ``name`` is
         ``--name``'s: what the hosts' other users see; ``queue`` is ``--queue``'s: wait in
-        line while the hosts are held, instead of refusing (docs/sharing.md)."""
+        line while the hosts are held, instead of refusing (docs/sharing.md). ``image``,
+        ``engine`` and ``image_from_controller`` are ``--image``'s (docs/containers.md):
+        every node's launcher and ranks run inside the image."""
         from .run import pipeline
         from .run.lifecycle import Lifecycle
         from .run.sharing import check_name
@@ -173,7 +177,8 @@ class Cluster:
             allow_concurrent=allow_concurrent, log_dir=log_dir, kill_wait=kill_wait, wait=wait,
             detach=detach, setup=setup, hang_timeout=hang_timeout, gpu_interval=gpu_interval,
             max_restarts=max_restarts, spares=self.spares + self._more_spares(spares),
-            name=check_name(name), queue=queue)
+            name=check_name(name), queue=queue, image=image, engine=engine,
+            image_from_controller=image_from_controller)
         validated = pipeline.validate(self.hosts, request)   # before any host is asked
         cluster = self._connect()
         life = Lifecycle(cluster, request, validated, notify=notify)

@@ -29,6 +29,9 @@ class JobOptions:
     frameworks: Tuple[str, ...] = ()           # what the launcher imports: torchrun, torch
     gpus_from: str = "--gpus"                  # where ``gpus`` came from, for a fix to name:
                                                # --gpus, or CUDA_VISIBLE_DEVICES (fleetrun)
+    image: Optional[str] = None                # --image: the job runs in it (the check's
+    engine: Optional[str] = None               # image column); --engine
+    image_from_controller: bool = False        # the hosts' image is replaced by this one's
 
     def gpus_for(self, host: Host) -> Tuple[int, ...]:
         """The devices this host's ranks use: --gpus beats the hostfile; () is CPU."""
@@ -94,6 +97,8 @@ def job_options_from_args(args, hosts: Sequence[Host] = ()) -> JobOptions:
         # `--code '~/x'` (quoted, or from a job file) is the user's home, as the shell's
         code=os.path.expanduser(getattr(args, "code", None) or "."),
         gpus_from=getattr(args, "gpus_from", None) or "--gpus",
+        image=getattr(args, "image", None) or None, engine=getattr(args, "engine", None) or None,
+        image_from_controller=bool(getattr(args, "image_from_controller", False)),
     )
     job.check_devices(hosts)
     return job

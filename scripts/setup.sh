@@ -21,6 +21,13 @@ command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need+=(munge)
 # home with a network filesystem's weak semantics).
 for shell in zsh tcsh fish; do command -v $shell >/dev/null 2>&1 || need+=($shell); done
 command -v sshfs >/dev/null 2>&1 || need+=(sshfs)
+# run --image in the lab: podman in every lab host (runc: crun refuses hybrid cgroups),
+# its init, and debootstrap to build the test image (no registry is needed).
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || need+=(runc)
+[ -x /usr/libexec/podman/catatonit ] || [ -x /usr/bin/catatonit ] || need+=(catatonit)
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)   # the pull path
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

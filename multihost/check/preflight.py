@@ -131,6 +131,7 @@ def _facts_request(session: Session, sessions: Sequence[Session], job: JobOption
         "peers": [s.address for s in sessions if s is not session and s.address],
         "ping_timeout": PING_TIMEOUT, "budget": budget,
         "data": list(job.data) + list(host.data),
+        "image": job.image, "engine": job.engine,
         # Where the controller's own environment lives: a host may have one at the same
         # path, with the framework its python3 lacks (remote/check/python).
         "prefix": sys.prefix,

@@ -21,7 +21,8 @@ host connects to the first host's master port), ping (every host pings every oth
 iface (the interface towards the first host; hostnames that resolve to loopback),
 workdir (not a system directory, ~ or ~/.ssh), disk (free space in the workdir), clock
 (skew against this machine), leftovers (processes of earlier multihost runs), data
-(--data exists everywhere).
+(--data exists everywhere), image (with --image: the engine, the image's id the same
+everywhere, containers left by earlier runs).
 Each is explained, with its fixes, in docs/check.md.
 
 Exit status: 0 when no check failed (warnings allowed), 3 when one did, or when
@@ -50,6 +51,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="also print every check's detail, one line each")
     group.add_argument("--timeout", type=float, default=8.0, metavar="S",
                        help="seconds each host may spend on its checks (default 8)")
+    parser.add_argument("--image", default=None, metavar="IMAGE",
+                        help="the job runs in this image (run --image): check every host's "
+                             "engine, that the image is the same everywhere, and containers "
+                             "left by earlier runs")
+    parser.add_argument("--engine", default=None, choices=("podman", "docker"),
+                        help="with --image: the hosts' container engine")
     parser.add_argument("--queue", action="store_true",
                         help="when another run holds the hosts, wait in line for them, then "
                              "check (as `run --queue` does; docs/sharing.md)")

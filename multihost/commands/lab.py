@@ -59,6 +59,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     up.add_argument("--sshfs", action="store_true",
                     help="with --shared-home: that home is an sshfs mount on every host, served "
                          "by host 1 (a network filesystem's weak semantics) instead of a bind mount")
+    up.add_argument("--containers", action="store_true",
+                    help="podman in every host, with its own storage (run --image tests)")
     up.add_argument("--slurm", action="store_true",
                     help="also run Slurm: slurmctld on ctl (198.18.0.1), slurmd on every host")
     sub.add_parser("down", help="remove the lab: processes, namespaces, files")
@@ -128,7 +130,8 @@ def main(args) -> int:
         import time
         t0 = time.monotonic()
         lab.up(args.n, rate=args.rate, shares=args.share, replace=args.replace,
-               with_slurm=args.slurm, shared_home=args.shared_home, sshfs=args.sshfs)
+               with_slurm=args.slurm, shared_home=args.shared_home, sshfs=args.sshfs,
+               with_containers=args.containers)
         print(f"lab {lab.name}: {args.n} host(s) up{' with Slurm' if args.slurm else ''} "
               f"in {time.monotonic() - t0:.1f}s")
         print(f"  hostfile  {lab.hostfile}")

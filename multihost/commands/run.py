@@ -92,6 +92,16 @@ def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True,
     group.add_argument("--queue", action="store_true",
                        help="when another run holds the hosts (or the GPUs asked for), wait "
                             "for them in line instead of refusing (docs/sharing.md)")
+    group.add_argument("--image", default=None, metavar="IMAGE",
+                       help="run every node's launcher and ranks inside this container "
+                            "image, with the host's network, IPC and GPUs "
+                            "(docs/containers.md)")
+    group.add_argument("--engine", default=None, choices=("podman", "docker"),
+                       help="with --image: the hosts' container engine (default: podman "
+                            "where installed, else docker)")
+    group.add_argument("--image-from-controller", action="store_true",
+                       help="with --image: send the image from this machine (save | load) "
+                            "instead of the hosts pulling it")
     group.add_argument("--no-check", action="store_true", help="skip the preflight checks")
     group.add_argument("--no-sync", action="store_true", help="skip the code sync")
     group.add_argument("--allow-concurrent", action="store_true",
@@ -191,7 +201,9 @@ def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
         max_restarts=args.max_restarts, hang_timeout=args.hang_timeout,
         gpu_interval=getattr(args, "gpu_interval", 5.0), ps=getattr(args, "ps", None),
         spares=spares, launch_timeout=getattr(args, "launch_timeout", 120.0),
-        name=check_name(getattr(args, "name", "") or ""), queue=getattr(args, "queue", False))
+        name=check_name(getattr(args, "name", "") or ""), queue=getattr(args, "queue", False),
+        image=getattr(args, "image", None), engine=getattr(args, "engine", None),
+        image_from_controller=getattr(args, "image_from_controller", False))
 
 
 def main(args: argparse.Namespace) -> int:

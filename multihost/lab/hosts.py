@@ -54,7 +54,8 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def prepare(paths: LabPaths, i: int, cluster_pub: str, ctl_pub: str, known: str,
-            shares: Sequence[str], binds: Sequence[Sequence[str]] = ()) -> None:
+            shares: Sequence[str], binds: Sequence[Sequence[str]] = (),
+            cgroups: Sequence[Sequence[str]] = ()) -> None:
     """Write host i's private dirs, its ~/.ssh and what its init reads at boot."""
     root, tmp = paths.host_root(i), paths.host_tmp(i)
     for d, mode in [(root, 0o700), (tmp, 0o1777), (paths.host_log(i), 0o755),
@@ -74,7 +75,7 @@ def prepare(paths: LabPaths, i: int, cluster_pub: str, ctl_pub: str, known: str,
         "boot": str(boot), "root": str(root), "tmp": str(tmp), "log": str(paths.host_log(i)),
         "etc_hosts": str(paths.etc_hosts), "resolv_conf": str(paths.resolv_conf),
         "run_dir": HOST_RUN_DIR, "log_dir": HOST_LOG_DIR, "shares": list(shares),
-        "binds": [list(b) for b in binds],
+        "binds": [list(b) for b in binds], "cgroups": [list(c) for c in cgroups],
     }
     _write(boot / "init.json", json.dumps(boot_cfg, indent=1) + "\n", 0o600)
 

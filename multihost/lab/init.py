@@ -117,6 +117,7 @@ def build_machine(cfg):
         pins.bind(cfg["root"], "/root")
     if cfg.get("tmp"):
         pins.bind(cfg["tmp"], "/tmp")
+    mount_cgroups(cfg.get("cgroups") or ())
     pins.bind(cfg["etc_hosts"], "/etc/hosts")
     pins.bind(cfg["resolv_conf"], "/etc/resolv.conf")
     for source, target in binds:
@@ -127,6 +128,17 @@ def build_machine(cfg):
     pins.close()
     socket.sethostname(cfg["hostname"])
     os.chdir("/root" if cfg.get("root") else "/")
+
+
+def mount_cgroups(hierarchies):
+    """The machine's cgroup hierarchies again, under this host's fresh /sys (``ip netns
+    exec`` mounted one with none): a container engine in the host needs them."""
+    if not hierarchies:
+        return
+    mount("tmpfs", "/sys/fs/cgroup", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for fstype, options, target in hierarchies:
+        os.makedirs(target, exist_ok=True)
+        mount("cgroup", target, fstype, MS_NOSUID | MS_NODEV, options or None)
 
 
 class Sshd:

@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 import multihost
 
 from ..errors import LabError
-from . import hosts, netns, procs, slurm, users
+from . import containers, hosts, netns, procs, slurm, users
 from .config import (DEFAULT_NAME, LabPaths, check_count, check_name, ctl_netns,
                      etc_hosts, host_address, host_name, hostfile, known_hosts,
                      parse_rate, resolv_conf, resolve_location, share_paths, ssh_client_config)
@@ -140,13 +140,18 @@ class Lab:
 
     def up(self, n: int, rate: Optional[str] = None, shares: Sequence[str] = (),
            replace: bool = False, with_slurm: bool = False,
-           shared_home: Optional[str] = None, sshfs: bool = False) -> LabState:
+           shared_home: Optional[str] = None, sshfs: bool = False,
+           with_containers: bool = False) -> LabState:
         """Bring up n hosts (with Slurm: see slurm.py; with ``shared_home``, that user's
-        home is one directory on every host: users.py); on any failure, tear down what
+        home is one directory on every host: users.py; with containers: podman in every
+        host, containers.py); on any failure, tear down what
         was built and re-raise."""
         check_count(n)
         rate, burst = parse_rate(rate) if rate else (None, 0)
         self.preflight(rate, with_slurm)
+        if with_containers and containers.unavailable():
+            raise LabError(f"no podman in lab hosts: {containers.unavailable()}",
+                           fix="apt-get install podman runc catatonit (scripts/setup.sh)")
         if self.exists():
             if not replace:
                 raise LabError(f"lab {self.name!r} already exists ({self.dir})",
@@ -157,7 +162,8 @@ class Lab:
         if shared_home:
             users.check_free(shared_home)   # never one that `down` would then remove
         try:
-            return self._build(n, rate, burst, shares, with_slurm, shared_home, sshfs)
+            return self._build(n, rate, burst, shares, with_slurm, shared_home, sshfs,
+                               with_containers)
         except BaseException:
             try:
                 self.down()
@@ -170,7 +176,7 @@ class Lab:
 
     def _build(self, n: int, rate: Optional[str], burst: int, shares: Sequence[str],
                with_slurm: bool = False, shared_home: Optional[str] = None,
-               sshfs: bool = False) -> LabState:
+               sshfs: bool = False, with_containers: bool = False) -> LabState:
         p = self.paths
         p.dir.mkdir(parents=True, exist_ok=True)
         if shared_home:
@@ -206,8 +212,13 @@ class Lab:
             ctl_cfg = slurm.prepare(p, n)
             (p.ctl_boot / "init.json").write_text(json.dumps(ctl_cfg, indent=1) + "\n")
             binds = slurm.binds(p)
+        cgroups = []
+        if with_containers:
+            containers.prepare(p, n)
+            cgroups = containers.cgroup_mounts()
         for i in range(1, n + 1):
-            hosts.prepare(p, i, cluster_pub, ctl_pub, known, shared, binds)
+            own = containers.binds(p, i) if with_containers else []
+            hosts.prepare(p, i, cluster_pub, ctl_pub, known, shared, [*binds, *own], cgroups)
 
         inits = hosts.launch(self.name, p, range(0 if with_slurm else 1, n + 1))
         state = dataclasses.replace(state, inits={str(i): [proc.pid, proc.start] for i, proc in inits.items()})

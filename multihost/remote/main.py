@@ -22,6 +22,7 @@ FAMILIES = {
     "collective": "check.collective",
     "run": "run.ops",
     "stacks": "run.stacks",
+    "image": "run.image_ops",
     "slurm": "run.slurm",
     "logs": "logs.ops",
     "sync": "sync.ops",

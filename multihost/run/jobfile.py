@@ -47,6 +47,8 @@ KEYS: Dict[str, Tuple[str, str]] = {
     "kill_wait": ("--kill-wait", "float"), "wait": ("--wait", "float"),
     "gpu_interval": ("--gpu-interval", "float"), "launch_timeout": ("--launch-timeout", "float"),
     "name": ("--name", "str"), "queue": ("--queue", "bool"),
+    "image": ("--image", "str"), "engine": ("--engine", "str"),
+    "image_from_controller": ("--image-from-controller", "bool"),
     "command": ("", "command"),
 }
 # Recorded even at their defaults ("." and "log"): relative to where the run was started,

@@ -103,11 +103,25 @@ class Lifecycle:
                      notify=self.notify, view=sync_view)
         digest = setup(self.cluster, job, self.request.setup,
                        always=self.request.setup_always, notify=self.notify)
+        image_id = self.image_everywhere(self.cluster)
         self.plan = plan_for(self.cluster, self.request, self.validated, report, new_run_id(),
                              start_port)
+        if image_id:
+            self.plan = dataclasses.replace(
+                self.plan, container=dict(self.plan.container, image_id=image_id))
         record = initial_record(self.plan, self.request, self.cluster, revision())
         self.record = dataclasses.replace(record, code_digest=digest, **self._spare_fields())
         return self.plan, self.record
+
+    def image_everywhere(self, cluster) -> Optional[str]:
+        """--image: on every host, one id everywhere (image_step.py); that id."""
+        if not self.request.image:
+            return None
+        from .image_step import ensure_image
+
+        return ensure_image(cluster, self.request.image, self.request.engine,
+                            from_controller=self.request.image_from_controller,
+                            notify=self.notify)
 
     def follow(self, listener_for: Callable[[], Any],
                holder: Optional[Dict[str, object]] = None) -> Outcome:
@@ -221,7 +235,7 @@ class Lifecycle:
             start_port = report.start_port if report and report.start_port else plan.start_port
             self.plan = dataclasses.replace(
                 plan_for(self.cluster, self.request, self.validated, report, plan.run_id,
-                         start_port), attempt=attempt)
+                         start_port), attempt=attempt, container=plan.container)
         except MultihostError as err:
             raise RunFailed(f"run {plan.run_id} failed ({label}: {describe(result.root_cause)}"
                             f"{lost}); it cannot restart: {err.cause}", host=err.host,
@@ -252,6 +266,7 @@ class Lifecycle:
                          notify=self.notify)
             setup(own, job, self.request.setup, always=self.request.setup_always,
                   notify=self.notify)
+            self.image_everywhere(own)   # the launch checks its id is the run's
 
     # -- helpers ----------------------------------------------------------------------
     def _move_to(self, hosts: Sequence[Host]) -> None:

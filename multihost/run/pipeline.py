@@ -56,6 +56,10 @@ class RunRequest:
     launch_timeout: float = 120.0            # a node whose job has not started everywhere
                                              # by then (the controller was lost during the
                                              # launch) stops its ranks itself
+    image: Optional[str] = None              # --image: every node's launcher and ranks run
+                                             # inside it (docs/containers.md)
+    engine: Optional[str] = None             # --engine podman|docker; None: the host's
+    image_from_controller: bool = False      # --image-from-controller: save | load, no pull
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
     if request.gpu_interval < 0:
         raise ConfigError("--gpu-interval takes seconds, 0 (no GPU samples) or more",
                           fix="e.g. --gpu-interval 5")
+    check_image(request)
     if (request.max_restarts or 0) < 0:
         raise ConfigError("--max-restarts takes a count, 0 or more", fix="e.g. --max-restarts 3")
     if request.max_restarts and request.detach:
@@ -97,7 +102,10 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
                              hostfile=hosts[0].launcher if hosts else None)
     template = launchers.load_template(choice.name)
     # The preflight checks that every host has what the launcher imports (torchrun: torch).
-    job = dataclasses.replace(request.job, frameworks=template.frameworks)
+    # In an image, the framework is the image's: the host's python is not the job's.
+    job = dataclasses.replace(request.job, frameworks=() if request.image else template.frameworks,
+                              image=request.image, engine=request.engine,
+                              image_from_controller=request.image_from_controller)
     ps = ps_layout(request, [h.name for h in hosts], job.start_port or 17000)
     if ps is not None:  # the check then checks every role's port on every machine
         job = dataclasses.replace(job, nproc_per_node=ps.ports_per_machine())
@@ -106,6 +114,23 @@ def validate(hosts: Sequence[Host], request: RunRequest) -> Validated:
     if request.sync:
         run_plan.check_script(command, job.code, no_python=request.no_python)
     return Validated(choice, template, job)
+
+
+def check_image(request: RunRequest) -> None:
+    if request.engine and not request.image:
+        raise ConfigError("--engine chooses the engine of --image", fix="add --image IMAGE")
+    if request.image_from_controller and not request.image:
+        raise ConfigError("--image-from-controller sends the --image", fix="add --image IMAGE")
+    if request.engine not in (None, "podman", "docker"):
+        raise ConfigError(f"--engine {request.engine!r} is not podman or docker",
+                          fix="--engine podman (or docker)")
+    if request.image and request.ps is not None:
+        raise ConfigError("--image does not run parameter-server jobs yet",
+                          fix="drop --image, or run the trainers with `multihost run`")
+    if request.image is not None and (not request.image.strip() or request.image.startswith("-")
+                                      or any(c.isspace() for c in request.image)):
+        raise ConfigError(f"--image {request.image!r} is not an image name",
+                          fix="e.g. --image nvcr.io/nvidia/pytorch:24.05-py3")
 
 
 def ps_layout(request: RunRequest, addresses, start_port):
@@ -213,7 +238,12 @@ def plan_for(cluster, request: RunRequest, validated: Validated, report, run_id:
         environ=os.environ, user_env=dict(request.env), kill_wait=request.kill_wait,
         allow_concurrent=request.allow_concurrent, gpu_interval=request.gpu_interval,
         ps=ps_layout(request, addresses, start_port))
-    return dataclasses.replace(plan, launch_timeout=request.launch_timeout, name=request.name)
+    container = None
+    if request.image:
+        container = {"image": request.image, "engine": request.engine,
+                     "mounts": [p for p in validated.job.data if p.startswith("/")]}
+    return dataclasses.replace(plan, launch_timeout=request.launch_timeout, name=request.name,
+                               container=container)
 
 
 def failure_of(outcome, plan) -> Optional[RunFailed]:

@@ -20,6 +20,9 @@ from ..hosts import Host
 from ..job import JobOptions, in_place, workdir_for
 
 
+IMAGE_PYTHON = "python3"
+
+
 @dataclass(frozen=True)
 class NodePlan:
     host: Host
@@ -53,6 +56,7 @@ class RunPlan:
     gpu_interval: float = 5.0     # seconds between a host's GPU samples; 0: none      # a fleetrun.PsLayout for a parameter-server job
     launch_timeout: float = 120.0  # a node not told that all launched by then stops itself
     name: str = ""                # --name: what people call the run (status --all, logs)
+    container: Optional[Dict[str, Any]] = None   # --image: {image, engine, image_id, mounts}
 
     @property
     def world_size(self) -> int:
@@ -168,7 +172,8 @@ def check_script(command: Sequence[str], code_dir: str, *, no_python: bool) -> N
 
 
 def template_values(plan: RunPlan, node: NodePlan, prepared: Prepared) -> Dict[str, Any]:
-    python = node.host.python
+    # Inside an image the host's interpreter is not there: the image's python3 is.
+    python = IMAGE_PYTHON if plan.container else node.host.python
     return {
         "python": python, "nnodes": str(len(plan.nodes)), "node_rank": str(node.node_rank),
         "nproc_per_node": str(node.nproc), "master_addr": plan.master_addr,
@@ -219,6 +224,8 @@ def launch_request(plan: RunPlan, node: NodePlan, prepared: Prepared) -> Dict[st
     }
     if plan.ps is not None:
         request["roles"] = ps_roles(plan, node, prepared)
+    if plan.container:
+        request["container"] = dict(plan.container)
     return request
 
 

@@ -282,8 +282,9 @@ def _tcp_peer(pid: int) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def running_lab(n: int) -> Iterator[LabHandle]:
-    """A lab of n hosts with a random name, down again on exit."""
+def running_lab(n: int, containers: bool = False) -> Iterator[LabHandle]:
+    """A lab of n hosts with a random name, down again on exit; ``containers``: podman
+    in every host (multihost/lab/containers.py)."""
     reason = lab_unavailable()
     if reason:
         pytest.skip(f"no lab on this machine: {reason}")
@@ -291,7 +292,7 @@ def running_lab(n: int) -> Iterator[LabHandle]:
     # Belt and braces: pytest runs this fixture's teardown on failures and Ctrl-C; atexit
     # catches an exit that skips it. down() is idempotent, so both may run.
     atexit.register(the_lab.down)
-    the_lab.up(n)  # tears down what it built if it fails
+    the_lab.up(n, with_containers=containers)  # tears down what it built if it fails
     try:
         yield LabHandle(the_lab, n)
     finally:

@@ -6,7 +6,8 @@ Facts: hostname resolution, the job's python and its torch/paddle/CUDA/NCCL vers
 (read from files, never by importing torch, which takes seconds), nvidia-smi, busy ports
 and who holds them, interfaces and the route to the first host, free disk in the
 workdir, processes left over by earlier multihost runs, ICMP to every other host
-(``net_ping``), the clock, and (on request) the rendezvous test of ``ops_check_net``.
+(``net_ping``), the clock, with ``--image`` the container engine and the image
+(``run/image_ops.describe``), and (on request) the rendezvous test of ``ops_check_net``.
 """
 import json
 import os
@@ -233,11 +234,17 @@ def connect_facts(request):
                               c.get("timeout", 3.0))
 
 
+def image_facts(request):
+    from ..run.image_ops import describe
+
+    return describe(request.get("image"), request.get("engine"))
+
+
 PROBES = {
     "hostname": hostname_facts, "python": python_facts, "gpus": gpu_facts,
     "ports": ports_facts, "net": net_facts, "disk": disk_facts, "leftovers": leftover_facts,
     "ping": ping_facts, "connect": connect_facts, "data": data_facts,
-    "holds": holds_facts, "foreign": foreign_facts,
+    "holds": holds_facts, "foreign": foreign_facts, "image": image_facts,
 }
 
 

@@ -232,6 +232,8 @@ def launch(request, kept=None):
         raise OpError("the supervisor ended before starting the launcher",
                       "read %s/supervisor.log on this host" % run_dir)
     if not reply.get("ok"):
+        if reply.get("fix"):  # it knows the fix (the image, the engine)
+            raise OpError(reply.get("error") or "the launcher did not start", reply["fix"])
         if reply.get("log"):  # the supervisor itself failed: its traceback is there
             raise OpError(reply.get("error") or "supervisor crashed",
                           "read %s on this host; this is a bug in multihost, please report "
@@ -468,6 +470,10 @@ def _end_stop(run_id, run_dir, node, grace, reason, reply=False):
     if run_files.run_processes(run_id):
         hard = run_files.terminate(run_id, None, grace)
     node = run_files.read_json(node_path, node) or node
+    if node.get("container"):   # its containers too, by their label
+        from .inimage import remove_for
+
+        remove_for(node["container"], run_id)
     if node.get("state") not in run_files.FINAL_STATES:
         node.update(state="stopped", ended=time.time(), stop_reason=reason)
         run_files.write_json(node_path, node)

@@ -40,15 +40,41 @@ def _settled(path, offset, wait):
         return source.read(MAX_BYTES).decode("utf-8", "replace")
 
 
+def _head(run_dir, local_rank):
+    try:
+        with open(os.path.join(run_dir, "stacks.%d" % local_rank), "rb") as source:
+            return source.read(200).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _hook_pid(head):
+    """The pid the stack hook wrote in its marker line (the rank's own view of it)."""
+    prefix = MARKER.split("%d")[0]
+    for line in head.splitlines():
+        if (line + "\n").startswith(prefix) and line[len(prefix):].strip().isdigit():
+            return int(line[len(prefix):].strip())
+    return None
+
+
+def in_container(run_dir, run_id, record):
+    """A rank inside a container (run --image): its record, with the pid it has on this
+    host (the record holds the engine client's, or the pid inside the container)."""
+    from .inimage import rank_host_pid
+
+    local = record["local_rank"]
+    path = os.path.join(run_dir, "stacks.%d" % local)
+    inner = _hook_pid(_head(run_dir, local))
+    pid = rank_host_pid(run_id, path, inner)
+    return dict(record, pid=pid, hook_pid=inner)
+
+
 def _by_hook(run_dir, record, wait):
     pid = record["pid"]
     path = os.path.join(run_dir, "stacks.%d" % record["local_rank"])
-    try:
-        with open(path, "rb") as source:
-            head = source.read(200).decode("utf-8", "replace")
-    except OSError:
-        head = ""
-    if (MARKER % pid) not in head:
+    head = _head(run_dir, record["local_rank"])
+    hook = record["hook_pid"] if "hook_pid" in record else pid
+    if hook is None or (MARKER % hook) not in head:
         return None, "no stack hook in this rank (not Python, or started with -I or -S); install py-spy on the host"
     offset = os.path.getsize(path)
     os.kill(pid, STACK_SIGNAL)
@@ -72,7 +98,10 @@ def dump(request):
     wait = float(request.get("wait") or 3.0)
     py_spy = None if request.get("no_py_spy") else shutil.which("py-spy")
     found = []
+    node = run_files.read_json(os.path.join(run_dir, "node.json"), {}) or {}
     for record in run_files.rank_records(run_dir):
+        if node.get("container") and record.get("ended") is None:
+            record = in_container(run_dir, request["run_id"], record)
         pid = record.get("pid")
         entry = {"local_rank": record.get("local_rank"), "rank": record.get("rank"),
                  "pid": pid, "method": None, "stack": None, "error": None}

@@ -25,6 +25,7 @@ from ..registry import holds
 from . import files as run_files
 from . import ps as run_ps
 from ..sync import lock as sync_lock
+from .container import ContainerError
 from .gpus import GpuSampler
 from .rankwrap import child_env, exit_mark
 
@@ -62,6 +63,7 @@ class Supervisor(object):
         self.teardown_deadline = None
         self.termed = set()
         self.gpus = None        # the GPU sampler (gpus.py), made in start()
+        self.image = None       # inimage.ImageRun under `run --image`, made in start()
         # Until the controller says every node launched (run.launched): a controller lost
         # between two launches leaves the others' rendezvous waiting for us forever.
         self.launch_deadline = run_files.launch_deadline(self.node)
@@ -99,19 +101,30 @@ class Supervisor(object):
     # --- start ----------------------------------------------------------------------
     def start(self):
         spec = self.spec
-        env = dict(os.environ)
-        env.update(spec["env"])
-        run_files.python_first_on_path(env, spec.get("python"))
+        if spec.get("container"):
+            from .inimage import ImageRun
+
+            self.image = ImageRun(spec, self.run_dir, self.node.get("attempt") or 0)
+            self.record(container=self.image.record())
+            env = self.image.job_env(spec)
+        else:
+            env = dict(os.environ)
+            env.update(spec["env"])
+            run_files.python_first_on_path(env, spec.get("python"))
         cwd = spec["cwd"]
         env["PWD"] = cwd  # what a shell would say after `cd`: scripts read it
-        self.gpus = GpuSampler(self.run_dir, env, spec.get("gpu_interval"))
+        self.gpus = GpuSampler(self.run_dir, dict(os.environ, **spec["env"]),
+                               spec.get("gpu_interval"))
         if spec.get("spawn") == "rank":
             self.start_ranks(spec["argv"], env, cwd)
         elif spec.get("spawn") == "ps":
             run_ps.start_roles(self, spec["argv"], env, cwd)
         else:
             out = run_files.open_private(os.path.join(self.run_dir, "launcher.log"))
-            proc = subprocess.Popen(spec["argv"], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+            argv = spec["argv"]
+            if self.image is not None:
+                argv, env = self.image.command(argv, env)
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True)
             out.close()
@@ -142,9 +155,12 @@ class Supervisor(object):
             })
             child_env(rank_env, self.run_dir, str(local))  # as the rank wrapper does
             log = run_files.open_private(os.path.join(self.run_dir, "log", "workerlog.%d" % local))
+            rank_argv = argv
+            if self.image is not None:   # a container per rank, each the rank's own
+                rank_argv, rank_env = self.image.command(argv, rank_env, local)
             # Rank 0 leads the group even once it has exited: it stays a zombie (and its
             # group stays joinable) until `reap` collects it, after every rank started.
-            proc = subprocess.Popen(argv, cwd=cwd, env=rank_env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(rank_argv, cwd=cwd, env=rank_env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, close_fds=True,
                                     preexec_fn=join_group)
             log.close()
@@ -171,9 +187,12 @@ class Supervisor(object):
                 continue
             if pid in self.children and pid not in self.exits:
                 if os.WIFSIGNALED(status):
-                    self.exits[pid] = (None, os.WTERMSIG(status), time.time())
+                    code, sig = None, os.WTERMSIG(status)
                 else:
-                    self.exits[pid] = (os.WEXITSTATUS(status), None, time.time())
+                    code, sig = os.WEXITSTATUS(status), None
+                if self.image is not None:
+                    code, sig = self.image.exit_of(code, sig)
+                self.exits[pid] = (code, sig, time.time())
                 local = self.children[pid]
                 if local is not None:
                     self.record_rank_exit(local, pid)
@@ -257,6 +276,13 @@ class Supervisor(object):
         run_files.terminate(self.run_id, os.getpid(), grace,
                             kill_now=lambda: self.kill_now or self.poll_exits_and_stop(),
                             skip_groups=(os.getpgrp(),))
+        self.remove_containers()
+
+    def remove_containers(self):
+        """The run's containers on this host, killed and removed by their label: what
+        the stop by marker missed (an engine that hangs, a container still starting)."""
+        if self.image is not None:
+            self.image.remove()
 
     def poll_exits_and_stop(self):
         """During a grace period: keep reaping, and see a second (kill-now) request."""
@@ -286,6 +312,7 @@ class Supervisor(object):
 
     def finish(self, error=None):
         self.stop_gpus()
+        self.remove_containers()
         run_files.make_run_files_private(self.run_dir)
         state, code, sig = ("failed", None, None) if error else self.outcome()
         self.record(state=state, exit_code=code, signal=sig, ended=time.time(),
@@ -324,6 +351,10 @@ def supervise(spec, run_dir, ready_fd):
             message = "cannot start %s: %s" % (what, err.strerror or err)
             sup.finish(error=message)
             sup.tell_launch_op({"ok": False, "error": message})  # no log: the message is all
+            return 1
+        except ContainerError as err:
+            sup.finish(error=err.text)
+            sup.tell_launch_op({"ok": False, "error": err.text, "fix": err.fix})
             return 1
         first = min(sup.children) if sup.children else None
         sup.record(state="running", started=time.time(), pid=first, pgid=sup.pgid,

@@ -161,3 +161,13 @@ def test_rerun_from_another_directory_syncs_the_runs_code_and_takes_new_argument
 def test_the_program_of_a_command_is_its_script_or_its_module():
     assert jobfile.program_words(["train.py", "--lr", "1"]) == ["train.py"]
     assert jobfile.program_words(["-m", "pkg.train", "--lr", "1"]) == ["-m", "pkg.train"]
+
+
+def test_an_image_in_a_job_file_is_the_runs_image_and_a_flag_beats_it(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text('hosts = "10.0.0.1"\nimage = "nvcr.io/nvidia/pytorch:24.05-py3"\n'
+                   'engine = "podman"\nimage_from_controller = true\ncommand = "train.py"\n')
+    args = run_args("-f", str(job))
+    assert (args.image, args.engine, args.image_from_controller) == (
+        "nvcr.io/nvidia/pytorch:24.05-py3", "podman", True)
+    assert run_args("-f", str(job), "--image", "mine:1").image == "mine:1"
