@@ -486,7 +486,9 @@ def test_a_full_disk_on_one_host_during_sync_is_named_and_leaves_no_partial_file
     (code / "model.bin").write_bytes(os.urandom(3 << 20))
     whole = tree(code)
     lab.host_run(2, ["mkdir", "-p", workdir], check=True)
-    lab.host_run(2, ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", workdir], check=True)
+    # mode 0755: a tmpfs is 1777 by default, a workdir anyone may write (refused)
+    lab.host_run(2, ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", workdir],
+                 check=True)
     try:
         result = lab.multihost("sync", "--ips", ips(lab, 3), "--code", str(code), "--workdir",
                                workdir, "--plain", timeout=120)

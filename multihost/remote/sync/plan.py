@@ -131,10 +131,21 @@ def absent_plan(request, count):
     return result
 
 
+# What the controller's shared-directory probe (sync/shared.py) makes in a workdir before
+# a sync: a workdir holding only that has nothing of a tree yet.
+SHARE_DIR = ".multihost-share"
+
+
 def workdir_absent(request):
-    """True when the request's workdir does not exist at all (a first sync)."""
+    """True when the request's workdir holds nothing yet (a first sync): it does not
+    exist, or it is a directory the sharing probe just made, holding only its tokens.
+    Such a host is sent no manifest, only the number of entries."""
     try:
-        return not os.path.lexists(resolve_root(request["root"], request.get("base")))
+        root = resolve_root(request["root"], request.get("base"))
+        if not os.path.lexists(root):
+            return True
+        return (not os.path.islink(root) and os.path.isdir(root)
+                and set(os.listdir(root)) <= {SHARE_DIR})
     except (KeyError, TypeError, ValueError, OSError):
         return False  # the full plan reports what is wrong with the request
 

@@ -47,6 +47,11 @@ def main():
                                  ddp_backend="gloo" if "WORLD_SIZE" in os.environ else None)
     Trainer(model=model, args=training, train_dataset=Random(64 * args.steps),
             callbacks=[Nap(args.nap)]).train()
+    # The Trainer leaves gloo's group open: a rank that exits while its peer still tears
+    # its group down can die of SIGABRT in gloo's destructor. End it together.
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     print("done", flush=True)
 
 

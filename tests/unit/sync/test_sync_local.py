@@ -270,8 +270,15 @@ def test_a_host_whose_workdir_is_not_there_is_planned_without_the_manifest(tmp_p
     plan = session.plan(3, no_manifest)
     assert plan["add"] == [0, 1, 2] and plan["exists"] is False
     session.abort()
+    # made by the shared-directory probe just before the sync: still nothing of a tree
+    (tmp_path / "probed" / ".multihost-share").mkdir(parents=True)
+    session = HostSession.start(transport, {"root": str(tmp_path / "probed"), "rank": 0, "keys": True})
+    plan = session.plan(3, no_manifest)
+    assert plan["add"] == [0, 1, 2] and plan["exists"] is False
+    session.abort()
 
     (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "notes.txt").write_text("mine\n")
     sent = []
     session = HostSession.start(transport, {"root": str(tmp_path / "old"), "rank": 0, "keys": True})
     manifest = zlib.compress(json.dumps({"entries": [["a.txt", "f", 1, 0o644, 1, "0" * 64]]}).encode())
