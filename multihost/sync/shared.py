@@ -53,9 +53,14 @@ done
 set -C
 printf '%s\n' "$m" 2>/dev/null > "$f"
 set +C
-i=0
-while [ ! -s "$f" ] && [ $i -lt 50 ]; do sleep 0.02; i=$((i + 1)); done
-o=-; read -r o 2>/dev/null < "$f"; echo "=owner= ${o:--}"
+# The winner's line may show late (a network filesystem caches sizes): read again, 2 s at
+# most, rather than test the size first.
+i=0; o=""
+while [ $i -lt 100 ]; do
+  read -r o 2>/dev/null < "$f"; [ -n "$o" ] && break
+  sleep 0.02; i=$((i + 1))
+done
+echo "=owner= ${o:--}"
 t=-; [ -n "$c" ] && read -r t 2>/dev/null < "$c/.multihost-share/$nc"; echo "=code= ${t:--}"
 exit 0
 '''
