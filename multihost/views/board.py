@@ -170,13 +170,8 @@ class BoardModel:
                 row.last_line = text
                 break
         for text in lines[-METRIC_LINES:]:  # the newest numbers are what a row shows
-            found = parse_metrics(text)
-            if found:
-                row.metrics = row.metrics.merged(found)
-                if found.speed is not None:
-                    self._speed(row, event.rank, row.metrics.step, found.speed)
-        if row.state in (NodeState.PENDING, NodeState.LAUNCHING):
-            row.state, row.since = NodeState.RUNNING, row.since or event.time
+            self._metrics(row, event.rank, text)
+        self._running(row, event.time)
         who = event.who
         for text in lines[-self._recent_size:]:
             if text.strip():  # blank lines say nothing in a summary
@@ -186,13 +181,22 @@ class BoardModel:
         """A bar's latest state: the row's numbers and last line, not a line of its log."""
         row = self._row(event.host, event.node_rank, event.rank)
         row.last_line = event.text
-        found = parse_metrics(event.text)
+        self._metrics(row, event.rank, event.text)
+        self._running(row, event.time)
+
+    def _metrics(self, row: _Row, rank: int, text: str) -> None:
+        """The numbers one line gives, merged into the row's."""
+        found = parse_metrics(text)
         if found:
             row.metrics = row.metrics.merged(found)
             if found.speed is not None:
-                self._speed(row, event.rank, row.metrics.step, found.speed)
+                self._speed(row, rank, row.metrics.step, found.speed)
+
+    @staticmethod
+    def _running(row: _Row, since: float) -> None:
+        """A rank that speaks has launched."""
         if row.state in (NodeState.PENDING, NodeState.LAUNCHING):
-            row.state, row.since = NodeState.RUNNING, row.since or event.time
+            row.state, row.since = NodeState.RUNNING, row.since or since
 
     def _speed(self, row: _Row, rank: int, step: Optional[int], speed: float) -> None:
         key = (-1 if step is None else step, speed)
