@@ -29,9 +29,9 @@ from ..errors import MultihostError, SyncError
 from ..fanout import fan_out
 from ..machines import IDENTITY_SHELL
 from ..remote.machine import machine_identity
+from ..remote.sync.plan import SHARE_DIR
 from ..transport.base import quote_path
 
-SHARE_DIR = ".multihost-share"
 
 # In: $w the directory, $nc the nonce, $c the code directory's path (or ""), $mk 1 to make
 # the directory when missing, $m this machine's identity. Prints the owner of the nonce

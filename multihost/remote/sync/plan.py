@@ -132,7 +132,7 @@ def absent_plan(request, count):
 
 
 # What the controller's shared-directory probe (sync/shared.py) makes in a workdir before
-# a sync: a workdir holding only that has nothing of a tree yet.
+# a sync, named here for both sides: a workdir holding only that has nothing of a tree yet.
 SHARE_DIR = ".multihost-share"
 
 
