@@ -213,17 +213,24 @@ def _drain(channel: paramiko.Channel, deadline: Optional[float]):
     """Read stdout and stderr together until both end; (None, stderr so far) on timeout."""
     out: List[bytes] = []
     err: List[bytes] = []
-    while True:
+
+    def take() -> None:
         while channel.recv_ready():
             out.append(channel.recv(65536))
         while channel.recv_stderr_ready():
             err.append(channel.recv_stderr(65536))
-        if channel.exit_status_ready() and not channel.recv_ready() \
-                and not channel.recv_stderr_ready() and channel.eof_received:
+
+    while True:
+        take()
+        # Data, EOF, exit status and close may all land between take() and these tests:
+        # each way out reads the buffers once more, so no line the command wrote is lost.
+        if channel.exit_status_ready() and channel.eof_received:
+            take()
             break
         transport = channel.get_transport()
         if channel.closed or transport is None or not transport.is_active():
             if channel.exit_status_ready():
+                take()
                 break  # closed right after its exit status: nothing more will come
             # the connection died (a dead link dropped after ssh_login.DEAD_LINK): no exit status
             # will ever come, so do not wait for one
