@@ -107,17 +107,12 @@ def _run(argv: list) -> int:
 
 
 def _print_status(lab) -> None:
-    rows = [("HOST", "ADDRESS", "INIT PID", "SSHD", "LINK")]
-    for h in lab.status():
-        rows.append((h.name, h.address, str(h.pid) if h.pid else "dead",
-                     "up" if h.sshd else "down", "up" if h.link else "cut"))
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    print(f"lab {lab.name} at {lab.dir}  (hostfile {lab.hostfile})")
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
-    nodes = lab.slurm_nodes()
-    if nodes:
-        print("slurm: " + ", ".join(f"{node} {state}" for node, state in nodes.items()))
+    import sys
+
+    from ..views.lab_view import render_status
+
+    render_status(lab.name, str(lab.dir), str(lab.hostfile), lab.status(), lab.slurm_nodes(),
+                  sys.stdout)
 
 
 def main(args) -> int:

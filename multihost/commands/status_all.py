@@ -65,7 +65,7 @@ def last_runs_hosts():
 
 def main_all(args: argparse.Namespace) -> int:
     from ..errors import EXIT_CONNECT
-    from ..run.holders import chosen, gather, render
+    from ..run.holders import chosen, gather
     from ..run.sharing import controller
     from ..slurm.jobs import cluster_jobs
     from .common import cluster_from_args, hosts_from_args, slurm_plan
@@ -91,6 +91,8 @@ def main_all(args: argparse.Namespace) -> int:
                           "slurm": None if jobs is None else [j.to_json() for j in jobs]},
                          indent=1))
     else:
+        from ..views.status_all_view import render
+
         render(runs, sys.stdout, now)
         if not runs:
             print("no runs on these hosts" + (f" in state {args.state}" if args.state else "")

@@ -1,15 +1,13 @@
 """Every run on a set of hosts, from every controller and user: read from each host's
-registry (remote/registry/holds.py) and merged by run, as ``status --all`` shows it (squeue's
-view of a cluster without a scheduler).
+registry (remote/registry/holds.py) and merged by run, in the order ``status --all`` lists
+them (squeue's view of a cluster without a scheduler; the table is views/status_all_view.py).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import helper
-from ..nodeset import fold
 from ..untrusted import clean_report
 from ..remote.registry.holds import fold_ints
 
@@ -133,32 +131,6 @@ def gather(cluster) -> Tuple[List[SharedRun], list]:
     return merge(per_host), [r.error for r in results if not r.ok]
 
 
-def age(seconds: Optional[float]) -> str:
-    from ..remote.registry.holds import age as words
-    return "-" if seconds is None else words(seconds)
-
-
-HEADERS = ("RUN", "NAME", "USER", "STATE", "HOSTS", "GPUS", "SINCE", "EXIT", "TOOK")
-
-
-def rows(runs: Sequence[SharedRun], now: Optional[float] = None) -> List[Tuple[str, ...]]:
-    now = time.time() if now is None else now
-    out = []
-    for r in runs:
-        state = f"queued ({_nth(r.place)})" if r.state == "queued" else r.state
-        out.append((r.run_id, r.name or "-", r.user, state, fold(list(r.hosts)),
-                    r.gpus or "-", age(now - r.since) + " ago",
-                    "-" if r.exit_code is None else str(r.exit_code), age(r.duration(now))))
-    return out
-
-
-def _nth(n: int) -> str:
+def nth(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
-
-
-def render(runs: Sequence[SharedRun], out, now: Optional[float] = None) -> None:
-    table = [HEADERS] + rows(runs, now)
-    widths = [max(len(row[i]) for row in table) for i in range(len(HEADERS))]
-    for row in table:
-        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")

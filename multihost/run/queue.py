@@ -24,7 +24,7 @@ from .. import helper
 from ..errors import ConnectError, MultihostError
 from ..nodeset import fold
 from ..remote.registry.holds import holder_line, overlaps
-from .holders import _nth, registry_entries
+from .holders import nth, registry_entries
 from .records import new_run_id, state_dir
 from .sharing import controller
 
@@ -90,7 +90,7 @@ class Ticket:
         first = blockers[0][1]
         who = holder_line(first) if first["kind"] == "run" else \
             holder_line(first).replace(", no GPUs)", ")").replace(" (run ", " (queued, run ")
-        return f"queued: {_nth(place)}, behind {who} on {where}"
+        return f"queued: {nth(place)}, behind {who} on {where}"
 
     def wait_turn(self, say: Callable[[str], None]) -> None:
         """Return when it is this run's turn; Ctrl-C (or `multihost stop`) leaves the line."""

@@ -2,7 +2,8 @@
 served; only what overlaps counts; `status --all` shows each run once, queued ones with
 their place."""
 from multihost.hosts import Host
-from multihost.run.holders import merge, rows
+from multihost.run.holders import merge
+from multihost.views.status_all_view import rows
 from multihost.run.queue import Ticket
 
 
