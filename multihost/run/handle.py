@@ -18,7 +18,7 @@ import sys
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Deque, Iterator, Optional
+from typing import Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ..errors import MultihostError, RunFailed
 from ..events import LogBlock, LogLine, RootCause, RunFinished
@@ -258,6 +258,27 @@ class Run:
         with cluster_of(record) as cluster:
             return stop(cluster, record, record.kill_wait if grace is None else grace, reason)
 
+
+    def logs(self, *, rank: Union[None, str, Sequence[int]] = None,
+             host: Union[None, str, Sequence[str]] = None,
+             role: Union[None, str, Sequence[str]] = None, tail: Optional[int] = None,
+             grep: Optional[str] = None, since: Optional[str] = None,
+             attempt: Optional[int] = None) -> List[LogBlock]:
+        """The lines ``multihost logs`` shows (without ``--follow``; ``events()`` follows),
+        as LogBlocks (``.split()``: one LogLine per line): the controller's mirror brought
+        up to date from the hosts that answer, then read. The arguments are the flags':
+        ``rank`` "0,3" or [0, 3], ``host`` a host or several, ``role`` "server", "worker" or
+        "launcher", ``tail`` the last N lines per rank, ``grep`` a regex, ``since`` an age
+        ("15m"), ``attempt`` one attempt of a run with restarts (1: the first)."""
+        from ..logs.show import LogsRequest, read_logs
+
+        def words(value) -> Tuple[str, ...]:
+            return () if value is None else (value,) if isinstance(value, str) else tuple(value)
+
+        ranks = rank if rank is None or isinstance(rank, str) else ",".join(map(str, rank))
+        return read_logs(LogsRequest(run=self.run_id, ranks=ranks, hosts=words(host),
+                                     roles=words(role), tail=tail, grep=grep, since=since,
+                                     attempt=attempt))
 
     def fetch(self, *paths: str, to: str = ".", every_host: bool = False):
         """Outputs back, as ``multihost fetch``: each PATH (relative to the run's workdir)
