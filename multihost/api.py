@@ -15,8 +15,9 @@ typed results (CheckReport, SyncReport, RunStatus, events) and the same errors (
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import ConfigError
 from .fanout import DEFAULT_FANOUT, HostResult
@@ -94,6 +95,42 @@ class Cluster:
         """This machine alone, without ssh (like the CLI with neither --ips nor --hostfile)."""
         return cls(load_inventory(None, None, HostOptions(python=python, workdir=workdir))[0])
 
+    @classmethod
+    def from_slurm(cls, *, transport: str = "srun", user: Optional[str] = None,
+                   workdir: Optional[str] = None, python: Optional[str] = None,
+                   **ssh) -> "Cluster":
+        """Inside a Slurm allocation (salloc's shell, an sbatch script, or ``Cluster.slurm``):
+        its nodes in Slurm's order, with the GPUs it gave each, reached as steps of the job
+        as ``multihost`` reaches them there (``transport="ssh"``: the same nodes over ssh)
+        (docs/slurm.md)."""
+        from .slurm import plan, reached_by, with_allocation_gpus
+
+        where = plan(None if transport == "srun" else transport, None, None)
+        if where.allocation is None:
+            raise ConfigError("Cluster.from_slurm takes the nodes of the Slurm allocation this "
+                              "runs in, and there is none (no SLURM_JOB_ID)",
+                              fix="run inside salloc or sbatch, or ask for one: "
+                                  "with multihost.Cluster.slurm(2) as cluster: ...")
+        options = HostOptions(user=user, workdir=workdir, python=python)
+        hosts, _ = load_inventory(where.ips, None, options)
+        hosts = with_allocation_gpus(hosts, where.allocation, where.transport)
+        cluster = cls(hosts, host_options=options, **ssh)
+        cluster.ssh = reached_by(where, cluster.ssh)
+        return cluster
+
+    @classmethod
+    @contextlib.contextmanager
+    def slurm(cls, nodes: int, *, partition: Optional[str] = None, time: Optional[str] = None,
+              gres: Optional[str] = None, **options) -> Iterator["Cluster"]:
+        """``run --slurm``'s allocation for a ``with`` block: Slurm is asked for ``nodes``
+        (salloc; its queue's wait goes to the ``multihost`` logger), the block gets the
+        ``Cluster.from_slurm`` of them (``options`` are its), and the allocation is released
+        when the block is left, however it is left. Wait for your runs inside the block."""
+        from .slurm.submit import Ask, in_allocation
+
+        with in_allocation(Ask(nodes, partition, time, gres), notify):
+            yield cls.from_slurm(**options)
+
     def _connect(self) -> HostGroup:
         return HostGroup(self.hosts, self.ssh, workers=self.fanout)
 
@@ -168,7 +205,7 @@ class Cluster:
         ``engine`` and ``image_from_controller`` are ``--image``'s (docs/containers.md):
         every node's launcher and ranks run inside the image."""
         from .run import pipeline
-        from .run.lifecycle import Lifecycle
+        from .run.begin import begin
         from .run.sharing import check_name
 
         request = self._request(
@@ -181,20 +218,17 @@ class Cluster:
             image_from_controller=image_from_controller)
         validated = pipeline.validate(self.hosts, request)   # before any host is asked
         cluster = self._connect()
-        life = Lifecycle(cluster, request, validated, notify=notify)
+        try:   # queue: in line until the hosts are free, as run --queue
+            life = begin(cluster, request, validated, notify)
+        except BaseException:
+            cluster.close()
+            raise
 
         def close() -> None:
             life.close()
             cluster.close()
 
-        try:   # queue: in line until the hosts are free, as run --queue
-            from .run.queue import prepare_in_line
-
-            _, record = prepare_in_line(cluster, life, request, notify)
-        except BaseException:
-            close()
-            raise
-        run = Run(record.run_id)
+        run = Run(life.record.run_id)
         if detach:
             try:
                 life.execute(lambda event: None)

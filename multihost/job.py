@@ -85,20 +85,23 @@ def parse_nproc(text: str) -> int:
     return int(text)
 
 
-def job_options_from_args(args, hosts: Sequence[Host] = ()) -> JobOptions:
-    """The job of the command line; with ``hosts``, also checked against each host's
-    devices (the hostfile's gpus count too)."""
+def job_options(*, gpus: Optional[str] = None, nproc_per_node: Optional[str] = None,
+                start_port: Optional[str] = None, data: Sequence[str] = (), code: str = ".",
+                gpus_from: str = "--gpus", image: Optional[str] = None,
+                engine: Optional[str] = None, image_from_controller: bool = False,
+                hosts: Sequence[Host] = ()) -> JobOptions:
+    """The job from its flags' text, each value checked by its flag's parser; with
+    ``hosts``, also checked against each host's devices (the hostfile's gpus count too)."""
     job = JobOptions(
-        gpus=parse_gpu_ids(args.gpus, "--gpus") if getattr(args, "gpus", None) is not None else None,
-        nproc_per_node=parse_nproc(args.nproc_per_node) if getattr(args, "nproc_per_node", None)
-        else None,
-        start_port=parse_start_port(getattr(args, "start_port", None)),
-        data=tuple(getattr(args, "data", None) or ()),
+        gpus=parse_gpu_ids(gpus, "--gpus") if gpus is not None else None,
+        nproc_per_node=parse_nproc(nproc_per_node) if nproc_per_node else None,
+        start_port=parse_start_port(start_port),
+        data=tuple(data),
         # `--code '~/x'` (quoted, or from a job file) is the user's home, as the shell's
-        code=os.path.expanduser(getattr(args, "code", None) or "."),
-        gpus_from=getattr(args, "gpus_from", None) or "--gpus",
-        image=getattr(args, "image", None) or None, engine=getattr(args, "engine", None) or None,
-        image_from_controller=bool(getattr(args, "image_from_controller", False)),
+        code=os.path.expanduser(code or "."),
+        gpus_from=gpus_from or "--gpus",
+        image=image or None, engine=engine or None,
+        image_from_controller=bool(image_from_controller),
     )
     job.check_devices(hosts)
     return job

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ..hosts import IN_PLACE, Host
 
@@ -26,17 +26,18 @@ _HOST_FLAGS = (("ips", "--ips"), ("hostfile", "--hostfile"), ("include", "--incl
                ("identity", "-i"), ("workdir", "--workdir"), ("python", "--python"))
 
 
-def given_flags(args) -> str:
-    """The host options of a command line, quoted for a shell: what a fix's command
-    needs to reach the same hosts (``--ips`` kept as ``--ips=...``, as users type it)."""
+def given_flags(values: Mapping[str, Any]) -> str:
+    """The host options of a command line (``values`` by each flag's dest), quoted for a
+    shell: what a fix's command needs to reach the same hosts (``--ips`` kept as
+    ``--ips=...``, as users type it)."""
     words = []
     for dest, flag in _HOST_FLAGS:
-        value = getattr(args, dest, None)
+        value = values.get(dest)
         if value is None:
             continue
         words.append(f"--ips={shlex.quote(value)}" if flag == "--ips"
                      else f"{flag} {shlex.quote(str(value))}")
-    config = getattr(args, "ssh_config", None)
+    config = values.get("ssh_config")
     if config and config != "~/.ssh/config":
         words.append(f"-F {shlex.quote(config)}")
     return " ".join(words)

@@ -75,10 +75,9 @@ def main(args: argparse.Namespace) -> int:
     from ..check.fixes import given_flags
     from ..check.preflight import run_checks
     from ..errors import EXIT_CHECK, EXIT_OK
-    from ..job import job_options_from_args
     from ..run.steps import checked_in_background
     from ..views.check_view import CheckView
-    from .common import cluster_from_args, inventory_from_args
+    from .common import cluster_from_args, inventory_from_args, job_options_from_args
 
     hosts, spares = inventory_from_args(args)
     job = job_options_from_args(args, hosts)
@@ -102,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             with view.checking(hosts) as progress:
                 report = run_checks(cluster, job, budget=args.timeout, progress=progress,
-                                    given=given_flags(args))
+                                    given=given_flags(vars(args)))
         finally:
             if ticket is not None:
                 ticket.leave()

@@ -135,7 +135,8 @@ def slurm_plan(args: argparse.Namespace):
 
 def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
     from ..fanout import HostGroup
-    from ..transport import SrunOptions, SshOptions
+    from ..slurm import reached_by
+    from ..transport import SshOptions
     from ..transport.openssh import persist_seconds
     from ..waits import check_environment
 
@@ -144,10 +145,8 @@ def cluster_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
     options = SshOptions(connect_timeout=args.connect_timeout,
                          accept_new_host_keys=args.accept_new_host_keys,
                          config_file=args.ssh_config)
-    slurm = slurm_plan(args)
-    if slurm.transport == "srun":
-        options = SrunOptions(**vars(options), job_id=slurm.allocation.job_id)
-    return HostGroup(hosts or hosts_from_args(args), options, workers=args.fanout)
+    return HostGroup(hosts or hosts_from_args(args), reached_by(slurm_plan(args), options),
+                     workers=args.fanout)
 
 
 def add_job_options(parser: argparse.ArgumentParser) -> None:
@@ -171,3 +170,17 @@ def add_code_options(group) -> None:
                        help="a dataset that must be identical on every host (repeatable)")
     group.add_argument("--code", metavar="DIR", default=".",
                        help="the code directory to sync to every host's workdir (default .)")
+
+
+def job_options_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
+    """The job of the command line (``job.job_options``); a command without a flag
+    leaves its default."""
+    from ..job import job_options
+
+    return job_options(
+        gpus=getattr(args, "gpus", None), nproc_per_node=getattr(args, "nproc_per_node", None),
+        start_port=getattr(args, "start_port", None), data=getattr(args, "data", None) or (),
+        code=getattr(args, "code", None) or ".",
+        gpus_from=getattr(args, "gpus_from", None) or "--gpus",
+        image=getattr(args, "image", None), engine=getattr(args, "engine", None),
+        image_from_controller=getattr(args, "image_from_controller", False), hosts=hosts)

@@ -94,8 +94,29 @@ def _port(flag: str):
     return parse
 
 
+def run_args(args: argparse.Namespace, environ=None) -> argparse.Namespace:
+    """The ``multihost run`` arguments of a fleetrun command line: its job
+    (``run.fleetrun.job_from_fleetrun``) over multihost's own options, kept as given."""
+    import os
+
+    from ..run.fleetrun import FleetrunLine, job_from_fleetrun
+
+    line = FleetrunLine(
+        script=args.training_script, script_args=tuple(args.training_script_args),
+        ips=args.ips, ips_alias=args.ips_alias, gpus=args.gpus, gpus_alias=args.gpus_alias,
+        hostfile=args.hostfile, server_num=args.server_num, worker_num=args.worker_num,
+        heter_worker_num=args.heter_worker_num, servers=args.servers, workers=args.workers,
+        heter_workers=args.heter_workers, http_port=args.http_port)
+    job = job_from_fleetrun(line, os.environ if environ is None else environ)
+    run = argparse.Namespace(**vars(args))
+    run.ips, run.gpus, run.command = job.ips, job.gpus, list(job.command)
+    if job.gpus_from:
+        run.gpus_from = job.gpus_from
+    run.launcher, run.ps, run.no_python = job.launcher, job.ps, False
+    return run
+
+
 def main(args: argparse.Namespace) -> int:
-    from ..run.fleetrun import run_args_from_fleetrun
     from . import run
 
-    return run.main(run_args_from_fleetrun(args))
+    return run.main(run_args(args))

@@ -186,7 +186,8 @@ def save_job(args, record, command) -> None:
     from ..run.records import save_job_file
     from .jobargs import defaults
 
-    save_job_file(record.run_id, jobfile.dump(jobfile.resolved(args, defaults(args), command)))
+    save_job_file(record.run_id, jobfile.dump(jobfile.resolved(vars(args), defaults(args),
+                                                                   list(command))))
 
 
 def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
@@ -209,7 +210,7 @@ def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
 def main(args: argparse.Namespace) -> int:
     if getattr(args, "slurm", False):
         from ..errors import ConfigError
-        from ..slurm.submit import Ask, run_in_allocation
+        from ..slurm.submit import Ask, in_allocation
 
         if not args.nodes:
             raise ConfigError("--slurm needs the number of nodes", fix="--slurm -N 2")
@@ -219,19 +220,40 @@ def main(args: argparse.Namespace) -> int:
 
             script_words(args.command)  # refused here, not in the job's output later
             return submit(args, ask)
-        return run_in_allocation(ask, lambda: _main(args), lambda text: _say(args, text))
+        with in_allocation(ask, lambda text: _say(args, text)):   # the run takes its nodes
+            return _main(args)
     return _main(args)
 
 
 def _main(args: argparse.Namespace) -> int:
-    from ..job import job_options_from_args
-    from ..run import pipeline
-    from ..run.lifecycle import Lifecycle
+    from ..run.begin import begin
     from ..views.sync_view import SyncView
-    from .common import cluster_from_args, inventory_from_args
+    from .common import cluster_from_args
     from .jobargs import with_job_file
 
     args = with_job_file(args)
+    hosts, request, validated = parse_request(args)
+    if request.queue and request.detach:   # in line in a process of its own
+        from ..run.queue import wait_in_background
+
+        if wait_in_background(request.name, lambda text: _say(args, text)):
+            return 0
+    sync_view = SyncView(sys.stderr) if request.sync and not args.json else None
+    with cluster_from_args(args, hosts) as cluster, \
+            begin(cluster, request, validated, lambda text: _say(args, text),
+                  sync_view=sync_view) as life:
+        save_job(args, life.record, request.command)
+        holder: dict = {}
+        outcome = life.follow(lambda: run_view(args, holder), holder)
+        return end_of_run(outcome, life.plan, args)
+
+
+def parse_request(args: argparse.Namespace):
+    """(hosts, RunRequest, Validated): the command line as the run's one typed request,
+    every mistake in it found before a host is asked."""
+    from ..run import pipeline
+    from .common import inventory_from_args, job_options_from_args
+
     command = script_words(args.command)
     hosts, spares = inventory_from_args(args)
     hosts = getattr(args, "_hosts", None) or hosts  # rerun: the run's own
@@ -242,22 +264,7 @@ def _main(args: argparse.Namespace) -> int:
     note_secrets_in_argv(args)
     if not args.launcher:  # the input is good: say the choice before anything starts
         _say(args, validated.choice.line())
-    if request.queue and request.detach:
-        from ..run.queue import wait_in_background
-
-        if wait_in_background(request.name, lambda text: _say(args, text)):
-            return 0
-    with cluster_from_args(args, hosts) as cluster, \
-            Lifecycle(cluster, request, validated, notify=lambda text: _say(args, text)) as life:
-        from ..run.queue import prepare_in_line   # --queue: in line until the hosts are free
-
-        _, record = prepare_in_line(
-            cluster, life, request, lambda text: _say(args, text),
-            sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
-        save_job(args, record, command)
-        holder: dict = {}
-        outcome = life.follow(lambda: run_view(args, holder), holder)
-        return end_of_run(outcome, life.plan, args)
+    return hosts, request, validated
 
 
 def _say(args, text: str) -> None:

@@ -89,14 +89,13 @@ def chart_path(args):
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..job import job_options_from_args
     from ..run import pipeline
     from ..scale.measure import parse_metric_is
     from ..scale.plan import plan_counts
     from ..scale.runner import ScaleOptions, scale_points
     from ..scale.table import ScaleTable
     from ..scale.measure import MetricReader
-    from .common import cluster_from_args, hosts_from_args
+    from .common import cluster_from_args, hosts_from_args, job_options_from_args
     from .jobargs import with_job_file
     from .run import save_job, script_words, user_env
 

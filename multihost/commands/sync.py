@@ -56,10 +56,10 @@ def data_paths(hosts) -> tuple:
 
 def main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError, SyncError
-    from ..job import in_place, job_options_from_args, workdir_for
+    from ..job import in_place, workdir_for
     from ..sync.pipeline import sync_code
     from ..views.sync_view import SyncView
-    from .common import cluster_from_args, hosts_from_args
+    from .common import cluster_from_args, hosts_from_args, job_options_from_args
 
     hosts = hosts_from_args(args)
     job = job_options_from_args(args)
@@ -104,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
                 if not data.ok:
                     from ..check.fixes import given_flags
 
-                    raise data_error(data, given_flags(args))
+                    raise data_error(data, given_flags(vars(args)))
         finally:
             view.close()
     return 0

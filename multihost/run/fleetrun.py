@@ -10,7 +10,6 @@ variables paddle's launcher gives them (``role_env``), and judges the job by its
 """
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -178,65 +177,89 @@ def role_env(layout: PsLayout, role: PsRole, gloo_dir: str,
 
 
 # -- the command line ---------------------------------------------------------------------
-PS_FLAGS = ("server_num", "worker_num", "heter_worker_num", "servers", "workers",
-            "heter_workers", "http_port")
+@dataclass(frozen=True)
+class FleetrunLine:
+    """fleetrun's own flags as typed (``multihost fleetrun`` builds it from its parser)."""
+
+    script: str
+    script_args: Tuple[str, ...] = ()
+    ips: Optional[str] = None
+    ips_alias: Optional[str] = None          # --cluster_node_ips
+    gpus: Optional[str] = None
+    gpus_alias: Optional[str] = None         # --selected_gpus, --devices
+    hostfile: Optional[str] = None
+    server_num: Optional[int] = None
+    worker_num: Optional[int] = None
+    heter_worker_num: Optional[str] = None
+    servers: Optional[str] = None
+    workers: Optional[str] = None
+    heter_workers: Optional[str] = None
+    http_port: Optional[int] = None
+
+    def is_ps(self) -> bool:
+        return any(value not in (None, "") for value in (
+            self.server_num, self.worker_num, self.heter_worker_num, self.servers,
+            self.workers, self.heter_workers, self.http_port))
 
 
-def is_ps(args: argparse.Namespace) -> bool:
-    return any(getattr(args, flag, None) not in (None, "") for flag in PS_FLAGS)
+@dataclass(frozen=True)
+class FleetrunJob:
+    """What a fleetrun line is as a ``multihost run``: its hosts, GPUs, command, launcher
+    and, for a parameter-server job, the spec ``build_layout`` makes a layout of once the
+    start port is known."""
+
+    ips: Optional[str]
+    gpus: Optional[str]
+    gpus_from: Optional[str]                 # where the GPUs came from, for a fix's words
+    command: Tuple[str, ...]
+    launcher: str
+    ps: Optional[tuple] = None
 
 
-def _one_of(args, first: str, second: str, names: str):
-    a, b = getattr(args, first), getattr(args, second)
+def _one_of(a: Optional[str], b: Optional[str], names: str) -> Optional[str]:
     if a is not None and b is not None and a != b:
         raise ConfigError(f"{names} both given, with different values",
                           fix=f"keep one of {names}")
     return a if a is not None else b
 
 
-def run_args_from_fleetrun(args: argparse.Namespace,
-                           environ: Mapping[str, str] = os.environ) -> argparse.Namespace:
-    """The ``multihost run`` arguments of a fleetrun command line (PS: with ``ps_layout``
-    left to be built once the start port is known, see ``ps_request``)."""
-    run = argparse.Namespace(**vars(args))
-    run.ips = _one_of(args, "ips", "ips_alias", "--ips and --cluster_node_ips")
-    run.gpus = _one_of(args, "gpus", "gpus_alias", "--gpus and --selected_gpus/--devices")
-    if run.gpus is None and environ.get("CUDA_VISIBLE_DEVICES", "").strip():
+def job_from_fleetrun(line: FleetrunLine,
+                      environ: Mapping[str, str] = os.environ) -> FleetrunJob:
+    """The ``multihost run`` job of a fleetrun command line."""
+    ips = _one_of(line.ips, line.ips_alias, "--ips and --cluster_node_ips")
+    gpus = _one_of(line.gpus, line.gpus_alias, "--gpus and --selected_gpus/--devices")
+    gpus_from = None
+    if gpus is None and environ.get("CUDA_VISIBLE_DEVICES", "").strip():
         # fleetrun's default: the cards CUDA_VISIBLE_DEVICES shows (the reference's
         # `export CUDA_VISIBLE_DEVICES=0,1,2,3; fleetrun train.py`), on every machine.
-        run.gpus = environ["CUDA_VISIBLE_DEVICES"].strip()
-        run.gpus_from = "CUDA_VISIBLE_DEVICES"   # a fix then says to unset it, not --gpus
-    run.command = [args.training_script, *args.training_script_args]
-    run.no_python = False
-    run.ps = None
-    if not is_ps(args):
-        run.launcher = "paddle"
-        return run
-    if args.heter_worker_num or args.heter_workers:
+        gpus = environ["CUDA_VISIBLE_DEVICES"].strip()
+        gpus_from = "CUDA_VISIBLE_DEVICES"   # a fix then says to unset it, not --gpus
+    command = (line.script, *line.script_args)
+    if not line.is_ps():
+        return FleetrunJob(ips, gpus, gpus_from, command, "paddle")
+    if line.heter_worker_num or line.heter_workers:
         raise ConfigError("heterogeneous parameter-server training (--heter_worker_num, "
                           "--heter_workers) is not run by multihost yet",
                           fix="run the CPU servers and trainers with --servers/--workers or "
                               "--server_num/--worker_num")
-    run.launcher = "paddle_ps"
-    if args.servers or args.workers:
-        if not (args.servers and args.workers):
+    if line.servers or line.workers:
+        if not (line.servers and line.workers):
             raise ConfigError("--servers and --workers go together",
                               fix='give both, e.g. --servers="a:6170,b:6170" --workers="a,b"')
-        if run.ips or args.hostfile:
+        if ips or line.hostfile:
             raise ConfigError("--servers/--workers name the machines already",
                               fix="leave out --ips and --hostfile (or use --ips with "
                                   "--server_num/--worker_num)")
-        _split(args.servers, "--servers", need_port=True)      # say a bad list now
-        _split(args.workers, "--workers", need_port=False)
-        run.ips = ",".join(dict.fromkeys(h for h, _ in _split(args.servers, "--servers", True) +
-                                         _split(args.workers, "--workers", False)))
-        run.ps = ("lists", args.servers, args.workers, args.http_port)
+        servers = _split(line.servers, "--servers", need_port=True)      # say a bad list now
+        workers = _split(line.workers, "--workers", need_port=False)
+        ips = ",".join(dict.fromkeys(h for h, _ in servers + workers))
+        ps = ("lists", line.servers, line.workers, line.http_port)
     else:
-        if not (args.server_num and args.worker_num):
+        if not (line.server_num and line.worker_num):
             raise ConfigError("a parameter-server job needs servers and trainers",
                               fix="give both --server_num and --worker_num (per machine)")
-        run.ps = ("counts", args.server_num, args.worker_num, args.http_port)
-    return run
+        ps = ("counts", line.server_num, line.worker_num, line.http_port)
+    return FleetrunJob(ips, gpus, gpus_from, command, "paddle_ps", ps)
 
 
 def build_layout(spec: tuple, machines: Sequence[str], start_port: int) -> PsLayout:

@@ -159,15 +159,17 @@ def _relative(value: str, base: str) -> str:
     return expanded if os.path.isabs(expanded) else os.path.normpath(os.path.join(base, expanded))
 
 
-def resolved(args: Any, defaults: Mapping[str, Any], command: Sequence[str]) -> Dict[str, Any]:
-    """The job a run's final arguments stand for, in job-file keys, paths absolute and
+def resolved(values: Mapping[str, Any], defaults: Mapping[str, Any],
+             command: Sequence[str]) -> Dict[str, Any]:
+    """The job a run's final flag values stand for (``values`` and ``defaults`` keyed by
+    each flag's dest, as argparse names them), in job-file keys, paths absolute and
     secret values masked: what `rerun` starts again and a user can copy as a job file."""
     table: Dict[str, Any] = {}
     for key, (flag, kind) in KEYS.items():
         if kind == "command":
             continue
         dest = DESTS.get(key, flag.lstrip("-").replace("-", "_"))
-        value = getattr(args, dest, None)
+        value = values.get(dest)
         if value is None or value == [] or value is False or \
                 (value == defaults.get(dest) and key not in ALWAYS_RECORDED):
             continue

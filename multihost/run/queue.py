@@ -160,29 +160,6 @@ def ticket_for(cluster, job, start_port: Optional[int], name: str) -> Ticket:
     return Ticket(cluster, name, gpus, ports)
 
 
-def prepare_in_line(cluster, life, request, say: Callable[[str], None], **prepare):
-    """``life.prepare(**prepare)`` once it is the run's turn (``request.queue``) or at
-    once: what ``run --queue`` and ``Cluster.run(queue=True)`` share. Another run that
-    took the hosts in the moment between the turn and the check sends it back to its
-    place (the front: it asked first), not into a failure."""
-    from ..errors import CheckError
-
-    ticket = ticket_for(cluster, request.job, request.job.start_port, request.name) \
-        if request.queue else None
-    while True:
-        if ticket is not None:
-            ticket.wait_turn(say)
-        try:
-            return life.prepare(**prepare)
-        except CheckError as error:
-            if ticket is None or not error.cause.startswith("busy: "):
-                raise
-            say(f"{error.cause}: back in line")
-        finally:
-            if ticket is not None:
-                ticket.leave()
-
-
 def waiting(handle: Optional[str] = None) -> List[dict]:
     """This controller's runs waiting in line whose waiting process lives (newest
     first), or only the one named ``handle`` (its --name or ticket id); a ticket whose

@@ -51,6 +51,17 @@ def plan(transport: Optional[str], ips: Optional[str], hostfile: Optional[str],
     return Plan(chosen, alloc, None if given else alloc.nodes)
 
 
+def reached_by(plan: Plan, options):
+    """How a command's hosts are reached under ``plan``: as steps of the allocation
+    (``SrunOptions``, ``options``' ssh fields kept for what still goes over ssh), or with
+    ``options`` as they are."""
+    if plan.transport != "srun":
+        return options
+    from ..transport import SrunOptions
+
+    return SrunOptions(**vars(options), job_id=plan.allocation.job_id)
+
+
 def with_allocation_gpus(hosts: Sequence[Host], alloc: Optional[Allocation],
                          transport: str = "ssh", srun: str = "srun") -> Tuple[Host, ...]:
     """Hosts that do not say their GPUs take the allocation's. Reached by srun, each

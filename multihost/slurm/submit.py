@@ -174,15 +174,19 @@ def refuse_inside() -> None:
                                                "allocation's nodes")
 
 
-def run_in_allocation(ask: Ask, run: Callable[[], int], say: Callable[[str], None]) -> int:
-    """``run()`` inside a new allocation (the environment salloc's shell would have).
+@contextlib.contextmanager
+def in_allocation(ask: Ask, say: Callable[[str], None]) -> Iterator[Dict[str, str]]:
+    """Inside a new allocation for the block: this process has the environment salloc's
+    shell would have (SLURM_JOB_ID, the node list), so the hosts a command takes are its
+    nodes (``inventory.plan``); the allocation is released and the environment given back
+    when the block is left. ``multihost run --slurm`` and ``Cluster.slurm`` both are this.
     With --detach the run is a batch job instead (batch.py)."""
     refuse_inside()
     with allocation(ask, say) as env:
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            return run()
+            yield env
         finally:
             for key, value in saved.items():
                 if value is None:

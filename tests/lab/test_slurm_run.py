@@ -203,3 +203,30 @@ def test_fetch_and_ssh_reach_the_nodes_of_a_run_inside_salloc_through_srun(slurm
     assert re.search(r"HOST=h2 AT=/root/multihost/code SSH=\.", shown), shown
     assert "stop=0" in shown and "EXIT=0" in shown, shown
     assert leftovers(slurm_lab, 2, run_id_in(shown)) == {}
+
+
+# -- the Python API ------------------------------------------------------------------------
+def test_the_api_asks_slurm_for_nodes_runs_on_them_in_its_order_and_releases_them(
+        slurm_lab, tmp_path):
+    code = f"""
+import re
+import multihost
+
+with multihost.Cluster.slurm(2) as cluster:
+    print("hosts", [h.name for h in cluster.hosts], type(cluster.ssh).__name__)
+    run = cluster.run(["ranks.py"], nproc_per_node=2, code={str(EXAMPLES)!r}, check=False,
+                      kill_wait=2, log_dir={str(tmp_path / "log")!r})
+    for line in run.lines():
+        found = re.search(r"host=(h\\d) rank=(\\d)", line.text)
+        if found:
+            print("rank", found.group(2), found.group(1))
+    print("exit", run.wait().exit_code)
+"""
+    done = slurm_lab.run([sys.executable, "-c", code], timeout=240)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    out = done.stdout.splitlines()
+    assert "hosts ['h1', 'h2'] SrunOptions" in out, done.stdout
+    assert sorted(line for line in out if line.startswith("rank ")) == \
+        ["rank 0 h1", "rank 1 h1", "rank 2 h2", "rank 3 h2"], done.stdout
+    assert "exit 0" in out
+    assert slurm_jobs(slurm_lab) == ""     # released when the block was left

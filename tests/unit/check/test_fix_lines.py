@@ -73,7 +73,7 @@ def test_given_flags_are_the_host_flags_of_the_command_line_quoted():
     args = argparse.Namespace(ips="a,b", hostfile=None, include=None, exclude="b", user="bob",
                               port=2222, identity="~/k ey", workdir=None, python=None,
                               ssh_config="~/.ssh/config", gpus="0,1")
-    assert given_flags(args) == "--ips=a,b --exclude b --user bob --port 2222 -i '~/k ey'"
+    assert given_flags(vars(args)) == "--ips=a,b --exclude b --user bob --port 2222 -i '~/k ey'"
 
 
 def test_hosts_flags_rebuild_the_ips_with_users_and_ports():

@@ -177,7 +177,7 @@ def test_a_job_file_names_spares_and_the_resolved_job_keeps_them(tmp_path):
     job.write_text('hosts = ["h1", "h2"]\nspares = ["h5", "h6"]\ncommand = ["train.py"]\n')
     args = with_job_file(build_parser("run").parse_args(["run", "-f", str(job)]))
     assert args.spares == "h5,h6" and args.max_restarts is None
-    assert jobfile.resolved(args, defaults(args), ["train.py"])["spares"] == "h5,h6"
+    assert jobfile.resolved(vars(args), defaults(args), ["train.py"])["spares"] == "h5,h6"
 
 
 def test_stop_knows_the_hosts_spares_replaced_after_they_were_lost():

@@ -9,7 +9,8 @@ import pytest
 
 from multihost.cli import build_parser, main
 from multihost.errors import ConfigError
-from multihost.run.fleetrun import SERVER, TRAINER, build_layout, role_env, run_args_from_fleetrun
+from multihost.commands.fleetrun import run_args
+from multihost.run.fleetrun import SERVER, TRAINER, build_layout, role_env
 
 X, Y = "10.0.0.1", "10.0.0.2"          # the docs' xx.xx.xx.xx and yy.yy.yy.yy
 GPUS8 = "0,1,2,3,4,5,6,7"
@@ -19,7 +20,7 @@ IPS4 = "10.127.6.17,10.127.5.142,10.127.45.13,10.127.44.151"   # PaddleDetection
 def job(line: str, environ=None):
     """The `multihost run` arguments of `multihost fleetrun ...` (as a shell splits it)."""
     args = build_parser("fleetrun").parse_args(["fleetrun", *shlex.split(line)])
-    return run_args_from_fleetrun(args, environ or {})
+    return run_args(args, environ or {})
 
 
 # (the reference command's flags and script, what multihost runs: hosts, gpus, command)

@@ -41,7 +41,7 @@ def test_a_built_in_launcher_named_in_a_job_file_is_the_built_in_not_a_file(tmp_
     args = run_args("-f", str(job))
     assert args.launcher == name
     assert launchers.load_template(args.launcher).builtin
-    assert jobfile.resolved(args, defaults(args), ["train.py"])["launcher"] == name
+    assert jobfile.resolved(vars(args), defaults(args), ["train.py"])["launcher"] == name
 
 
 def test_a_launcher_file_in_a_job_file_is_relative_to_the_file(tmp_path):
@@ -78,7 +78,7 @@ def test_resolved_job_round_trips_with_secrets_masked(tmp_path):
     args = run_args("--ips=10.0.0.1", "--nproc_per_node", "2", "--env", "HF_TOKEN=abcd",
                     "--env", "NCCL_DEBUG=INFO", "--setup", "pip install -r r.txt",
                     "--", "train.py", "--lr", "0.1")
-    table = jobfile.resolved(args, defaults(args), ["train.py", "--lr", "0.1"])
+    table = jobfile.resolved(vars(args), defaults(args), ["train.py", "--lr", "0.1"])
     path = tmp_path / "job.toml"
     path.write_text(jobfile.dump(table))
     again = jobfile.load(str(path))

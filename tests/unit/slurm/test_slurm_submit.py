@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from multihost.errors import ConfigError
-from multihost.slurm.submit import Ask, queued_line, run_in_allocation, salloc_argv
+from multihost.slurm.submit import Ask, in_allocation, queued_line, salloc_argv
 
 
 def test_the_request_names_nodes_and_only_the_limits_given():
@@ -16,7 +16,8 @@ def test_the_request_names_nodes_and_only_the_limits_given():
 def test_inside_an_allocation_slurm_is_not_asked_again(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     with pytest.raises(ConfigError) as err:
-        run_in_allocation(Ask(2), lambda: 0, print)
+        with in_allocation(Ask(2), print):
+            pass
     assert "77" in err.value.cause and "leave out --slurm" in err.value.fix
 
 
