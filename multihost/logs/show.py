@@ -250,9 +250,11 @@ def final_status(cluster, record, follower):
     return dataclasses.replace(final, exit_code=code)
 
 
-def read_logs(request: LogsRequest) -> List[LogBlock]:
+def read_logs(request: LogsRequest,
+              say: Callable[[str], None] = lambda text: None) -> List[LogBlock]:
     """The lines of a recorded run that ``request`` asks for (``multihost logs`` without
-    --follow): the mirror brought up to date from the hosts that answer, then read."""
+    --follow): the mirror brought up to date from the hosts that answer (``say`` is told
+    of each that did not), then read."""
     from ..run.records import load_run
 
     keep = line_filter(request)
@@ -262,7 +264,8 @@ def read_logs(request: LogsRequest) -> List[LogBlock]:
     if blocks is not None:
         return list(blocks)
     with RunLogs(record, request) as logs:
-        logs.catch_up()
+        for error in logs.catch_up():
+            say(f"{error} (the lines are the mirror's up to where it was reached)")
         found = list(logs.blocks(keep))
-        logs.check_whole(lambda text: None)
+        logs.check_whole(say)
         return found

@@ -269,7 +269,9 @@ class Run:
         up to date from the hosts that answer, then read. The arguments are the flags':
         ``rank`` "0,3" or [0, 3], ``host`` a host or several, ``role`` "server", "worker" or
         "launcher", ``tail`` the last N lines per rank, ``grep`` a regex, ``since`` an age
-        ("15m"), ``attempt`` one attempt of a run with restarts (1: the first)."""
+        ("15m"), ``attempt`` one attempt of a run with restarts (1: the first). A host
+        that cannot be reached is a warning on the ``multihost`` logger: its lines are
+        the mirror's."""
         from ..logs.show import LogsRequest, read_logs
 
         def words(value) -> Tuple[str, ...]:
@@ -278,7 +280,8 @@ class Run:
         ranks = rank if rank is None or isinstance(rank, str) else ",".join(map(str, rank))
         return read_logs(LogsRequest(run=self.run_id, ranks=ranks, hosts=words(host),
                                      roles=words(role), tail=tail, grep=grep, since=since,
-                                     attempt=attempt))
+                                     attempt=attempt),
+                         lambda text: notify(f"warning: {text}"))
 
     def fetch(self, *paths: str, to: str = ".", every_host: bool = False):
         """Outputs back, as ``multihost fetch``: each PATH (relative to the run's workdir)
