@@ -181,7 +181,9 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
 def forget_tokens(cluster, workdirs: Dict[int, str], sharing: Sharing,
                   hosts: Optional[Sequence] = None) -> threading.Thread:
     """Every host has read its owner: the tokens go (the workdir is the job's directory),
-    in the background, beside whatever comes next; join the thread before exiting."""
+    in the background, beside whatever comes next; join the thread before exiting. A
+    shared directory holds one token, the first host's: that host alone removes it (64
+    hosts sharing a home cost one line, not 64)."""
     def remove(host):
         line = remove_line(workdirs[host.rank], sharing.nonce)
         quick = cluster.reused(host)
@@ -192,8 +194,10 @@ def forget_tokens(cluster, workdirs: Dict[int, str], sharing: Sharing,
             pass
         cluster.transport(host).run(line, timeout=30)
 
+    followers = set(sharing.followers)
     thread = threading.Thread(target=fan_out, daemon=True, args=(
-        tuple(hosts if hosts is not None else cluster.hosts), remove, cluster.workers))
+        tuple(h for h in (hosts if hosts is not None else cluster.hosts)
+              if h.rank not in followers), remove, cluster.workers))
     thread.start()
     return thread
 
