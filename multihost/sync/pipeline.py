@@ -201,13 +201,14 @@ class _CodeSync:
         found = self.looked.get(host.rank)
         if found is not None:
             return self.as_looked(host, found)
-        record = None if self.verify else load_record(host.label, self.workdirs[host.rank],
-                                                      self.code_root)
-        if record is None and host.rank in self.writers and not self.verify:
+        record = None
+        if host.rank in self.writers and not self.verify:
             # Its workdir is the one its writer just synced: the writer's record (every
             # file's size, times and inode as written) is checked here by one `stat`.
             record = load_record(self.writers[host.rank], self.workdirs[host.rank],
                                  self.code_root)
+        if record is None and not self.verify:
+            record = load_record(host.label, self.workdirs[host.rank], self.code_root)
         quick = None if record is None else self.cluster.reused(host)
         if quick is not None:
             try:
