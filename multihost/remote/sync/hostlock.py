@@ -57,12 +57,15 @@ def read(path):
     """The holder the file names; None when there is no file; {} when it cannot be
     read as one (being written, or damaged: see ``UNREADABLE_STALE``)."""
     for _ in range(25):
-        try:
-            with open(path, "rb") as handle:
+        try:   # a link planted in its place is read as what it is: no holder of ours
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, "rb") as handle:
                 text = handle.read(65536).decode("utf-8", "replace").strip()
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return None
+            if exc.errno == errno.ELOOP:
+                return {}
             raise
         if text:
             try:

@@ -99,3 +99,17 @@ def test_another_host_of_the_same_sync_joins_and_leaves_its_hold(root):
     path = held_by(root, host="h2-1234abcd", id="sync:me")
     Claim(str(root), sync_claim("sync:me")).take().give_back()
     assert json.load(open(path))["host"] == "h2-1234abcd"
+
+
+def test_a_link_planted_where_the_hold_goes_is_never_followed(root, tmp_path):
+    decoy = tmp_path / "decoy.json"
+    decoy.write_text(json.dumps({"host": "h9-00000000", "pid": 1, "kind": "sync"}))
+    path = lock_path(str(root)) + hostlock.SUFFIX
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.symlink(decoy, path)
+    old = time.time() - 3600
+    os.utime(path, (old, old), follow_symlinks=False)
+    claim = Claim(str(root), sync_claim()).take()     # not h9's: the link is no hold
+    assert not os.path.islink(path) and json.load(open(path))["id"] == "sync:me"
+    claim.give_back()
+    assert json.loads(decoy.read_text())["host"] == "h9-00000000"
