@@ -59,3 +59,18 @@ def test_a_time_kept_to_the_whole_second_is_the_writers(tmp_path):
 def test_verify_reads_every_file_even_of_a_written_tree(tmp_path):
     work, _, payload = written_tree(tmp_path)
     assert plan(work, payload, written=True, verify=True)["hashed_files"] == 20
+
+
+def test_a_sync_with_nothing_to_write_asks_no_host_what_it_shares(env, monkeypatch):
+    import multihost.sync.pipeline as pipeline
+
+    env.sync()
+    asked = []
+    real = pipeline.find_sharing
+    monkeypatch.setattr(pipeline, "find_sharing", lambda *a, **k: asked.append(1) or real(*a, **k))
+    report = env.sync()                       # every host as recorded, the code unchanged
+    assert report.ok and [h.files for h in report.hosts] == [0, 0] and not asked
+    (env.code / "train.py").write_text("print('train', 2)\n")
+    report = env.sync()                       # a change: who shares what is asked first
+    assert report.ok and [h.files for h in report.hosts] == [1, 1] and asked == [1]
+    assert not os.path.exists(os.path.join(env.workdirs[0], ".multihost-share"))
