@@ -6,7 +6,7 @@ view). The view is given, never built here: no presentation in this module.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -38,6 +38,9 @@ class Outcome:
     detached: bool
     result: Optional[AttemptResult] = None
     stop_reason: str = ""       # who stopped it, when multihost did (Interrupts.reason)
+    # node rank -> its run directory as that host named it: hosts that share a home keep
+    # theirs under ~/.multihost/hosts/<host>/, not ~/.multihost/runs/ (a hint must say so)
+    run_dirs: Dict[int, str] = field(default_factory=dict)
 
 
 STOP_FROM_DASHBOARD = "stopped from the dashboard ([s] on the controller)"
@@ -155,4 +158,5 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
         result = monitor.follow()
         if result.detached and follower is not None:
             follower.stop()
-        return Outcome(result.detached, result)
+        return Outcome(result.detached, result,
+                       run_dirs={rank: p.run_dir for rank, p in prepared.items()})

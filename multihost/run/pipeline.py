@@ -264,10 +264,10 @@ def failure_of(outcome, plan) -> Optional[RunFailed]:
         if NO_SPACE in (cause.detail or ""):
             host = plan.nodes[cause.node_rank].host.label
             return RunFailed(f"run {plan.run_id} failed: node {cause.node_rank}: {NO_SPACE} on "
-                             f"{host}{lost}", host=host, fix=fix_for(cause, plan),
+                             f"{host}{lost}", host=host, fix=fix_for(cause, plan, outcome.run_dirs),
                              exit_code=result.exit_code)
         return RunFailed(f"run {plan.run_id} failed: {describe(cause)}{lost}", host=cause.host,
-                         fix=fix_for(cause, plan), exit_code=result.exit_code)
+                         fix=fix_for(cause, plan, outcome.run_dirs), exit_code=result.exit_code)
     if result.interrupted:
         return RunFailed(f"run {plan.run_id} stopped on every host (interrupted){lost}",
                          exit_code=result.exit_code)
@@ -304,8 +304,11 @@ def world_size_fix(tail, plan) -> Optional[str]:
             f"is the number of hosts)")
 
 
-def fix_for(cause, plan) -> str:
-    """What to look at next, for the root cause's kind of failure."""
+def fix_for(cause, plan, run_dirs: Optional[Mapping[int, str]] = None) -> str:
+    """What to look at next, for the root cause's kind of failure. ``run_dirs``: each
+    node's run directory as its host named it (a host sharing its home with others
+    keeps its runs in ~/.multihost/hosts/<host>/runs/)."""
+    run_dir = (run_dirs or {}).get(cause.node_rank) or f"~/.multihost/runs/{plan.run_id}"
     import signal
 
     from .outcome import known_fix
@@ -316,7 +319,7 @@ def fix_for(cause, plan) -> str:
         return known
     if NO_SPACE in (cause.detail or ""):
         return (f"free space on {node.host.label}: `df -h ~/.multihost` there; old runs' "
-                f"directories go with `rm -rf ~/.multihost/runs/<run id>`; then "
+                f"directories go with `rm -rf {os.path.dirname(run_dir)}/<run id>`; then "
                 f"`multihost rerun {plan.run_id}`")
     if cause.kind == "lost":
         return (f"check that {node.host.label} is up and reachable; then "
@@ -333,5 +336,5 @@ def fix_for(cause, plan) -> str:
                 f"--role server")
     if cause.local_rank is not None:
         return (f"read its log: multihost logs {plan.run_id} --rank {cause.rank} "
-                f"(on the host: ~/.multihost/runs/{plan.run_id}/log/workerlog.{cause.local_rank})")
+                f"(on the host: {run_dir}/log/workerlog.{cause.local_rank})")
     return f"read the launcher's output: multihost logs {plan.run_id} --host {node.host.label}"

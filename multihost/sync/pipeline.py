@@ -41,6 +41,7 @@ from .manifest import Manifest, build_manifest, code_revision, size_warnings
 from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result,
                     needs_from_plan, sync_error, waited_note)
 from .session import HostSession
+from .recorded import Looked, look_first, nothing_to_write
 from .shared import find_sharing, forget_tokens, one_writer_each
 from ..remote.sync.lock import STALE
 from .transfer import RELAY_MIN_BYTES, stream_to
@@ -92,11 +93,18 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
     with pipe_errors_raise():
         if dry_run or len(cluster.hosts) < 2:
             return _sync_code(cluster, code_dir, workdirs, dry_run, verify, listener)
+        looked, manifest = look_first(cluster, code_dir, workdirs, THROUGH_MASTER, verify)
+        if nothing_to_write(cluster, looked, manifest):   # who shares what matters not
+            return _CodeSync(cluster, code_dir, workdirs, False, verify, listener,
+                             looked=looked, manifest=manifest).run()
         sharing = find_sharing(cluster, workdirs)
         tokens = forget_tokens(cluster, workdirs, sharing)
+        # A host that shares another's workdir is checked after that one wrote it.
+        ahead = {rank: found for rank, found in looked.items() if rank not in sharing.followers}
         try:
-            return one_writer_each(cluster, sharing, lambda part: _sync_code(
-                part, code_dir, workdirs, False, verify, listener))
+            return one_writer_each(cluster, sharing, lambda part, writers: _CodeSync(
+                part, code_dir, workdirs, False, verify, listener, writers,
+                looked=ahead, manifest=manifest).run())
         finally:
             tokens.join(60)
 
@@ -112,8 +120,15 @@ class _CodeSync:
     the instance, filled in the order ``run`` calls them."""
 
     def __init__(self, cluster: HostGroup, code_dir: str, workdirs: Dict[int, str],
-                 dry_run: bool, verify: bool, listener: Optional[Listener]):
+                 dry_run: bool, verify: bool, listener: Optional[Listener],
+                 writers: Optional[Dict[int, str]] = None, looked: Optional[Looked] = None,
+                 manifest: Optional[Manifest] = None):
         self.cluster = cluster
+        self.looked = looked or {}     # hosts checked by `stat` already (recorded.py)
+        self.built = manifest
+        # Hosts whose workdir another host of this sync has just written (they share it):
+        # rank -> that host's label.
+        self.writers = writers or {}
         self.code_dir = code_dir
         self.workdirs = workdirs
         self.dry_run = dry_run
@@ -183,8 +198,17 @@ class _CodeSync:
         fastpath.py), through the OpenSSH master an earlier command left when there is
         one (no handshake); any other host gets its helper started right away, to
         compare by content."""
-        record = None if self.verify else load_record(host.label, self.workdirs[host.rank],
-                                                      self.code_root)
+        found = self.looked.get(host.rank)
+        if found is not None:
+            return self.as_looked(host, found)
+        record = None
+        if host.rank in self.writers and not self.verify:
+            # Its workdir is the one its writer just synced: the writer's record (every
+            # file's size, times and inode as written) is checked here by one `stat`.
+            record = load_record(self.writers[host.rank], self.workdirs[host.rank],
+                                 self.code_root)
+        if record is None and not self.verify:
+            record = load_record(host.label, self.workdirs[host.rank], self.code_root)
         quick = None if record is None else self.cluster.reused(host)
         if quick is not None:
             try:
@@ -199,13 +223,24 @@ class _CodeSync:
             return self.start_session(host, transport)
         return self.as_known(host, transport, record)
 
+    def as_looked(self, host, found):
+        """A host whose record was checked before this sync began (recorded.py)."""
+        transport = None if found is False else self.cluster.reused(host)
+        if transport is None:
+            transport = self.cluster.transport(host)
+            self.to_leave.append(host)
+        if found is False:   # not as recorded: compare by content
+            return self.start_session(host, transport)
+        return self.as_known(host, transport, found)
+
     def leave_connections(self) -> None:
         for host in self.to_leave:
             self.cluster.leave_connection(host)
 
     def start_session(self, host, transport) -> HostSession:
         request = {"root": self.workdirs[host.rank], "verify": self.verify,
-                   "dry_run": self.dry_run, "rank": host.rank, "keys": not self.dry_run}
+                   "dry_run": self.dry_run, "rank": host.rank, "keys": not self.dry_run,
+                   "written": host.rank in self.writers}
         if not self.dry_run:
             request["claim"] = self.claim
         session = HostSession.start(transport, request)
@@ -262,7 +297,7 @@ class _CodeSync:
         """The manifest of the code directory; if it cannot be built, the sessions
         started meanwhile are ended before the error goes on."""
         try:
-            manifest = build_manifest(self.code_dir, verify=self.verify)
+            manifest = self.built or build_manifest(self.code_dir, verify=self.verify)
         except BaseException:
             self.ready.set()
             connecting.join()

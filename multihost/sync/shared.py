@@ -34,7 +34,8 @@ from ..transport.base import quote_path
 
 
 # In: $w the directory, $nc the nonce, $c the code directory's path (or ""), $mk 1 to make
-# the directory when missing, $m this machine's identity. Prints the owner of the nonce
+# the directory when missing, $m this machine's identity, $r the host's rank (one machine
+# listed twice with two workdirs writes two tokens, each read back by itself alone). Prints the owner of the nonce
 # in the directory, then the code directory's token as read here ("-": none), each after
 # its tag: a login shell may have printed lines of its own before. Shell builtins only,
 # but for a mkdir: a sync of 64 hosts starts with it.
@@ -51,7 +52,7 @@ until [ -d "$d" ] || mkdir "$d" 2>/dev/null; do
   sleep 0.05
 done
 set -C
-printf '%s\n' "$m" 2>/dev/null > "$f"
+printf '%s:%s\n' "$m" "$r" 2>/dev/null > "$f"
 set +C
 # The winner's line may show late (a network filesystem caches sizes): read again, 2 s at
 # most, rather than test the size first.
@@ -88,9 +89,10 @@ class Sharing:
         return tuple(r for group in self.groups for r in group[1:])
 
 
-def probe_line(workdir: str, nonce: str, code_dir: str = "", make: bool = True) -> str:
+def probe_line(workdir: str, nonce: str, code_dir: str = "", make: bool = True,
+               rank: int = 0) -> str:
     return (f"w={quote_path(workdir)}; nc={nonce}; c={shlex.quote(code_dir)}; "
-            f"mk={1 if make else 0}; " + IDENTITY_SHELL + PROBE)
+            f"mk={1 if make else 0}; r={int(rank)}; " + IDENTITY_SHELL + PROBE)
 
 
 def remove_line(workdir: str, nonce: str) -> str:
@@ -161,7 +163,7 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
         return result
 
     def ask(host):
-        result = on(host, probe_line(workdirs[host.rank], nonce, where, make))
+        result = on(host, probe_line(workdirs[host.rank], nonce, where, make, host.rank))
         text = result.stdout.decode("utf-8", "replace")
         return tagged(text, "=owner= "), tagged(text, "=code= ")
 
@@ -179,7 +181,9 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
 def forget_tokens(cluster, workdirs: Dict[int, str], sharing: Sharing,
                   hosts: Optional[Sequence] = None) -> threading.Thread:
     """Every host has read its owner: the tokens go (the workdir is the job's directory),
-    in the background, beside whatever comes next; join the thread before exiting."""
+    in the background, beside whatever comes next; join the thread before exiting. A
+    shared directory holds one token, the first host's: that host alone removes it (64
+    hosts sharing a home cost one line, not 64)."""
     def remove(host):
         line = remove_line(workdirs[host.rank], sharing.nonce)
         quick = cluster.reused(host)
@@ -190,8 +194,10 @@ def forget_tokens(cluster, workdirs: Dict[int, str], sharing: Sharing,
             pass
         cluster.transport(host).run(line, timeout=30)
 
+    followers = set(sharing.followers)
     thread = threading.Thread(target=fan_out, daemon=True, args=(
-        tuple(hosts if hosts is not None else cluster.hosts), remove, cluster.workers))
+        tuple(h for h in (hosts if hosts is not None else cluster.hosts)
+              if h.rank not in followers), remove, cluster.workers))
     thread.start()
     return thread
 
@@ -215,21 +221,26 @@ def code_everywhere(cluster, code_dir: str) -> bool:
                for r in results)
 
 
-def one_writer_each(cluster, sharing: Sharing, sync_part: Callable[[Any], Any]):
-    """The sync's report, one writer per shared directory: ``sync_part(hosts)`` syncs a
-    subset of the cluster (a HostGroup on the same connections). The hosts with a
-    workdir of their own and the first host of each shared one go first; then the
-    others of each group compare the tree by content, which finds it written: they write
+def one_writer_each(cluster, sharing: Sharing,
+                    sync_part: Callable[[Any, Dict[int, str]], Any]):
+    """The sync's report, one writer per shared directory: ``sync_part(hosts, writers)``
+    syncs a subset of the cluster (a HostGroup on the same connections); ``writers``
+    names, for each host whose workdir another host has just written, that host. The
+    hosts with a workdir of their own and the first host of each shared one go first;
+    then the others of each group check the tree against what their writer recorded
+    (one `stat` of every path; where that differs, by size and the time the writer
+    stamped, reading only a file that differs), which finds it written: they write
     nothing, and never delete what another host writes at that moment."""
     from .model import sync_error
 
     if not sharing.followers:
-        return sync_part(cluster)
+        return sync_part(cluster, {})
     followers = set(sharing.followers)
-    first = sync_part(cluster.subset([h for h in cluster.hosts if h.rank not in followers]))
+    first = sync_part(cluster.subset([h for h in cluster.hosts if h.rank not in followers]), {})
     labels = {h.rank: h.label for h in cluster.hosts}
+    writers = {rank: labels[sharing.writer_of(rank)] for rank in followers}
     try:
-        then = sync_part(cluster.subset([h for h in cluster.hosts if h.rank in followers]))
+        then = sync_part(cluster.subset([h for h in cluster.hosts if h.rank in followers]), writers)
     except SyncError as err:
         then = getattr(err, "report", None)
         if then is None:

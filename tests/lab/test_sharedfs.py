@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import sysconfig
 import time
@@ -343,3 +344,53 @@ def test_runs_in_a_slurm_allocation_whose_nodes_share_the_home_run_in_place(slur
         assert "is the same directory on all 2 hosts: no copy" in result.stderr, result.stderr
     assert sorted(p.name for p in project.glob("out-*.txt")) == ["out-h1.txt", "out-h2.txt"]
     assert not (user.home / "multihost").exists()
+
+
+def one_host_file(files: Path, i: int, into: Path) -> Path:
+    """A hostfile of the shared home's hostfile's defaults and its host ``i`` only."""
+    lines = (files / "hosts.ini").read_text().splitlines()
+    head = lines[:lines.index(next(line for line in lines if line.startswith("[198.")))]
+    into.write_text("\n".join(head + [f"[{lines[len(head) + i - 1][1:-1]}]"]) + "\n")
+    return into
+
+
+def test_over_sshfs_a_sync_from_another_host_is_refused_naming_the_holder(over_sshfs, tmp_path):
+    """sshfs has no lock across clients: two syncs into one shared workdir through two
+    hosts met each other only by luck. The first names its host in the lock's exclusively
+    created file; the second, younger, is refused at once naming it."""
+    lab, files = over_sshfs
+    big, small = tmp_path / "big", tmp_path / "small"
+    for i in range(1500):
+        (big / f"pkg{i % 15}").mkdir(parents=True, exist_ok=True)
+        (big / f"pkg{i % 15}" / f"m{i}.py").write_text(f"VALUE = {i}\n" * 40)
+    small.mkdir()
+    (small / "other.py").write_text("print('another tree')\n")
+    held = files / "held.multihost-lock.host"
+    first = lab.popen([sys.executable, "-m", "multihost", "sync", "--plain", "--code", str(big),
+                       "--hostfile", str(one_host_file(files, 2, tmp_path / "h2.ini")),
+                       "--workdir", "~/held"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      text=True)
+    try:
+        deadline = time.monotonic() + 120
+        text = ""
+        while not text and first.poll() is None and time.monotonic() < deadline:
+            text = held.read_text() if held.exists() else ""   # made, then written
+            time.sleep(0.05)
+        assert text, first.communicate(timeout=60)
+        holder = json.loads(text)
+        second = lab.multihost("sync", "--plain", "--code", str(small), "--hostfile",
+                               str(one_host_file(files, 3, tmp_path / "h3.ini")),
+                               "--workdir", "~/held", timeout=120)
+        out, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, out + err
+    said = second.stdout + second.stderr
+    assert second.returncode != 0 and "is being written by" in said, said
+    assert f"(pid {holder['pid']} on {holder['host']})" in said, said
+    assert f"rm {Path('/run/multihost-sshfs') / files.name / 'held.multihost-lock.host'}" in said
+    assert not held.exists()              # the first gave its hold back
+    assert not (files / "held" / "other.py").exists()
+    assert len(list((files / "held").rglob("m*.py"))) == 1500

@@ -318,6 +318,9 @@ class Supervisor(object):
         self.record(state=state, exit_code=code, signal=sig, ended=time.time(),
                     error=error, ranks_left=len(run_files.run_processes(self.run_id, os.getpid())))
         run_files.release_lock(self.run_id)  # only its own: a concurrent run holds none
+        claim = getattr(self, "workdir_claim", None)
+        if claim is not None:   # its name in a shared workdir's lock goes, not only its locks
+            claim.give_back()
         holds.ended(self.run_id)             # the host-wide registry, which every user reads
 
 

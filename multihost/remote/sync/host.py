@@ -114,6 +114,17 @@ def plan(request):
 
 
 def session(request):
+    """The sync of one host in one process (``_session``); whatever way it ends, the
+    workdir's claim is given back (its name in a shared workdir's lock with it)."""
+    held = []
+    try:
+        return _session(request, held)
+    finally:
+        for claim in held:
+            claim.give_back()
+
+
+def _session(request, held):
     """The whole sync of one host in one process: a first line says whether the workdir
     exists; stdin carries the manifest (4-byte length, then zlib JSON), or for a workdir
     that does not exist only the number of its entries (NO_MANIFEST, then 4 bytes: every
@@ -125,6 +136,7 @@ def session(request):
     in_use = None  # a run's hold: this sync may find the tree as it is, never change it
     try:
         claim = None if request.get("dry_run") else _claim(request)
+        held.extend([claim] if claim is not None else [])
     except Busy as busy:
         if busy.holder.get("kind") != "run":
             reply({"ok": False, "error": busy.text, "fix": busy.fix})

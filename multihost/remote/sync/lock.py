@@ -13,6 +13,11 @@ node, a later stream) holds a claim on it for its life, and so does a run's supe
   for a moment while a claim is decided; byte 1 is held shared by every live process of
   the holder. POSIX record locks go with their process: a killed holder leaves nothing
   to clean up, and the next writer finds byte 1 free and takes over.
+- POSIX record locks hold across hosts only as far as the filesystem's lock manager
+  goes (sshfs: not at all), and a workdir may be one directory on many hosts (NFS):
+  so a holder's first process on a host also creates ``<lock>.host`` exclusively,
+  naming its host, boot id and pid (hostlock.py). Another host finds it there and waits
+  or is refused as below; one left by a holder that is gone is taken over by its host.
 - Its first line is the workdir's generation, raised by the first write of every sync;
   the second names the holder (user, what, pid, since) for the message of whoever is
   refused. The no-change check reads the generation with `read` (sync/fastpath.py), so
@@ -32,8 +37,9 @@ import os
 import stat
 import time
 
-from ..machine import host_dir
+from ..machine import host_dir, host_name
 from .. import owners
+from . import hostlock
 from .fs import tree_key
 
 SUFFIX = ".multihost-lock"
@@ -119,8 +125,11 @@ def describe(holder):
     """'root's multihost sync from ctl (pid 812) since 16:02:11' for a message."""
     since = time.strftime("%H:%M:%S", time.localtime(float(holder.get("since") or 0)))
     who = holder.get("user") or "someone"
-    return "%s's %s (pid %s) since %s" % (who, holder.get("what") or "writer",
-                                          holder.get("pid"), since)
+    where = ""
+    if holder.get("host") and holder.get("host") != host_name():
+        where = " on %s" % holder["host"]   # a workdir other hosts share
+    return "%s's %s (pid %s%s) since %s" % (who, holder.get("what") or "writer",
+                                            holder.get("pid"), where, since)
 
 
 def _lock(fd, kind, offset, wait=False):
@@ -151,6 +160,7 @@ class Claim(object):
         self.waited_for = None
         self.part = claim.get("part")
         self.gen = None         # the generation found when the claim was taken
+        self.held = False       # taken: on giving back, the last of this host unnames it
 
     # -- taking and giving back ---------------------------------------------------------
     def take(self, say=None):
@@ -193,10 +203,9 @@ class Claim(object):
         try:
             gen, holder = self._read()
             self.gen = gen
-            mine = holder.get("id") == self.claim.get("id") or \
-                (holder.get("kind") == "run" and self.claim.get("kind") == "run")
-            if mine:
+            if self._joins(holder):
                 if _lock(self.fd, fcntl.LOCK_SH, HOLDERS):
+                    self.held = True
                     return None
                 return holder   # the holder is being taken over this very moment
             if not _lock(self.fd, fcntl.LOCK_EX, HOLDERS):
@@ -206,13 +215,24 @@ class Claim(object):
             if expected is not None and str(expected) != str(gen):
                 _lock(self.fd, fcntl.LOCK_UN, HOLDERS)
                 raise Busy("the workdir %s %s" % (self.root, STALE), "run the sync again", holder)
-            self._write(gen, {"id": self.claim.get("id"), "kind": self.claim.get("kind"),
-                              "what": self.claim.get("what"), "born": self.claim.get("born"),
-                              "user": _user(), "pid": os.getpid(), "since": time.time()})
+            mine = {"id": self.claim.get("id"), "kind": self.claim.get("kind"),
+                    "what": self.claim.get("what"), "born": self.claim.get("born"),
+                    "user": _user(), "pid": os.getpid(), "since": time.time()}
+            elsewhere = hostlock.take(self.path + hostlock.SUFFIX, mine, self._joins)
+            if elsewhere is not None:   # a holder on another host that shares the workdir
+                _lock(self.fd, fcntl.LOCK_UN, HOLDERS)
+                return elsewhere
+            self._write(gen, mine)
             _lock(self.fd, fcntl.LOCK_SH, HOLDERS, wait=True)  # downgrade: others may join
+            self.held = True
             return None
         finally:
             _lock(self.fd, fcntl.LOCK_UN, GATE)
+
+    def _joins(self, holder):
+        """``holder`` is this very sync (or a run, as runs join each other)."""
+        return holder.get("id") == self.claim.get("id") or \
+            (holder.get("kind") == "run" and self.claim.get("kind") == "run")
 
     def _may_wait(self, holder):
         """A run is never waited for, nor waits. Of two syncs, only the older waits for
@@ -225,6 +245,14 @@ class Claim(object):
         return mine < theirs
 
     def _busy(self, holder, waited):
+        busy = self._busy_here(holder, waited)
+        host = holder.get("host")
+        if host and host != host_name():   # its pid can be checked on that host only
+            busy.fix += ("; if %s is down for good, remove its hold: rm %s"
+                         % (host, self.path + hostlock.SUFFIX))
+        return busy
+
+    def _busy_here(self, holder, waited):
         who = describe(holder)
         if holder.get("kind") == "run":
             run_id = str(holder.get("id") or "").partition(":")[2] or "RUN"
@@ -241,9 +269,29 @@ class Claim(object):
                     "wait for it to finish, then sync again", holder)
 
     def give_back(self):
-        if self.fd is not None:
+        if self.fd is None:
+            return
+        try:
+            if self.held:
+                self._unname()
+        finally:
             os.close(self.fd)  # every record lock of this process on the file goes with it
             self.fd = None
+            self.held = False
+
+    def _unname(self):
+        """The last process of this holder on this host removes its ``.host`` file."""
+        try:
+            _lock(self.fd, fcntl.LOCK_EX, GATE, wait=True)
+        except OSError:
+            return
+        try:
+            if _lock(self.fd, fcntl.LOCK_EX, HOLDERS):   # no other process here holds it
+                hostlock.give_back(self.path + hostlock.SUFFIX, self._joins)
+        except OSError:
+            pass
+        finally:
+            _lock(self.fd, fcntl.LOCK_UN, GATE)
 
     # -- the record ------------------------------------------------------------------
     def _read(self):

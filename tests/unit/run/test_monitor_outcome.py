@@ -295,6 +295,28 @@ def test_a_failed_parameter_server_points_at_its_own_log():
                                      "--host 198.18.0.12 --role server")
 
 
+def test_a_failed_ranks_log_is_named_where_its_host_keeps_it():
+    from types import SimpleNamespace
+
+    from multihost.remote.run.states import NO_SPACE
+    from multihost.run.pipeline import fix_for
+
+    plan = SimpleNamespace(run_id="20261127-152005-f588", nodes=[
+        SimpleNamespace(host=SimpleNamespace(label=host)) for host in HOSTS])
+    cause = Failure(1.0, 1, HOSTS[1], "rank", rank=3, local_rank=1, exit_code=1)
+    # the second host of a shared home keeps its runs under hosts/<its name>/
+    shared = {0: "/home/alice/.multihost/runs/20261127-152005-f588",
+              1: "/home/alice/.multihost/hosts/h2-1a2b3c4d/runs/20261127-152005-f588"}
+    assert fix_for(cause, plan, shared).endswith(
+        "(on the host: /home/alice/.multihost/hosts/h2-1a2b3c4d/runs/20261127-152005-f588"
+        "/log/workerlog.1)")
+    full = Failure(1.0, 1, HOSTS[1], "node", detail=NO_SPACE)
+    assert "`rm -rf /home/alice/.multihost/hosts/h2-1a2b3c4d/runs/<run id>`" in fix_for(
+        full, plan, shared)
+    assert fix_for(cause, plan).endswith(   # not known: the default place
+        "(on the host: ~/.multihost/runs/20261127-152005-f588/log/workerlog.1)")
+
+
 def test_paddles_gloo_group_set_up_failure_is_named_with_its_fix():
     from multihost.run.outcome import known_fix
 

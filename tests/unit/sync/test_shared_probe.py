@@ -8,8 +8,8 @@ import subprocess
 from multihost.sync.shared import group_owners, probe_line, remove_line, tagged
 
 
-def probe(workdir, nonce, code="", make=True, noise=""):
-    line = noise + probe_line(str(workdir), nonce, code, make)
+def probe(workdir, nonce, code="", make=True, noise="", rank=0):
+    line = noise + probe_line(str(workdir), nonce, code, make, rank)
     out = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=30).stdout
     return tagged(out, "=owner= "), tagged(out, "=code= ")
 
@@ -23,6 +23,14 @@ def test_hosts_that_see_one_directory_read_one_owner(tmp_path):
     assert (shared / ".multihost-share" / "ab12").exists() and shared.is_dir()
     subprocess.run(["sh", "-c", remove_line(str(shared), "ab12")], check=True)
     assert not (shared / ".multihost-share").exists()
+
+
+def test_one_machine_listed_twice_with_two_workdirs_shares_nothing(tmp_path):
+    first, second = probe(tmp_path / "w0", "ef56", rank=0), probe(tmp_path / "w1", "ef56", rank=1)
+    assert first[0] != second[0]
+    assert group_owners({0: first[0], 1: second[0]}) == ()
+    # both ranks in one directory read the first one's token
+    assert probe(tmp_path / "w0", "ef56", rank=1) == first
 
 
 def test_a_check_makes_no_workdir(tmp_path):

@@ -1,0 +1,63 @@
+"""Before a sync of two or more hosts asks which of them share a workdir: each host with
+a record is checked against it (fastpath.py: one `stat`) while the code is hashed here.
+
+Which hosts share a workdir matters only to a sync that writes: if every host is as its
+last sync left it and the code did not change, nothing is written, and the sync is that
+one `stat` per host, with no shared-directory probe and no tokens to remove. Otherwise
+the probe runs (shared.py), and the answers found here are kept for the sync itself, so
+that no host is asked twice.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Dict, Tuple, Union
+
+from ..errors import MultihostError
+from ..fanout import fan_out
+from .fastpath import host_unchanged, load_record, matches_manifest
+from .manifest import Manifest, build_manifest
+
+# Per rank: the host's record, its keys just found unchanged (with the generation and
+# machine its answer gave); False: asked, and it is not as recorded.
+Looked = Dict[int, Union[dict, bool]]
+
+
+def look_first(cluster, code_dir: str, workdirs: Dict[int, str], through_master: float,
+               verify: bool = False) -> Tuple[Looked, Manifest]:
+    """Each host's record checked by `stat` (hosts without one are not asked), beside
+    the manifest's build here. A host that cannot be reached is left out: the sync
+    reports it."""
+    code_root = os.path.abspath(os.path.expanduser(code_dir))
+    looked: Looked = {}
+
+    def look(host):
+        record = load_record(host.label, workdirs[host.rank], code_root)
+        if record is None:
+            return
+        quick = cluster.reused(host)
+        try:
+            if quick is not None:
+                looked[host.rank] = record if host_unchanged(quick, record, through_master) \
+                    else False
+                return
+        except MultihostError:
+            pass   # the master went away half-way: ask the host the ordinary way
+        looked[host.rank] = record if host_unchanged(cluster.transport(host), record) else False
+
+    if verify:   # compared by content, whatever the records say
+        return looked, build_manifest(code_dir, verify=True)
+    asking = threading.Thread(target=fan_out, daemon=True,
+                              args=(cluster.hosts, look, cluster.workers))
+    asking.start()
+    try:
+        manifest = build_manifest(code_dir)
+    finally:
+        asking.join()
+    return looked, manifest
+
+
+def nothing_to_write(cluster, looked: Looked, manifest: Manifest) -> bool:
+    """Every host is as recorded, and every record is of this very manifest."""
+    return all(isinstance(looked.get(h.rank), dict) and matches_manifest(looked[h.rank], manifest)
+               for h in cluster.hosts)
