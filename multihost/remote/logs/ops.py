@@ -17,6 +17,8 @@ from ..run import files as run_files
 from ..run.states import FINAL_STATES
 
 CHUNK = 1 << 20
+QUICK_SECONDS = 5.0   # a stream's first seconds, looked at every QUICK_TICK
+QUICK_TICK = 0.025
 
 
 def _log_files(run_dir):
@@ -139,7 +141,8 @@ def tail(request):
                 out.write(log_frames.heartbeat_frame(now))
                 out.flush()
                 last_beat = now
-            if not sent:
-                time.sleep(interval)
+            if not sent:   # 4x as often in the first seconds, as run.watch does
+                time.sleep(min(interval, QUICK_TICK) if now - started < QUICK_SECONDS
+                           else interval)
     except (BrokenPipeError, IOError):
         return 0  # the controller went away; the files are all still here
