@@ -36,7 +36,6 @@ from ..proto import OpError, op
 
 SIOCGIFADDR = 0x8915
 LAUNCH_TIMEOUT = 30.0
-QUICK_SECONDS = 5.0   # a watch's first seconds, looked at every QUICK_TICK
 QUICK_TICK = 0.05
 
 
@@ -357,9 +356,9 @@ def watch(request):
         _say_launched(run_dir)
     interval = float(request.get("interval", 0.2))
     heartbeat = float(request.get("heartbeat", 1.0))
-    # Looked at 4x as often in the first seconds: a short job's end (a rerun of an edited
-    # script) is then heard at once; a long one costs the host the usual ticks.
-    quick_until = time.time() + QUICK_SECONDS
+    # Looked at every QUICK_TICK in the first ``quick_for`` seconds (waits.quick_start): a
+    # short job's end is then heard at once; a long one costs the host the usual ticks.
+    quick_until = time.time() + float(request.get("quick_for") or 0)
     out = sys.stdout
     last_key, last_sent, procs, procs_at = None, 0.0, None, 0.0
     commands = _StopLines() if request.get("stoppable") else None
