@@ -264,8 +264,7 @@ class Round:
         finally:
             watchdog.cancel()
             process.close()
-        if code == helper.MISSING:   # a host's first contact: install, then the plain call
-            helper.install(transport, max(1.0, self.deadline - time.monotonic()))
+        if code == helper.MISSING:   # a host's first contact: the plain call installs it
             return call(transport, "check.host", request, self.timeout)
         return clean_report(helper.parse_reply(transport, "check.host", code, out, err))
 
