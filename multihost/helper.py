@@ -30,7 +30,7 @@ from typing import Any, Dict, Optional
 
 from . import waits
 from .errors import CommandTimeout, ConnectError, RemoteError
-from .transport import CommandResult, Process, Transport
+from .transport import BrokenStream, CommandResult, Process, Transport
 from .transport.base import login_shell_ended as shell_ended
 from .transport.openssh import login_command
 
@@ -286,6 +286,50 @@ def call(transport: Transport, op: str, request: Optional[Dict[str, Any]] = None
     elif result.exit_code != 127:  # the helper ran (127: no python; said below)
         _installed_on.add(transport)
     return parse_reply(transport, op, result.exit_code, after_marker(result.stdout), result.stderr)
+
+
+class HeldCall:
+    """A helper operation started now, answered later: its request (``"held": true``)
+    is on the command line, its input comes with ``release``. The new channel and the
+    interpreter's start, most of a call's time, overlap whatever the caller does
+    meanwhile. ``release(input, go)`` sends ``input`` (one line), then the word "go"
+    when ``go`` is true: without it the operation refuses and does nothing."""
+
+    def __init__(self, transport: Transport, op: str, request: Dict[str, Any]):
+        self.transport = transport
+        self.op = op
+        self.process = start(transport, op, dict(request, held=True))
+        self.sent = False
+
+    def release(self, input: bytes, go: bool) -> None:
+        self.sent = True
+        try:
+            self.process.stdin.write(input + b"\n" + (b"go\n" if go else b""))
+            self.process.stdin.close()
+        except BrokenStream:
+            pass  # it ended without reading all of it: its reply says why
+
+    def reply(self, timeout: float = 60) -> Any:
+        """Its result (after ``release``); its failure is a RemoteError."""
+        process = self.process
+        try:
+            process.set_timeout(timeout)
+            try:
+                stdout = process.stdout.read()
+                code = process.wait(timeout)
+            except socket.timeout:
+                raise CommandTimeout(f"helper operation {self.op!r} did not answer within "
+                                     f"{timeout:g}s", host=self.transport.host.label) from None
+            stderr = process.read_stderr()
+        finally:
+            process.close()
+        return parse_reply(self.transport, self.op, code, stdout, stderr)
+
+    def cancel(self) -> None:
+        """Never released: the operation ends without doing anything."""
+        if not self.sent:
+            self.release(b"", go=False)
+        self.process.close()
 
 
 def transport_alive(transport: Transport) -> bool:

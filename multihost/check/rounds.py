@@ -3,9 +3,10 @@ thread learns from it (a ``Session``, turned into a frozen HostProbe at the end)
 
 In a round with a rendezvous test the first host's call listens on the master port
 first and holds the listener until every other host's call, which connects to it, is
-done (``hold``). The other hosts' calls start once the first host has said whether it
-listens: at 64 hosts on busy machines the first host's session may come up seconds after
-the others', and a connection refused by a listener not yet there is not a firewall. Nothing waits on a dead host beyond its own timeouts and the round's
+done (``hold``). The other hosts' calls start with it, but each connects only once the
+first host has said whether it listens (a word on its stdin; its other probes run
+meanwhile): at 64 hosts on busy machines the first host's session may come up seconds
+after the others', and a connection refused by a listener not yet there is not a firewall. Nothing waits on a dead host beyond its own timeouts and the round's
 deadline.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .report import CheckResult
 from ..errors import CommandTimeout, ConnectError, MultihostError, RemoteError
 from ..fanout import HostGroup
 from ..hosts import Host
+from ..transport import BrokenStream
 from ..slurm.steps import keeps_steps
 from ..untrusted import clean_report
 
@@ -217,19 +219,54 @@ class Round:
         transport = _connect(self.cluster, session, self.notify)
         if transport is None:
             return
-        if self.rendezvous:
-            # Bounded by the round's deadline: the first host's thread says at the latest
-            # when its call ends, whatever happened to it.
-            self.master_said.wait(max(0.0, self.deadline - time.monotonic()))
-            request = dict(request, probes=list(request["probes"]) + ["connect"],
-                           connect={"address": self.master, "port": self.listen_port,
-                                    "token": self.token, "rank": session.host.rank,
-                                    "timeout": CONNECT_WINDOW})
         began_wall = time.time()
-        facts = call(transport, "check.host", request, self.timeout)
-        if self.rendezvous:
-            session.rendezvous = facts.pop("connect", None)
+        if not self.rendezvous:
+            _store(session, call(transport, "check.host", request, self.timeout),
+                   began_wall, self.merge)
+            return
+        request = dict(request, probes=list(request["probes"]) + ["connect"],
+                       connect={"address": self.master, "port": self.listen_port,
+                                "token": self.token, "rank": session.host.rank,
+                                "timeout": CONNECT_WINDOW},
+                       await_listener=True,
+                       await_for=max(1.0, self.deadline - time.monotonic()))
+        facts = self.after_listener(transport, request)
+        session.rendezvous = facts.pop("connect", None)
         _store(session, facts, began_wall, self.merge)
+
+    def after_listener(self, transport, request: dict) -> dict:
+        """A call that connects to the first host's listener, started at once beside the
+        first host's: its other probes run meanwhile, its connect once told the first
+        host said whether it listens (bounded by the round's deadline: the first host's
+        thread says at the latest when its call ends, whatever happened to it)."""
+        process = helper.launch(transport, "check.host", request)
+        self.master_said.wait(max(0.0, self.deadline - time.monotonic()))
+        # The call's own time, as a plain call has it, from the word on; and kill, not
+        # close: the session's process group on the host ends with it.
+        deadline = min(self.deadline, time.monotonic() + self.timeout)
+        watchdog = threading.Timer(max(0.1, deadline - time.monotonic()), process.kill)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            try:
+                process.stdin.write(b"go\n")
+                process.stdin.close()
+            except BrokenStream:
+                pass  # it ended without reading (no helper there yet): said below
+            try:
+                out = process.stdout.read()
+            except (OSError, ValueError):
+                out = b""  # closed by the watchdog
+            if time.monotonic() >= deadline:
+                raise too_slow(transport, self.timeout)
+            code = process.wait(max(0.1, deadline - time.monotonic()))
+            err = process.read_stderr()
+        finally:
+            watchdog.cancel()
+            process.close()
+        if code == helper.MISSING:   # a host's first contact: the plain call installs it
+            return call(transport, "check.host", request, self.timeout)
+        return clean_report(helper.parse_reply(transport, "check.host", code, out, err))
 
     def failed(self, session: Session, err: MultihostError) -> None:
         if self.merge:  # the facts of the first round stand; only the rendezvous is lost

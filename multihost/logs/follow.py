@@ -234,7 +234,8 @@ class LogFollower:
         start = dict(mirror.sizes) if mirror.owner else dict(fed)
         process = helper.start(transport, "logs.tail", {
             "run_id": self.run_id, "offsets": start,
-            "follow": self.follow, "compress": not transport.is_local})
+            "follow": self.follow, "compress": not transport.is_local,
+            "quick_for": waits.quick_start(len(self.nodes)) if self.follow else 0})
         process.stdin.close()
         # No frame (heartbeats come every 2 s) for as long as a run's host takes to be lost.
         process.set_timeout(waits.lost_after())

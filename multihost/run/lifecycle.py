@@ -44,8 +44,8 @@ from .pipeline import (RunRequest, Validated, initial_record, node_records, plan
 from .records import host_from_dict, host_to_dict, load_run, new_run_id
 from .restarts import (attempt_label, attempt_log_dir, may_restart, next_attempt,
                        restart_budget, restartable)
-from .steps import (checked_in_background, in_place_if_shared, preflight, setup,
-                    sync_for_run)
+from .steps import (checked_in_background, digest_in_background, in_place_if_shared,
+                    preflight, setup, sync_for_run)
 
 Notify = Callable[[str], None]
 
@@ -89,6 +89,7 @@ class Lifecycle:
             self.cluster, self.code_shared = in_place_if_shared(self.cluster, job, self.notify)
             self.original = self.cluster
         revision = revision_in_background(job.code)
+        digest = digest_in_background(job.code)
         report = checked
         if self.request.check and checked is None:
             bad = checked_in_background(self.cluster, self.spares.pool, job, self.notify)
@@ -102,7 +103,7 @@ class Lifecycle:
                      data_checked=report is not None,
                      notify=self.notify, view=sync_view)
         digest = setup(self.cluster, job, self.request.setup,
-                       always=self.request.setup_always, notify=self.notify)
+                       always=self.request.setup_always, notify=self.notify, digest=digest)
         image_id = self.image_everywhere(self.cluster)
         self.plan = plan_for(self.cluster, self.request, self.validated, report, new_run_id(),
                              start_port)

@@ -4,7 +4,9 @@
    learn the absolute paths and the interfaces. A busy or broken host stops the run
    here, before anything starts anywhere (the hosts already prepared are released).
 2. ``run.launch`` on node 0 (the rendezvous host) first, then on the others at once.
-   Each call returns when that node's launcher runs. A host that fails to start stops
+   Each call returns when that node's launcher runs. Its helper was started beside the
+   prepare and waits for the request (``helper.HeldCall``): a launch costs no helper
+   start, and node 0's is one message there and back. A host that fails to start stops
    the run everywhere (``rollback``) and names the host, the cause and the fix.
 3. Once all run, the word each node waits for: on a followed run, the first line of
    the status stream the monitor opens to each host carries it (status_streams.py; no
@@ -94,6 +96,9 @@ class Starter:
         self.keeper = keeper
         self.interrupted = interrupted
         self.prepared: Dict[int, Prepared] = {}
+        # Each node's launch, its helper started beside the prepare and waiting for its
+        # request (helper.HeldCall): a launch then costs no helper start.
+        self.held: Dict[int, helper.HeldCall] = {}
         self.steps: Dict[int, Any] = {}   # under Slurm: each node's kept launch step
 
     @property
@@ -112,6 +117,9 @@ class Starter:
 
         def one(host: Host, transport) -> Prepared:
             node = plan.nodes[host.rank]
+            if not keeps_steps(transport):   # its launch's helper starts meanwhile
+                self.held[host.rank] = helper.HeldCall(transport, "run.launch",
+                                                       {"run_id": plan.run_id})
             reply = helper.call(transport, "run.prepare", {
                 "run_id": plan.run_id, "node_rank": host.rank, "cwd": node.workdir,
                 "in_place": node.in_place,
@@ -149,6 +157,10 @@ class Starter:
         if keeps_steps(transport):   # under Slurm: the node's part is a step for the run's life
             reply, self.steps[host.rank] = launch_kept(transport, self.plan.run_id, payload,
                                                        LAUNCH_TIMEOUT)
+        elif host.rank in self.held:
+            held = self.held.pop(host.rank)
+            held.release(payload, go=True)
+            reply = held.reply(timeout=LAUNCH_TIMEOUT)
         else:
             reply = helper.call(transport, "run.launch", {"run_id": self.plan.run_id},
                                 input=payload, timeout=LAUNCH_TIMEOUT)
@@ -156,13 +168,27 @@ class Starter:
         self._node_event(host, NodeState.RUNNING)
         return reply
 
+    def _launch_in_order(self, hosts: Sequence[Host]) -> List[HostResult]:
+        """Node 0 first (it hosts the rendezvous), then every other node at once. The
+        results of the nodes that launched, node 0's first."""
+        try:
+            results = self.cluster.map(self._launch_one, hosts[:1])
+            if results[0].ok and len(hosts) > 1 and not self.interrupted():
+                results += self.cluster.map(self._launch_one, hosts[1:])
+            return results
+        finally:
+            self.cancel_held()   # the nodes not launched: their helpers end, doing nothing
+
+    def cancel_held(self) -> None:
+        held, self.held = self.held, {}
+        for call in held.values():
+            call.cancel()
+
     def launch(self, confirm: bool = True) -> None:
-        """Node 0 first (it hosts the rendezvous), then every other node at once; with
-        ``confirm`` (or under Slurm), then the word that all launched, by a call."""
+        """Every node in ip order (``_launch_in_order``); with ``confirm`` (or under
+        Slurm), then the word that all launched, by a call."""
         hosts = [node.host for node in self.plan.nodes]
-        results = self.cluster.map(self._launch_one, hosts[:1])
-        if results[0].ok and len(hosts) > 1 and not self.interrupted():
-            results += self.cluster.map(self._launch_one, hosts[1:])
+        results = self._launch_in_order(hosts)
         failed = [r for r in results if not r.ok]
         # Once every node runs, a Ctrl-C is the running run's: the nodes still get the
         # word they wait for, and the follower stops them as it does for any Ctrl-C.
@@ -210,6 +236,7 @@ class Starter:
                  state: Optional[RunState] = None, exit_code: Optional[int] = None,
                  root_cause: Optional[RootCause] = None) -> List[HostResult]:
         """Stop the run on every host that was prepared (and maybe launched)."""
+        self.cancel_held()
         hosts = [self.plan.nodes[rank].host for rank in sorted(self.prepared)]
         grace = self.plan.kill_wait if grace is None else grace
 

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Dict, Tuple
 
-from .. import helper
+from .. import helper, waits
 from ..errors import CommandTimeout, ConnectError, MultihostError, RemoteError
 from .outcome import parse_status
 
@@ -58,7 +58,8 @@ class StatusStreams:
                 # word to its node, which a separate call would cost a round trip.
                 process = helper.start(transport, "run.watch", {
                     "run_id": self.run_id, "interval": self.poll_interval,
-                    "heartbeat": HEARTBEAT, "stoppable": True, "launched": True})
+                    "heartbeat": HEARTBEAT, "stoppable": True, "launched": True,
+                    "quick_for": waits.quick_start(len(getattr(self.cluster, "hosts", ())))})
                 with self.lock:
                     self.live[host.rank] = process
                     asked = self.stop_asked.get(host.rank)

@@ -105,12 +105,13 @@ def sync_for_run(cluster, job: JobOptions, *, code: bool, data_checked: bool,
 
 
 def setup(cluster, job: JobOptions, command: Optional[str], *, always: bool = False,
-          notify: Notify = _quiet) -> str:
+          notify: Notify = _quiet, digest: Optional[Callable[[], str]] = None) -> str:
     """The setup step on every host (skipped where unchanged); the code tree's content
-    hash, which keys it and is recorded for `rerun --same-code`."""
+    hash, which keys it and is recorded for `rerun --same-code` (``digest``: its
+    ``digest_in_background``, else hashed here)."""
     from . import setup_step
 
-    digest = setup_step.code_digest(job.code)
+    digest = digest() if digest is not None else setup_step.code_digest(job.code)
     if not command:
         return digest
     notify(f"setup on {len(cluster.hosts)} host(s): {command}")
@@ -118,6 +119,31 @@ def setup(cluster, job: JobOptions, command: Optional[str], *, always: bool = Fa
     setup_step.run_setup(cluster, command, digest, workdirs, always=always,
                          on_result=lambda result: setup_step.show(result, notify))
     return digest
+
+
+def digest_in_background(code_dir: str) -> Callable[[], str]:
+    """The code tree's content hash (``setup_step.code_digest``) taken in a thread while
+    the preflight waits on the hosts; call the result to wait for it (its error, if it
+    failed, is raised there)."""
+    from . import setup_step
+
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["digest"] = setup_step.code_digest(code_dir)
+        except BaseException as exc:  # raised to the caller, where it waits for the hash
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+
+    def result() -> str:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["digest"]
+    return result
 
 
 def check_spares(cluster, spares: Sequence[Host], job: JobOptions,

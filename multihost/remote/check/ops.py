@@ -289,7 +289,32 @@ def _cpu_count():
 
 @op("check.host")
 def check_host(request):
-    return gather(request)
+    """The facts the request's probes gather. With ``await_listener`` (another host's
+    call, started beside the first host's), every probe but ``connect`` runs at once, and
+    ``connect`` once the controller says the first host listens: a line on stdin (or
+    its end)."""
+    if not request.get("await_listener") or "connect" not in request.get("probes", []):
+        return gather(request)
+    box = {}
+
+    def others():
+        box["facts"] = gather(dict(request, probes=[p for p in request["probes"]
+                                                    if p != "connect"]))
+        box["gathered"] = time.monotonic()
+
+    thread = threading.Thread(target=others)
+    thread.daemon = True
+    thread.start()
+    select.select([sys.stdin], [], [], float(request.get("await_for", 60)))
+    connect = gather(dict(request, probes=["connect"]))
+    thread.join()
+    facts = box["facts"]
+    if "connect" in connect:
+        facts["connect"] = connect["connect"]
+    facts["errors"].update(connect["errors"])
+    facts["timed_out"] += connect["timed_out"]
+    facts["age"] += time.monotonic() - box["gathered"]   # the clock sample's age at the reply
+    return facts
 
 
 @op("check.host_hold", stream=True)

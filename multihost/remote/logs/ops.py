@@ -17,6 +17,7 @@ from ..run import files as run_files
 from ..run.states import FINAL_STATES
 
 CHUNK = 1 << 20
+QUICK_TICK = 0.025   # in a stream's first ``quick_for`` seconds, as run.watch does
 
 
 def _log_files(run_dir):
@@ -101,6 +102,7 @@ def tail(request):
     follow = bool(request.get("follow", True))
     interval = float(request.get("interval", 0.1))
     heartbeat = float(request.get("heartbeat", 2.0))
+    quick_for = float(request.get("quick_for") or 0)
     wait_for_dir = float(request.get("wait_for_dir", 30.0))
     out = sys.stdout.buffer
     streamer = Streamer(out, run_dir, request.get("offsets") or {},
@@ -140,6 +142,7 @@ def tail(request):
                 out.flush()
                 last_beat = now
             if not sent:
-                time.sleep(interval)
+                time.sleep(min(interval, QUICK_TICK) if now - started < quick_for
+                           else interval)
     except (BrokenPipeError, IOError):
         return 0  # the controller went away; the files are all still here

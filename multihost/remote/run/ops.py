@@ -5,6 +5,8 @@ prepare  takes the host lock, creates the run directory, reports the absolute pa
          host before anything starts anywhere, so a busy host stops the run early.
 launch   starts the detached supervisor (supervisor.py) and returns once the
          launcher runs. The request comes on stdin: env values never appear in argv.
+         Started "held" beside the prepare, it reads its spec, then the word "go",
+         when its node's turn comes: the interpreter's start is not on the launch's path.
 status   node.json, whether the supervisor still lives, every rank's exit, log tails.
 watch    the same as a stream: one JSON line on every change and at least every second,
          until the node has finished (one process per host instead of one per poll:
@@ -34,6 +36,7 @@ from ..proto import OpError, op
 
 SIOCGIFADDR = 0x8915
 LAUNCH_TIMEOUT = 30.0
+QUICK_TICK = 0.05
 
 
 def _run_dir(request):
@@ -213,7 +216,19 @@ def _read_reply(fd):
 
 @op("run.launch")
 def launch(request, kept=None):
-    spec = json.loads(sys.stdin.read() or "{}")
+    if request.get("held"):
+        # Started beside the prepare, this waits for its turn with the supervisor loaded:
+        # the spec, then the word "go". Without the word (the launch stopped before this
+        # node's turn, the controller went away) nothing starts here.
+        from . import supervisor  # noqa: F401
+
+        text, _, word = sys.stdin.read().partition("\n")
+        if word.strip() != "go":
+            raise OpError("not launched: the launch stopped before this node's turn",
+                          "see the first error of the run; then start it again")
+    else:
+        text = sys.stdin.read()
+    spec = json.loads(text or "{}")
     spec.update(request)
     run_dir = _run_dir(spec)
     node = run_files.read_json(os.path.join(run_dir, "node.json"), {}) or {}
@@ -341,6 +356,9 @@ def watch(request):
         _say_launched(run_dir)
     interval = float(request.get("interval", 0.2))
     heartbeat = float(request.get("heartbeat", 1.0))
+    # Looked at every QUICK_TICK in the first ``quick_for`` seconds (waits.quick_start): a
+    # short job's end is then heard at once; a long one costs the host the usual ticks.
+    quick_until = time.time() + float(request.get("quick_for") or 0)
     out = sys.stdout
     last_key, last_sent, procs, procs_at = None, 0.0, None, 0.0
     commands = _StopLines() if request.get("stoppable") else None
@@ -372,10 +390,11 @@ def watch(request):
                 last_key, last_sent = key, now
             if final:
                 return 0
+            tick = min(interval, QUICK_TICK) if now < quick_until else interval
             if commands is None or commands.closed:
-                time.sleep(interval)
+                time.sleep(tick)
                 continue
-            select.select([0], [], [], interval)
+            select.select([0], [], [], tick)
             for stop in commands.read():
                 grace, reason = stop
                 if _ask_stop(request["run_id"], run_dir, node, grace, reason):

@@ -1,5 +1,5 @@
-"""The preflight's rendezvous round: the other hosts probe the first host's listener
-only once it has said whether it listens (at 64 busy hosts its session may come up
+"""The preflight's rendezvous round: the other hosts' calls start at once, but probe the
+first host's listener only once it has said whether it listens (at 64 busy hosts its session may come up
 seconds after theirs; a refusal from a listener not yet there is not a firewall)."""
 import threading
 import time
@@ -39,13 +39,21 @@ def run_round(monkeypatch, first_delay: float):
         note(("first listens", op))
         return FakeProcess(), b'{"listening": true}\n', SimpleNamespace(cancel=lambda: None)
 
-    def call(transport, op, request, timeout):
-        note(("peer probes", tuple(request["probes"])))
-        return {"time": time.time(), "connect": {"ok": True}}
+    def launch(transport, op, request):
+        # A peer's call starts at once; its connect probe waits for the word on stdin.
+        note(("peer starts", tuple(request["probes"])))
+        peer = FakeProcess()
+        peer.stdin = SimpleNamespace(write=lambda data: note(("peer may connect", data)),
+                                     close=lambda: None)
+        peer.kill = lambda: None
+        return peer
+
+    def parse_reply(transport, op, code, out, err):
+        return {"time": time.time(), **({"connect": {"ok": True}} if op == "check.host" else {})}
 
     monkeypatch.setattr(rounds, "start", start)
-    monkeypatch.setattr(rounds, "call", call)
-    monkeypatch.setattr(rounds.helper, "parse_reply", lambda *a: {"time": time.time()})
+    monkeypatch.setattr(rounds.helper, "launch", launch)
+    monkeypatch.setattr(rounds.helper, "parse_reply", parse_reply)
     hosts = [Host(f"10.0.0.{i}", rank=i) for i in range(4)]
     cluster = SimpleNamespace(options=SimpleNamespace(connect_timeout=5), workers=8,
                               transport=lambda host: SimpleNamespace(host=host))
@@ -59,7 +67,9 @@ def run_round(monkeypatch, first_delay: float):
 
 def test_the_other_hosts_connect_only_after_the_first_host_listens(monkeypatch):
     events, sessions = run_round(monkeypatch, first_delay=0.5)
-    assert events[0] == ("first listens", "check.host_hold")
-    peers = [e for e in events if e[0] == "peer probes"]
+    listens = events.index(("first listens", "check.host_hold"))
+    peers = [e for e in events if e[0] == "peer starts"]
     assert len(peers) == 3 and all("connect" in probes for _, probes in peers)
+    told = [i for i, e in enumerate(events) if e[0] == "peer may connect"]
+    assert len(told) == 3 and min(told) > listens
     assert all(s.rendezvous == {"ok": True} for s in sessions[1:])

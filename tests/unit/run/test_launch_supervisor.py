@@ -346,3 +346,44 @@ def test_a_stop_sent_on_the_watch_stream_stops_the_run_and_the_stream_reports_it
     assert last.get("final"), "the run is still running: the stop line was not acted on"
     assert last["state"] == "stopped" and last["node"]["stop_reason"] == "test"
     assert marked(run_id) == []
+
+
+def prepared_held(transport):
+    """A prepared run and its launch started held (as a run's launch is, beside the
+    prepare): (run_id, the launch's spec line, the held call)."""
+    run_id = new_run_id()
+    plan = build_plan(run_id, [transport.host], JobOptions(nproc_per_node=1),
+                      launch.load_template("python"), ["job.py"], start_port=17000,
+                      addresses=["127.0.0.1"], kill_wait=1.0)
+    held = helper.HeldCall(transport, "run.launch", {"run_id": run_id})
+    reply = helper.call(transport, "run.prepare", {
+        "run_id": run_id, "node_rank": 0, "cwd": transport.host.workdir})
+    STARTED.append(run_id)
+    request = launch_request(plan, plan.nodes[0], Prepared.from_reply(reply))
+    return run_id, json.dumps(request).encode(), held
+
+
+def test_a_launch_started_beside_the_prepare_runs_the_node_once_told_go(host, monkeypatch):
+    monkeypatch.setenv("SLEEP", "600")
+    run_id, spec, held = prepared_held(host)
+    held.release(spec, go=True)
+    assert held.reply(timeout=30)["state"] == "running"
+    assert wait_state(host, run_id, {"running"})["supervisor_alive"]
+
+
+def test_a_launch_never_told_go_starts_nothing_and_says_so(host):
+    run_id, spec, held = prepared_held(host)
+    held.release(spec, go=False)
+    with pytest.raises(RemoteError, match="not launched: the launch stopped before"):
+        held.reply(timeout=30)
+    reply = status(host, run_id)
+    assert reply["node"]["state"] == "prepared" and not reply["supervisor_alive"]
+    assert marked(run_id) == []
+
+
+def test_a_cancelled_launch_starts_nothing(host):
+    run_id, _, held = prepared_held(host)
+    held.cancel()
+    held.process.wait(30)   # it ended by itself, having read no "go"
+    reply = status(host, run_id)
+    assert reply["node"]["state"] == "prepared" and not reply["supervisor_alive"]
