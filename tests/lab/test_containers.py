@@ -446,7 +446,7 @@ def test_fetch_brings_back_files_the_ranks_wrote_inside_their_containers(clab, c
     assert result.returncode == 0, result.stderr[-3000:]
     run_id = result.stderr.split("multihost: run ", 1)[1].split(":", 1)[0]
     got = tmp_path / "got"
-    done = clab.multihost("fetch", run_id, "--all", "out", "--to", str(got), timeout=120)
+    done = clab.multihost("fetch", "--all", run_id, "out", "--to", str(got), timeout=120)
     assert done.returncode == 0, done.stderr
     for host, ranks in ((1, (0, 1)), (2, (2, 3))):
         for rank in ranks:
