@@ -6,12 +6,14 @@ ranks, the image already there).
 The image is Debian bookworm's minbase with python3 (tests/lab/test_containers.py builds
 and caches its tarball). The image's delivery by multihost is the time of a run that
 sends it (`--image-from-controller`, the hosts without it) less the same run with the
-image already there.
+image already there. Each way's uplink is what the controller sent into the lab's
+switch meanwhile, in copies of the image (`podman save`'s size).
 Run as root: python bench/image.py [--runs 3]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -34,27 +36,51 @@ def run_argv(code: Path, n: int, *extra: str):
             "--code", str(code), "--log_dir", str(code.parent / "log"), *extra, "--", "job.py"]
 
 
+def uplink_bytes() -> int:
+    """What the controller's stack has sent into the lab switch (netlink)."""
+    shown = subprocess.run(["ip", "-s", "-j", "link", "show", "dev", "br0"], capture_output=True,
+                           text=True, check=True).stdout
+    return int(json.loads(shown)[0]["stats64"]["tx"]["bytes"])
+
+
+def counted(argv) -> tuple:
+    """(seconds, uplink bytes) of one command."""
+    before = uplink_bytes()
+    seconds = timed(argv)
+    return seconds, uplink_bytes() - before
+
+
+def saved_size() -> int:
+    done = subprocess.run(f"podman save {IMAGE} | wc -c", shell=True, capture_output=True,
+                          text=True, check=True)
+    return int(done.stdout.strip())
+
+
 def drop_image(n: int) -> None:
     loop = " ".join(f"ssh -o BatchMode=yes {h} podman rmi -f {IMAGE} >/dev/null 2>&1 &"
                     for h in addresses(n))
     subprocess.run(["sh", "-c", f"{loop} wait"], check=True)
 
 
-def by_hand(n: int) -> float:
+def by_hand(n: int) -> tuple:
     loop = " ".join(f"podman save {IMAGE} | ssh -o BatchMode=yes {h} podman load >/dev/null &"
                     for h in addresses(n))
-    return timed(["sh", "-c", f"{loop} wait"])
+    return counted(["sh", "-c", f"{loop} wait"])
 
 
 def inside(runs: int) -> None:
     code = Path(tempfile.mkdtemp(prefix="mh-image-bench-"))
     (code / "job.py").write_text(JOB)
-    sent, warm, hand = [], [], []
+    sent, warm, hand, hand_up, sent_up = [], [], [], [], []
     for _ in range(runs):
         drop_image(HOSTS)
-        hand.append(by_hand(HOSTS))
+        seconds, up = by_hand(HOSTS)
+        hand.append(seconds)
+        hand_up.append(up)
         drop_image(HOSTS)
-        sent.append(timed(run_argv(code, HOSTS, "--image", IMAGE, "--image-from-controller")))
+        seconds, up = counted(run_argv(code, HOSTS, "--image", IMAGE, "--image-from-controller"))
+        sent.append(seconds)
+        sent_up.append(up)
         warm.append(timed(run_argv(code, HOSTS, "--image", IMAGE)))
     plain, image = [], []
     for _ in range(runs):
@@ -68,6 +94,10 @@ def inside(runs: int) -> None:
     print(f"  multihost run --image-from-controller: {med(sent):.1f} s, the same run with "
           f"the image there {med(warm):.1f} s: delivery {delivery:.1f} s "
           f"(ratio to by hand {delivery / med(hand):.2f})")
+    size = saved_size()
+    print(f"  uplink ({size / 2**20:.0f} MiB saved): by hand {med(hand_up) / 2**20:.0f} MiB "
+          f"({med(hand_up) / size:.2f} copies), multihost {med(sent_up) / 2**20:.0f} MiB "
+          f"({med(sent_up) / size:.2f} copies, the run's sync and launch included)")
     print(f"start-up, 2 hosts x 2 ranks: without --image {med(plain):.1f} s, with "
           f"{med(image):.1f} s (+{med(image) - med(plain):.1f} s)")
 

@@ -3,8 +3,8 @@ host has the image, and the same one.
 
 Each host is asked what it has (``image.facts``). A host without it pulls it, all at
 once; with ``--image-from-controller``, or where a pull fails and this machine has the
-image, this machine's ``engine save`` is streamed to the host's ``engine load`` (saved
-once, one stream per host). Then every host's image id (the digest of the image's
+image, this machine's ``engine save`` is streamed to the hosts' ``engine load`` (saved
+once, sent once: through the sync's relay chain, each host passing it on to the next). Then every host's image id (the digest of the image's
 config, the same after a pull or a load) must be one: the controller's where it has the
 image, else node 0's. The launch asks each host again (remote/run/inimage.py), so a
 host whose image changed in between refuses to start rather than run something else.
@@ -18,7 +18,7 @@ import tempfile
 from typing import Callable, Dict, Optional
 
 from .. import helper
-from ..errors import ConfigError, LaunchError
+from ..errors import ConfigError, LaunchError, MultihostError
 from ..fanout import HostGroup
 
 CHUNK = 1 << 20
@@ -91,7 +91,7 @@ def ensure_image(cluster: HostGroup, image: str, engine: Optional[str], *,
         send = sorted(failed)
     if send:
         notify(f"sending {image} from this machine to {len(send)} host(s)...")
-        ids.update(stream_image(cluster, image, engine, mine, send))
+        ids.update(stream_image(cluster, image, engine, mine, send, notify))
     reference = wanted or ids[min(ids)]
     for rank, value in sorted(ids.items()):
         if value != reference:
@@ -122,8 +122,11 @@ def pull(cluster: HostGroup, image: str, engine: Optional[str], ranks):
 
 
 def stream_image(cluster: HostGroup, image: str, engine: Optional[str], mine: Optional[str],
-                 ranks) -> Dict[int, str]:
-    """``engine save`` here once, then ``engine load`` on every host in ``ranks`` at once."""
+                 ranks, notify: Notify = lambda text: None) -> Dict[int, str]:
+    """``engine save`` here once, then ``engine load`` on every host in ``ranks`` at once:
+    through the sync's relay chain (each host passes the stream on to the next as it
+    loads it, so the uplink carries one copy), and straight from here to a host the
+    chain could not reach."""
     with tempfile.TemporaryDirectory(prefix="multihost-image-") as tmp:
         archive = os.path.join(tmp, "image.tar")
         done = subprocess.run([mine, "save", "-o", archive, image], capture_output=True, text=True)
@@ -131,16 +134,24 @@ def stream_image(cluster: HostGroup, image: str, engine: Optional[str], mine: Op
             said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
             raise ConfigError(f"`{os.path.basename(mine)} save {image}` failed here: {said}",
                               fix=f"{os.path.basename(mine)} image inspect {image}")
+        request = {"image": image, "engine": engine, "size": os.path.getsize(archive)}
+        loaded, missed = {}, {}
+        if len(ranks) > 1:
+            loaded, missed = relay_image(cluster, archive, request, sorted(ranks))
+            if missed:
+                first = missed[min(missed)]
+                notify(f"{len(missed)} host(s) not reached through the relay ({first}): "
+                       "sending to each from this machine...")
+        direct = [r for r in ranks if r not in loaded]
 
         def one(host, transport):
-            if host.rank not in ranks:
+            if host.rank not in direct:
                 return None
-            return load_on(transport, archive, image, engine)
+            return load_on(transport, archive, request).get("image_id")
 
-        results = cluster.map(one)
-    loaded = {}
+        results = cluster.map(one) if direct else []
     for result in results:
-        if result.host.rank not in ranks:
+        if result.host.rank not in direct:
             continue
         if not result.ok:
             raise result.error
@@ -148,8 +159,40 @@ def stream_image(cluster: HostGroup, image: str, engine: Optional[str], mine: Op
     return loaded
 
 
-def load_on(transport, archive: str, image: str, engine: Optional[str]) -> Optional[str]:
-    process = helper.start(transport, "image.load", {"image": image, "engine": engine})
+def relay_image(cluster: HostGroup, archive: str, request: dict, ranks):
+    """({rank: id} loaded, {rank: cause} not) through a relay chain of ``ranks``, the
+    first the head: this machine streams the archive to it alone."""
+    from ..sync.relay import Chain, head_failure
+    from ..sync.transfer import hop_spec
+
+    by_rank = {h.rank: h for h in cluster.hosts}
+    hosts = [by_rank[r] for r in ranks]
+    transports = [cluster.transport(h) for h in hosts]
+    hops = [hop_spec(h, t, "", op="sync.join") for h, t in zip(hosts, transports)]
+    chain = Chain(transports, [h.label for h in hosts], ranks, hops, {r: "" for r in ranks},
+                  lambda process: None, keys=False, op="image.load")
+    for node_request in chain.requests:
+        node_request.update(request)
+
+    def head(node_request):
+        try:
+            nodes = load_on(transports[0], archive, node_request).get("nodes")
+        except MultihostError as err:
+            return head_failure(ranks, hosts[0].label, err.cause)
+        return nodes if isinstance(nodes, dict) else {}
+
+    loaded, missed = {}, {}
+    for key, node in chain.run(head).items():
+        if node.get("image_id"):
+            loaded[int(key)] = node["image_id"]
+        else:
+            missed[int(key)] = node.get("error") or "no answer"
+    return loaded, missed
+
+
+def load_on(transport, archive: str, request: dict) -> dict:
+    """The archive as ``image.load``'s stream; its reply."""
+    process = helper.start(transport, "image.load", request)
     try:
         with open(archive, "rb") as source:
             while True:
@@ -163,4 +206,4 @@ def load_on(transport, archive: str, image: str, engine: Optional[str]) -> Optio
         reply = helper.parse_reply(transport, "image.load", code, out, process.read_stderr())
     finally:
         process.close()
-    return (reply or {}).get("image_id")
+    return reply or {}

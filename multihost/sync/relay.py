@@ -98,9 +98,12 @@ class Chain:
                  register: Callable[[object], None], fed: bool = False, keys: bool = True,
                  sessions: Optional[Dict[int, object]] = None,
                  claims: Optional[Dict[int, dict]] = None,
-                 on_progress: Optional[Callable[[int, int, int], None]] = None):
+                 on_progress: Optional[Callable[[int, int, int], None]] = None,
+                 op: str = "sync.receive"):
         """``sessions``: by index in the chain (never the head's, which reads the
-        controller's stream), the open HostSession that becomes that host's node."""
+        controller's stream), the open HostSession that becomes that host's node.
+        ``op``: what each node runs (``image.load`` carries an image the same way)."""
+        self.op = op
         self.transports = transports
         self.sessions = dict(sessions or {})
         self.labels = labels
@@ -167,7 +170,7 @@ class Chain:
         key = str(self.ranks[index])
         process = None
         session = self.sessions.get(index)
-        op = "sync.session" if session is not None else "sync.receive"
+        op = "sync.session" if session is not None else self.op
         try:
             if session is not None:
                 process = session.become_node(self.requests[index])

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pytest
 
+import images
 from conftest import running_lab
 from test_faults import Controller, on_host, wait_for
 
 IMAGE = "localhost/multihost-test:bookworm-python3"
-ROOTFS = Path(os.environ.get("MULTIHOST_IMAGE_ROOTFS",
-                             "/var/cache/multihost-tests/bookworm-python3.tar"))
-MIRROR = "http://deb.debian.org/debian"
+TORCH_IMAGE = "localhost/multihost-test:bookworm-torch"
 # Each rank says where it runs and whether in a container; rank 0 waits until every
 # other rank reached it over TCP (the host network: the other host's address), then all
 # sleep JOB_SLEEP seconds (a long job, for the stop tests).
@@ -39,6 +38,10 @@ RANK = textwrap.dedent("""\
     inside = os.path.exists("/run/.containerenv") or os.path.exists("/.dockerenv")
     print("up rank=%d host=%s inside=%s uid=%d" % (rank, socket.gethostname(), inside,
                                                    os.getuid()), flush=True)
+    if os.environ.get("WRITE_OUT"):   # a file in the code directory, for `fetch`
+        os.makedirs("out", exist_ok=True)
+        with open("out/rank%d.txt" % rank, "w") as out:
+            out.write("rank %d on %s inside=%s\\n" % (rank, socket.gethostname(), inside))
     if rank == 0:
         server = socket.socket()
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -63,26 +66,37 @@ RANK = textwrap.dedent("""\
 """)
 
 
-def rootfs_tarball() -> Path:
-    """Debian bookworm's minbase with python3-minimal, as a tar: built once (about 1.5
-    minutes, 235 MB) and kept outside the repository."""
-    if ROOTFS.exists():
-        return ROOTFS
-    if not shutil.which("debootstrap") and not os.access("/usr/sbin/debootstrap", os.X_OK):
-        pytest.skip("no image to run: debootstrap is not installed (scripts/setup.sh)")
-    ROOTFS.parent.mkdir(parents=True, exist_ok=True)
-    tree = ROOTFS.with_suffix(".rootfs")
-    shutil.rmtree(tree, ignore_errors=True)
-    built = subprocess.run(["debootstrap", "--variant=minbase", "--include=python3-minimal",
-                            "bookworm", str(tree), MIRROR], capture_output=True, text=True,
-                           timeout=900)
-    if built.returncode != 0:
-        pytest.skip(f"no image to run: debootstrap failed: {built.stderr.strip()[-300:]}")
-    partial = ROOTFS.with_suffix(".partial")
-    subprocess.run(["tar", "-C", str(tree), "-cf", str(partial), "."], check=True)
-    partial.rename(ROOTFS)
-    shutil.rmtree(tree, ignore_errors=True)
-    return ROOTFS
+# PyTorch's DDP example, on random data: each rank its own batches (seeded by rank), the
+# gradients averaged over gloo, so every rank ends with the same weights (a checksum).
+DDP_JOB = textwrap.dedent("""\
+    import os, socket
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = torch.Generator().manual_seed(100 + rank)
+    for step in range(20):
+        x = torch.randn(16, 32, generator=data)
+        y = x.sum(dim=1, keepdim=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    checksum = sum(p.double().sum().item() for p in model.parameters())
+    inside = os.path.exists("/run/.containerenv") or os.path.exists("/.dockerenv")
+    print("ddp rank=%d world=%d host=%s inside=%s torch=%s loss=%.4f checksum=%.9f" % (
+        rank, world, socket.gethostname(), inside, torch.__version__, loss.item(), checksum),
+        flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+""")
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +106,22 @@ def clab():
     reason = containers.unavailable()
     if reason:
         pytest.skip(f"podman cannot run in lab hosts here: {reason}")
-    tarball = rootfs_tarball()
-    with running_lab(2, containers=True) as lab:
+    tarball = images.base_rootfs()
+    with running_lab(3, containers=True) as lab:   # the runs' 2 hosts, and a spare
         lab.env.update(containers.controller_env(lab.lab.paths))
         subprocess.run(["podman", "import", "-q", str(tarball), IMAGE], env=lab.env,
                        check=True, capture_output=True, timeout=300)
         yield lab
+
+
+@pytest.fixture(scope="module")
+def torch_image(clab):
+    """A training image with torch (CPU), on this machine only."""
+    tarball = images.torch_rootfs()
+    subprocess.run(["podman", "import", "-q", str(tarball), TORCH_IMAGE], env=clab.env,
+                   check=True, capture_output=True, timeout=900)
+    yield TORCH_IMAGE
+    subprocess.run(["podman", "rmi", "-f", TORCH_IMAGE], env=clab.env, capture_output=True)
 
 
 @pytest.fixture
@@ -108,8 +132,13 @@ def code(tmp_path: Path) -> Path:
     return directory
 
 
+def two(lab) -> str:
+    """The runs' hosts: the lab's third is a spare."""
+    return ",".join(lab.addresses[:2])
+
+
 def run_args(lab, code: Path, *extra: str):
-    return ["run", "--ips", ",".join(lab.addresses), "--nproc_per_node", "2",
+    return ["run", "--ips", two(lab), "--nproc_per_node", "2",
             "--launcher", "python", "--image", IMAGE, "--code", str(code), "--plain",
             "--log_dir", str(code.parent / "log"), "--kill-wait", "2", *extra, "--", "rank.py"]
 
@@ -130,7 +159,7 @@ def image_id(lab, i: int) -> str:
 def containers_of(lab, run_id: str):
     """{host: [container names]} of the run, on every host that has one."""
     found = {}
-    for i in (1, 2):
+    for i in (1, 2, 3):
         names = podman_on(lab, i, "ps", "-a", "--format", "{{.Names}}", "--filter",
                           f"label=multihost.run={run_id}").stdout.split()
         if names:
@@ -144,7 +173,7 @@ def ranks_of(lab, run_id: str):
             "   e=open('/proc/%s/environ'%p,'rb').read()\n  except OSError:\n   continue\n"
             "  if b'MULTIHOST_RUN_ID='+sys.argv[1].encode() in e: print(p)\n")
     found = {}
-    for i in (1, 2):
+    for i in (1, 2, 3):
         pids = lab.host_run(i, [sys.executable, "-c", scan, run_id]).stdout.split()
         if pids:
             found[i] = pids
@@ -169,6 +198,7 @@ def test_ranks_run_inside_an_image_only_the_controller_has(clab, code):
     result = clab.multihost(*run_args(clab, code), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sending " + IMAGE + " from this machine to 2 host(s)" in result.stderr
+    assert "not reached through the relay" not in result.stderr, result.stderr[-3000:]
     for rank, host in ((0, "h1"), (1, "h1"), (2, "h2"), (3, "h2")):
         assert f"up rank={rank} host={host} inside=True uid=0" in result.stdout
     assert "all 4 ranks met" in result.stdout
@@ -229,7 +259,7 @@ def test_check_names_a_differing_image_and_a_host_without_the_engine(clab, code)
     other = clab.host_run(2, ["sh", "-c", f"tar -cf - -C /etc hostname | podman import - {IMAGE}"],
                           env=host_env(clab))
     assert other.returncode == 0, other.stderr
-    check = clab.multihost("check", "--ips", ",".join(clab.addresses), "--image", IMAGE,
+    check = clab.multihost("check", "--ips", two(clab), "--image", IMAGE,
                            "--plain", "-v", "--code", str(code), timeout=120)
     assert check.returncode == 3, check.stdout + check.stderr
     line = next(l for l in check.stdout.splitlines() if "198.18.0.12 [1] image: fail" in l)
@@ -244,7 +274,7 @@ def test_check_names_a_differing_image_and_a_host_without_the_engine(clab, code)
                            env=host_env(clab))
     assert hidden.returncode == 0, hidden.stderr
     try:
-        check = clab.multihost("check", "--ips", ",".join(clab.addresses), "--image", IMAGE,
+        check = clab.multihost("check", "--ips", two(clab), "--image", IMAGE,
                                "--engine", "podman", "--plain", "-v", "--code", str(code),
                                timeout=120)
     finally:
@@ -293,7 +323,7 @@ def test_check_names_a_container_left_by_an_earlier_run_and_its_fix_removes_it(c
                      "--label", "multihost.owner=root", "--ulimit", "nproc=4096:4096",
                      "--ulimit", "nofile=20000:20000", IMAGE, "sleep", "600")
     assert left.returncode == 0, left.stderr
-    check = clab.multihost("check", "--ips", ",".join(clab.addresses), "--image", IMAGE,
+    check = clab.multihost("check", "--ips", two(clab), "--image", IMAGE,
                            "--plain", "-v", "--code", str(code), timeout=120)
     line = next(l for l in check.stdout.splitlines() if "198.18.0.11 [0] image: warn" in l)
     assert "container mh-20200101-000000-dead-n0 of run 20200101-000000-dead (owner root" in line
@@ -368,6 +398,80 @@ def test_a_restart_runs_the_next_attempt_in_new_containers(clab, code):
     result = clab.multihost(*run_args(clab, code, "--env", "FAIL_FIRST=1", "--max-restarts", "1"),
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "all 4 ranks met" in result.stdout
+    run_id = result.stderr.split("multihost: run ", 1)[1].split(":", 1)[0]
+    nothing_left(clab, run_id)
+
+
+def test_torch_ddp_in_an_image_only_the_controller_has(clab, torch_image, code):
+    """2 hosts x 2 ranks of torch DDP over gloo (torchrun inside each host's container),
+    in a training image neither host has nor can pull: multihost sends it, every rank
+    trains, the gradients meet across hosts (the same weights on all 4), nothing left."""
+    for i in (1, 2):
+        podman_on(clab, i, "rmi", "-f", torch_image)
+    (code / "train_ddp.py").write_text(DDP_JOB)
+    args = run_args(clab, code, "--image-from-controller")
+    args[args.index("python")] = "torchrun"
+    args[args.index(IMAGE)] = torch_image
+    args[-1] = "train_ddp.py"
+    # Six torch processes start at once on hosts that share a few busy cores: a host may
+    # answer nothing for longer than the default 15 s without being lost.
+    result = clab.multihost(*args, timeout=1200, env=clab.env_with(MULTIHOST_LOST_AFTER="120"))
+    if result.returncode != 0 and "multihost: run " in result.stderr:
+        clab.multihost("stop", result.stderr.split("multihost: run ", 1)[1].split(":", 1)[0],
+                       timeout=120)   # the next tests find the hosts free
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"sending {torch_image} from this machine to 2 host(s)" in result.stderr
+    assert "not reached through the relay" not in result.stderr, result.stderr[-3000:]
+    ranks = {int(m.group(1)): m.groupdict() for m in re.finditer(
+        r"ddp rank=(\d) world=4 host=(?P<host>h\d) inside=(?P<inside>\w+) torch=\S+ "
+        r"loss=\S+ checksum=(?P<checksum>\S+)", result.stdout)}
+    assert sorted(ranks) == [0, 1, 2, 3], result.stdout[-3000:]
+    assert [ranks[r]["host"] for r in range(4)] == ["h1", "h1", "h2", "h2"]
+    assert all(ranks[r]["inside"] == "True" for r in range(4))
+    assert len({ranks[r]["checksum"] for r in range(4)}) == 1, ranks
+    wanted = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", torch_image],
+                            env=clab.env, capture_output=True, text=True).stdout.strip()
+    for i in (1, 2):
+        assert podman_on(clab, i, "image", "inspect", "--format", "{{.Id}}",
+                         torch_image).stdout.strip() == wanted
+    run_id = result.stderr.split("multihost: run ", 1)[1].split(":", 1)[0]
+    nothing_left(clab, run_id)
+
+
+def test_fetch_brings_back_files_the_ranks_wrote_inside_their_containers(clab, code, tmp_path):
+    """The code directory is mounted at its own path: what a rank writes there inside
+    the image is on its host, and `fetch --all` brings every host's copy here."""
+    result = clab.multihost(*run_args(clab, code, "--env", "WRITE_OUT=1"), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_id = result.stderr.split("multihost: run ", 1)[1].split(":", 1)[0]
+    got = tmp_path / "got"
+    done = clab.multihost("fetch", "--all", run_id, "out", "--to", str(got), timeout=120)
+    assert done.returncode == 0, done.stderr
+    for host, ranks in ((1, (0, 1)), (2, (2, 3))):
+        for rank in ranks:
+            wrote = got / clab.address(host) / "out" / f"rank{rank}.txt"
+            assert wrote.read_text() == f"rank {rank} on h{host} inside=True\n"
+    nothing_left(clab, run_id)
+
+
+def test_a_spare_takes_node_0_inside_the_image(clab, code, tmp_path):
+    """Host 1 is cut before the run: the spare (host 3, without the image) takes node 0
+    and the rendezvous, gets the image from this machine, and runs its ranks in it."""
+    for i in (2, 3):
+        podman_on(clab, i, "rmi", "-f", IMAGE)
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text(f"[{clab.address(1)}]\n[{clab.address(2)}]\n"
+                     f"[{clab.address(3)}]\nspare = true\n")
+    argv = run_args(clab, code, "--connect-timeout", "3")
+    argv[argv.index("--ips"):argv.index("--ips") + 2] = ["--hostfile", str(hosts)]
+    with clab.cut_link(1):
+        result = clab.multihost(*argv, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "198.18.0.11 replaced by spare 198.18.0.13 (node 0)" in result.stderr + result.stdout
+    assert "sending " + IMAGE + " from this machine to 2 host(s)" in result.stderr
+    for rank, host in ((0, "h3"), (1, "h3"), (2, "h2"), (3, "h2")):
+        assert f"up rank={rank} host={host} inside=True" in result.stdout, result.stdout
     assert "all 4 ranks met" in result.stdout
     run_id = result.stderr.split("multihost: run ", 1)[1].split(":", 1)[0]
     nothing_left(clab, run_id)

@@ -37,6 +37,7 @@ NOFILE_WANTED = 1048576     # what NGC images' docs ask for; capped by the hard 
 # without CAP_SYS_RESOURCE cannot raise it: podman hands its conmon 32768 at most.
 NPROC_WANTED = 32768
 UNLIMITED = -1
+INFO_FRESH = 600            # s: a run's check, image step and launch are minutes apart
 
 
 class ContainerError(Exception):
@@ -253,12 +254,48 @@ def engine_info(engine, path):
     return parse_engine_info(engine, text)
 
 
+def _info_key(path):
+    """What the engine's info depends on: its binary (an upgrade changes it) and the user
+    (rootless or not); the storage and GPUs are read afresh every time."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return [path, stat.st_mtime, stat.st_size, os.getuid()]
+
+
+def remembered_engine_info(engine, path, now=None):
+    """``engine_info``, asked once for a run's check, image step and launch: ``podman
+    info`` takes a second or more on a busy host, and a run asked it up to three times.
+    An answer stays good for INFO_FRESH seconds in ~/.multihost (the user's own)."""
+    import time
+    from .files import read_json, root_dir, write_json
+
+    now = time.time() if now is None else now
+    key = _info_key(path)
+    try:
+        memo = os.path.join(root_dir(make=True), "engine-info.json")
+    except OSError:
+        memo = None
+    kept = read_json(memo, {}) if memo else {}
+    if key and isinstance(kept, dict) and kept.get("key") == key \
+            and 0 <= now - float(kept.get("at") or 0) < INFO_FRESH and kept.get("info"):
+        return dict(kept["info"])
+    info = engine_info(engine, path)
+    if memo and key:
+        try:
+            write_json(memo, {"key": key, "at": now, "info": info})
+        except OSError:
+            pass   # a full or read-only home: asked again next time
+    return info
+
+
 def host_facts(wanted=None):
     import pwd
     import resource
 
     engine, path = find_engine(wanted)
-    facts = engine_info(engine, path)
+    facts = remembered_engine_info(engine, path)
     facts["path"] = path
     facts["uid"], facts["gid"] = os.getuid(), os.getgid()
     try:

@@ -203,7 +203,8 @@ def settle_killed_wrappers(run_dir, records):
     for rec in records:
         wrapper = rec.get("wrapper")
         if rec.get("ended") is None and isinstance(wrapper, list) and len(wrapper) == 2 \
-                and isinstance(wrapper[0], int) and not is_alive(wrapper[0], wrapper[1]):
+                and isinstance(wrapper[0], int) \
+                and not wrapper_alive(wrapper[0], wrapper[1], rec.get("pidns")):
             dead.append(rec)
     if not dead:
         return
@@ -242,6 +243,49 @@ def is_alive(pid, ticks=None):
     if stat is None or stat[0] in ("Z", "X"):
         return False
     return ticks is None or stat[3] == ticks
+
+
+def _pid_namespace(pid="self"):
+    try:
+        return os.readlink("/proc/%s/ns/pid" % pid)
+    except OSError:
+        return None
+
+
+def wrapper_alive(pid, ticks, namespace=None):
+    """A rank wrapper still runs. One in a container (``run --image``) recorded the pid
+    it has in there: on the host it is the process of that pid namespace whose pid in
+    there (NSpid's last) and start time match. Where no process of the namespace can be
+    read, it is not declared dead."""
+    own = _pid_namespace()
+    if not namespace or not own or namespace == own:
+        return is_alive(pid, ticks)
+    seen = False
+    for host_pid in _all_pids():
+        if _pid_namespace(host_pid) != namespace:
+            continue
+        seen = True
+        if _ns_pid(host_pid) == pid and is_alive(host_pid, ticks):
+            return True
+    return not seen and _namespace_unreadable()
+
+
+def _ns_pid(pid):
+    """The pid a process has in its own (innermost) pid namespace."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _namespace_unreadable():
+    """True when this user cannot read other processes' namespaces here (a hardened
+    /proc): then a wrapper's absence proves nothing."""
+    return not any(_pid_namespace(p) for p in _all_pids() if p != os.getpid())
 
 
 def _all_pids():

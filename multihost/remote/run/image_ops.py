@@ -15,6 +15,7 @@ from . import container
 from ..proto import OpError, op
 
 PULL_TIMEOUT = 3600
+CHUNK = 1 << 20
 
 
 def _engine(request):
@@ -79,24 +80,112 @@ def pull(request):
 
 @op("image.load", stream=True)
 def load(request):
-    """stdin to ``engine load``; the last line of stdout is the reply, as for any op."""
+    """stdin to ``engine load``; the last line of stdout is the reply, as for any op.
+    With ``relay`` (a node of the sync's relay chain, remote/sync/relay.py) the stream
+    comes from the controller (the head) or the host before this one, and goes on to
+    the next host as it is read: the controller's uplink carries the image once. Then
+    the reply is ``nodes``: this host's image id or error, and the hosts it could not
+    pass the stream to, each with its cause (the controller sends to those itself)."""
     import json
 
-    engine, path = container.find_engine(request.get("engine") or None)
-    done = subprocess.run([path, "load"], stdin=sys.stdin.buffer, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE)
-    if done.returncode != 0:
-        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        reply = {"ok": False, "error": "`%s load` failed: %s" % (engine, said[-1] if said else
-                                                                 "exit %d" % done.returncode),
-                 "fix": "see `%s load` on this host" % engine}
+    spec = request.get("relay")
+    if not isinstance(spec, dict):
+        reply = _load(request, sys.stdin.buffer, None)
     else:
-        image = request.get("image")
-        reply = {"ok": True, "result": {
-            "image_id": container.image_id(path, image) if image else None}}
+        reply = _load_in_chain(request, spec)
     sys.stdout.write(json.dumps(reply) + "\n")
     sys.stdout.flush()
     return 0 if reply["ok"] else 1
+
+
+def _load_in_chain(request, spec):
+    from ..sync import relay
+
+    rank = str(request.get("rank"))
+    try:
+        node = relay.Node(spec)
+    except relay.RelayError as exc:
+        return {"ok": False, "error": str(exc), "fix": "the controller sends this host the "
+                                                      "image itself"}
+    try:
+        stream = node.stream(sys.stdin.buffer)
+    except relay.RelayError as exc:
+        return {"ok": True, "result": {"nodes": {rank: {"error": str(exc)}}}}
+    try:
+        own = _load(request, stream, node.downstream)
+        nodes = {rank: own["result"] if own["ok"] else {"error": own["error"]}}
+        done = getattr(stream, "done", None)
+        if done is not None:
+            done()   # the upstream's join may end: the whole stream is read
+        nodes.update(node.downstream.finish())
+    finally:
+        node.close()
+    return {"ok": True, "result": {"nodes": nodes}}
+
+
+def _load(request, stream, downstream):
+    """``engine load`` fed from ``stream`` (and every byte passed on to ``downstream``);
+    a stream shorter or longer than the request's ``size`` is refused, not loaded."""
+    import threading
+
+    from ..sync.wire import StreamError
+
+    try:
+        engine, path = container.find_engine(request.get("engine") or None)
+    except container.ContainerError as err:
+        engine, path, failed = None, None, err.text
+    else:
+        failed = None
+    proc, said = None, []
+    if path:
+        proc = subprocess.Popen([path, "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        # Its output read as it comes: a full pipe would stop it reading the image.
+        readers = [threading.Thread(target=lambda: proc.stdout.read()),
+                   threading.Thread(target=lambda: said.append(proc.stderr.read()))]
+        for reader in readers:
+            reader.daemon = True
+            reader.start()
+    count = 0
+    while True:
+        try:
+            chunk = stream.read(CHUNK)
+        except StreamError as exc:
+            failed = failed or str(exc)
+            break
+        if not chunk:
+            break
+        count += len(chunk)
+        if downstream is not None:
+            downstream.feed(chunk)
+        if proc is not None and failed is None:
+            try:
+                proc.stdin.write(chunk)
+            except OSError:
+                failed = "`%s load` stopped reading" % engine   # still passed on
+    if downstream is not None:
+        downstream.end_input()   # the next hosts load while we do
+    size = request.get("size")
+    if failed is None and size is not None and count != size:
+        failed = "the image's stream ended after %d of %d bytes" % (count, size)
+    if proc is not None:
+        if failed is not None:
+            proc.kill()
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        code = proc.wait()
+        for reader in readers:
+            reader.join(10)
+        if code != 0 and failed is None:
+            lines = b"".join(said).decode("utf-8", "replace").strip().splitlines()
+            failed = "`%s load` failed: %s" % (engine, lines[-1] if lines else "exit %d" % code)
+    if failed is not None:
+        return {"ok": False, "error": failed, "fix": "see `%s load` on this host" % engine}
+    image = request.get("image")
+    return {"ok": True, "result": {
+        "image_id": container.image_id(path, image) if image else None}}
 
 
 @op("image.clean")

@@ -70,6 +70,15 @@ def own_start_ticks():
         return None
 
 
+def own_pid_namespace():
+    """This process's pid namespace (``pid:[inode]``): inside a container (``run
+    --image``) the wrapper's pid is the container's, which the host reads otherwise."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def main(argv):
     if len(argv) < 3:
         sys.stderr.write("usage: rankwrap.py RUN_DIR CMD [ARGS...]\n")
@@ -89,7 +98,8 @@ def main(argv):
     # wrapper that is gone means the wrapper itself was killed (files.rank_records).
     record = {"local_rank": int(local_rank), "rank": int(rank) if rank and rank.isdigit() else None,
               "started": time.time(), "pid": None, "ended": None, "exit_code": None,
-              "signal": None, "wrapper": [os.getpid(), own_start_ticks()]}
+              "signal": None, "wrapper": [os.getpid(), own_start_ticks()],
+              "pidns": own_pid_namespace()}
     pid = os.fork()
     if pid == 0:
         for sig in CAUGHT:

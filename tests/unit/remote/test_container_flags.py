@@ -209,3 +209,28 @@ def test_bad_image_flags_are_refused_before_any_host_is_asked():
                          ({"image_from_controller": True}, "sends the --image")):
         with pytest.raises(ConfigError, match=said):
             check_image(RunRequest(command=("t.py",), job=JobOptions(), **fields))
+
+
+def test_the_engine_is_asked_its_info_once_for_a_runs_check_image_step_and_launch(
+        tmp_path, monkeypatch):
+    """`podman info` costs seconds on a busy host: the check, the image step and the
+    launch share one answer; a new engine binary, or an old answer, asks again."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    engine = tmp_path / "podman"
+    engine.write_text("#!/bin/sh\n")
+    asked = []
+
+    def output(argv, timeout=30):
+        asked.append(argv)
+        return (RECORDED / "podman_info.json").read_text()
+
+    monkeypatch.setattr(container, "_output", output)
+    first = container.remembered_engine_info("podman", str(engine), now=1000.0)
+    again = container.remembered_engine_info("podman", str(engine), now=1000.0 + 30)
+    assert len(asked) == 1 and again == first and first["version"].startswith("4.3")
+    container.remembered_engine_info("podman", str(engine),
+                                     now=1000.0 + container.INFO_FRESH + 1)
+    assert len(asked) == 2
+    engine.write_text("#!/bin/sh\n# upgraded\n")
+    container.remembered_engine_info("podman", str(engine), now=1000.0 + container.INFO_FRESH + 2)
+    assert len(asked) == 3

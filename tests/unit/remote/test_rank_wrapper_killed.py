@@ -27,3 +27,30 @@ def test_a_live_wrappers_rank_is_left_running(tmp_path):
          "wrapper": [subprocess.os.getpid(), files.start_ticks(subprocess.os.getpid())]}))
     running, = files.rank_records(str(tmp_path))
     assert running["ended"] is None and "wrapper_killed" not in running
+
+
+def _container(monkeypatch, processes):
+    """A host whose processes are ``{host pid: (pid namespace, pid in there, ticks)}``;
+    this process's namespace is the host's."""
+    monkeypatch.setattr(files, "_all_pids", lambda: list(processes) + [subprocess.os.getpid()])
+    monkeypatch.setattr(files, "_pid_namespace", lambda pid="self": "pid:[1]" if pid in (
+        "self", subprocess.os.getpid()) else processes[pid][0])
+    monkeypatch.setattr(files, "_ns_pid", lambda pid: processes[pid][1])
+    monkeypatch.setattr(files, "is_alive", lambda pid, ticks=None: pid in processes and (
+        ticks is None or processes[pid][2] == ticks))
+
+
+def test_a_wrapper_inside_a_container_is_found_by_its_pid_in_there(tmp_path, monkeypatch):
+    """run --image: the wrapper recorded pid 7 of its container's namespace; host pid 7
+    is another process, so the wrapper is found as the container's pid 7, not declared
+    killed (every rank of a torchrun inside an image was, at once)."""
+    _container(monkeypatch, {7: ("pid:[1]", 7, 50), 4242: ("pid:[99]", 7, 1234)})
+    record = {"local_rank": 0, "rank": 0, "ended": None, "signal": None, "exit_code": None,
+              "wrapper": [7, 1234], "pidns": "pid:[99]"}
+    (tmp_path / "rank.0.json").write_text(json.dumps(record))
+    running, = files.rank_records(str(tmp_path))
+    assert running["ended"] is None and "wrapper_killed" not in running
+
+    _container(monkeypatch, {7: ("pid:[1]", 7, 1234), 4243: ("pid:[99]", 8, 1300)})
+    killed, = files.rank_records(str(tmp_path))
+    assert (killed["signal"], killed["wrapper_killed"]) == (9, True)
