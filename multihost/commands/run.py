@@ -190,8 +190,8 @@ def save_job(args, record, command) -> None:
 
 
 def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
-    from ..run.pipeline import RunRequest
-    from ..run.sharing import check_name
+    from ..run.request import RunRequest
+    from ..registry.entry import check_name
 
     return RunRequest(
         command=tuple(command), job=job, launcher=args.launcher, no_python=args.no_python,
@@ -225,7 +225,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     from ..job import job_options_from_args
-    from ..run import pipeline
+    from ..run import request as run_request
     from ..run.lifecycle import Lifecycle
     from ..views.sync_view import SyncView
     from .common import cluster_from_args, inventory_from_args
@@ -238,18 +238,18 @@ def _main(args: argparse.Namespace) -> int:
     job = job_options_from_args(args, hosts)
     env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
     request = request_from_args(args, command, job, env, spares)
-    validated = pipeline.validate(hosts, request)  # every mistake, before any host is asked
+    validated = run_request.validate(hosts, request)  # every mistake, before any host is asked
     note_secrets_in_argv(args)
     if not args.launcher:  # the input is good: say the choice before anything starts
         _say(args, validated.choice.line())
     if request.queue and request.detach:
-        from ..run.queue import wait_in_background
+        from ..registry.queue import wait_in_background
 
         if wait_in_background(request.name, lambda text: _say(args, text)):
             return 0
     with cluster_from_args(args, hosts) as cluster, \
             Lifecycle(cluster, request, validated, notify=lambda text: _say(args, text)) as life:
-        from ..run.queue import prepare_in_line   # --queue: in line until the hosts are free
+        from ..registry.queue import prepare_in_line   # --queue: in line until the hosts are free
 
         _, record = prepare_in_line(
             cluster, life, request, lambda text: _say(args, text),
@@ -279,7 +279,7 @@ def run_view(args, holder):
 
 def end_of_run(outcome, plan, args) -> int:
     """The exit status of the run, or the one-line error that names its root cause."""
-    from ..run.pipeline import failure_of
+    from ..run.request import failure_of
 
     if outcome.detached:
         if args.json:

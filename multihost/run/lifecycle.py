@@ -23,7 +23,7 @@ provision, sync_workdir, setup, execute, teardown; torch elastic's agent has the
 
 The states a run's record goes through are ``RunState``'s (its docstring draws them). The
 end becomes the exit status, or the one line naming the root cause, in
-``pipeline.failure_of``. Nothing here parses flags or draws: the caller gives ``notify``
+``request.failure_of``. Nothing here parses flags or draws: the caller gives ``notify``
 for the one-line notes and, per attempt, a listener for its events (a view, the API's
 queue). The caller's cluster stays the caller's; clusters made here for spares are closed here.
 """
@@ -39,7 +39,7 @@ from ..job import JobOptions
 from ..spares import Replacement, SpareState, spare_pool
 from .follow import Outcome, RunOptions, start_and_follow
 from .outcome import describe
-from .pipeline import (RunRequest, Validated, initial_record, node_records, plan_for,
+from .request import (RunRequest, Validated, initial_record, node_records, plan_for,
                        revision_in_background, validate)
 from .records import host_from_dict, host_to_dict, load_run, new_run_id
 from .restarts import (attempt_label, attempt_log_dir, may_restart, next_attempt,

@@ -15,7 +15,7 @@ from multihost.run import launchers as launch
 from multihost.run.follow import Outcome
 from multihost.run.interrupts import Interrupts
 from multihost.run.monitor import Monitor
-from multihost.run.pipeline import failure_of
+from multihost.run.request import failure_of
 from multihost.run.plan import build_plan
 from multihost.run.records import NodeRecord, RunRecord, host_to_dict, load_run, new_run_id
 from multihost.run.start import RecordKeeper
