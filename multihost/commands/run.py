@@ -256,7 +256,7 @@ def _main(args: argparse.Namespace) -> int:
             sync_view=SyncView(sys.stderr) if request.sync and not args.json else None)
         save_job(args, record, command)
         holder: dict = {}
-        outcome = life.follow(lambda: run_view(args, holder), holder)
+        outcome = life.run_to_end(lambda: run_view(args, holder), holder)
         return end_of_run(outcome, life.plan, args)
 
 

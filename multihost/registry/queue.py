@@ -161,7 +161,7 @@ def ticket_for(cluster, job, start_port: Optional[int], name: str) -> Ticket:
 
 
 def prepare_in_line(cluster, life, request, say: Callable[[str], None], **prepare):
-    """``life.prepare(**prepare)`` once it is the run's turn (``request.queue``) or at
+    """``life.attempt(0, **prepare)`` once it is the run's turn (``request.queue``) or at
     once: what ``run --queue`` and ``Cluster.run(queue=True)`` share. Another run that
     took the hosts in the moment between the turn and the check sends it back to its
     place (the front: it asked first), not into a failure."""
@@ -173,7 +173,7 @@ def prepare_in_line(cluster, life, request, say: Callable[[str], None], **prepar
         if ticket is not None:
             ticket.wait_turn(say)
         try:
-            return life.prepare(**prepare)
+            return life.attempt(0, **prepare)
         except CheckError as error:
             if ticket is None or not error.cause.startswith("busy: "):
                 raise

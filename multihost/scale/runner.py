@@ -93,7 +93,7 @@ def measure_point(cluster, request, options: ScaleOptions, notify: Notify,
     from ..run.lifecycle import Lifecycle
 
     life = Lifecycle(cluster, request, notify=notify)
-    plan, record = life.prepare(checked=checked)
+    plan, record = life.attempt(0, checked=checked)
     on_record(record)
     nproc = plan.nodes[0].nproc
     notify(f"{len(plan.nodes)} host(s) x {nproc} process(es): run {plan.run_id}, "
@@ -116,11 +116,10 @@ def measure_point(cluster, request, options: ScaleOptions, notify: Notify,
         outcome = life.execute(listen, holder)
     finally:
         stopper.cancel()
-    result = outcome.result
-    if result.interrupted:
+    if outcome.interrupted:
         raise RunFailed(f"scaling stopped: run {plan.run_id} was interrupted on every host",
                         exit_code=EXIT_INTERRUPTED)
-    if result.exit_code != 0 and not (stopper.fired and result.root_cause is None):
+    if outcome.exit_code != 0 and not (stopper.fired and outcome.cause is None):
         raise run_request.failure_of(outcome, plan)
     found = measure(samples, plan.world_size, options.metric_is, run_id=plan.run_id,
                     host=plan.nodes[0].host.label)

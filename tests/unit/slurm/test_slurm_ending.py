@@ -12,7 +12,6 @@ from multihost.events import NodeState
 from multihost.hosts import Host
 from multihost.job import JobOptions
 from multihost.run import launchers as launch
-from multihost.run.follow import Outcome
 from multihost.run.interrupts import Interrupts
 from multihost.run.monitor import Monitor
 from multihost.run.request import failure_of
@@ -85,11 +84,11 @@ def test_a_job_that_ran_out_of_time_ends_the_run_at_once_with_its_own_line(plan_
     events = []
     began = time.monotonic()
     result = Monitor(EndedJobCluster(plan.nodes[0].host), plan, events.append, RecordKeeper(record),
-                     Interrupts(), poll_interval=0.1, lost_after=30).follow()
+                     Interrupts(), poll_interval=0.1, lost_after=30).watch_to_end()
     assert time.monotonic() - began < 5          # not the 30 s a lost host is waited for
     assert asked == ["7"]                         # Slurm asked once
     assert result.exit_code == EXIT_SLURM_ENDED == 143 and result.lost == ()
-    error = failure_of(Outcome(False, result), plan)
+    error = failure_of(result, plan)
     assert str(error).startswith(f"run {plan.run_id} ended: Slurm job 7 reached its time limit "
                                  "(TIMEOUT) and Slurm ended every rank (fix: ask for more time: "
                                  "salloc -N 1 --time=2 ")
@@ -105,7 +104,7 @@ def test_a_job_that_still_runs_leaves_the_lost_host_to_the_usual_wait(plan_recor
     plan, record = plan_record
     monkeypatch.setattr(ending, "job_end", lambda job: None)
     result = Monitor(EndedJobCluster(plan.nodes[0].host), plan, lambda e: None, RecordKeeper(record),
-                     Interrupts(), poll_interval=0.1, lost_after=0.5).follow()
+                     Interrupts(), poll_interval=0.1, lost_after=0.5).watch_to_end()
     assert result.exit_code == 255 and result.lost == (0,) and result.root_cause.kind == "lost"
 
 
