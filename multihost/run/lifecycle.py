@@ -108,11 +108,11 @@ class Lifecycle:
         passed (``scale`` checks all its hosts once, then runs its points on some)."""
         job = self.validated.job
         first = k == 0
-        before = self.cluster.hosts if first else [n.host for n in self.plan.nodes]
         if first and self.request.sync and checked is None:
             # The same connections with other workdirs: still the caller's to close.
             self.cluster, self.code_shared = in_place_if_shared(self.cluster, job, self.notify)
             self.original = self.cluster
+        before = self.cluster.hosts if first else [n.host for n in self.plan.nodes]
         revision = revision_in_background(job.code) if first else None
         self.replace_lost(lost, k)
         report = checked
