@@ -9,9 +9,10 @@
         ...
     result = run.wait()
 
-The CLI is this API's first client: the same pipeline (``multihost.run.pipeline``), the same
-typed results (CheckReport, SyncReport, RunStatus, events) and the same errors (the
-``MultihostError`` tree: one line each, naming the host, the cause and the fix).
+The CLI is this API's first client: the same request and its checks
+(``multihost.run.request``), the same typed results (CheckReport, SyncReport, RunStatus,
+events) and the same errors (the ``MultihostError`` tree: one line each, naming the host,
+the cause and the fix).
 """
 from __future__ import annotations
 
@@ -148,10 +149,10 @@ class Cluster:
 
     def runs(self, *, ended: bool = False, mine: bool = False) -> list:
         """Every run on these hosts, of every user and controller, as ``status --all``
-        lists them (run/holders.py: SharedRun, the worst news first); ``ended``: the ended
+        lists them (registry/holders.py: SharedRun, the worst news first); ``ended``: the ended
         ones too; ``mine``: only those this user started."""
-        from .run.holders import chosen, gather
-        from .run.sharing import controller
+        from .registry.holders import chosen, gather
+        from .registry.entry import controller
 
         with self._connect() as cluster:
             found, _ = gather(cluster)
@@ -204,9 +205,9 @@ class Cluster:
         line while the hosts are held, instead of refusing (docs/sharing.md). ``image``,
         ``engine`` and ``image_from_controller`` are ``--image``'s (docs/containers.md):
         every node's launcher and ranks run inside the image."""
-        from .run import pipeline
+        from .run import request as run_request
         from .run.begin import begin
-        from .run.sharing import check_name
+        from .registry.entry import check_name
 
         request = self._request(
             command, _job(gpus, nproc_per_node, start_port, data, code), env,
@@ -216,7 +217,7 @@ class Cluster:
             max_restarts=max_restarts, spares=self.spares + self._more_spares(spares),
             name=check_name(name), queue=queue, image=image, engine=engine,
             image_from_controller=image_from_controller)
-        validated = pipeline.validate(self.hosts, request)   # before any host is asked
+        validated = run_request.validate(self.hosts, request)   # before any host is asked
         cluster = self._connect()
         try:   # queue: in line until the hosts are free, as run --queue
             life = begin(cluster, request, validated, notify)
@@ -243,7 +244,7 @@ class Cluster:
         """The RunRequest of ``run`` and ``scale``: the command as words, ``env`` checked
         as ``--env`` is."""
         from .run.env import check_user_env
-        from .run.pipeline import RunRequest
+        from .run.request import RunRequest
 
         if isinstance(command, str):
             raise ConfigError("command must be a list of words, e.g. ['train.py', '-c', 'cfg.yml']",
@@ -271,7 +272,7 @@ class Cluster:
               setup: Optional[str] = None):
         """``multihost scale``: the job on 1, 2, 4, ... hosts and all (or ``counts``), each
         point an ordinary run; a ScaleTable (``.rows()``, ``.to_json()``) (docs/scale.md)."""
-        from .run import pipeline
+        from .run import request as run_request
         from .scale.measure import MetricReader, parse_metric_is
         from .scale.plan import plan_counts
         from .scale.runner import ScaleOptions, scale_points
@@ -283,7 +284,7 @@ class Cluster:
             kill_wait=kill_wait, setup=setup)
         options = ScaleOptions(plan_counts(len(self.hosts), counts), seconds, steps, metric,
                                parse_metric_is(metric_is))
-        pipeline.validate(self.hosts, request)
+        run_request.validate(self.hosts, request)
         points = scale_points(self.hosts, lambda hosts: HostGroup(hosts, self.ssh,
                                                                 workers=self.fanout),
                               request, options)

@@ -3,7 +3,7 @@ fail or skip for each registered check (``registry``; the checks themselves are 
 ``checks/``), with a one-line detail and a fix.
 
 Pure: no host, no network, no clock. Checks that compare hosts (software versions,
-interface names, GPU models) see every host at once through ``Cluster`` (model.py, with
+interface names, GPU models) see every host at once through ``Survey`` (model.py, with
 ``HostProbe``: below both the registry and the judge).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .fixes import hosts_flags
 from .parsers import parse_software
-from .model import Cluster, HostProbe
+from .model import Survey, HostProbe
 from .registry import checks, find
 from .report import FAIL, SKIP, WARN, CheckResult, HostReport, PingMatrix
 from .. import machines
@@ -45,18 +45,18 @@ def folded(labels: Sequence[str]) -> str:
     return fold(list(labels))
 
 
-def groups(values: Dict[int, Optional[str]], cluster: Cluster) -> str:
+def groups(values: Dict[int, Optional[str]], survey: Survey) -> str:
     """'2.13.0 on 198.18.0.[11-12], 2.12.1 on 198.18.0.13' in rank order of first sight."""
     by_value: Dict[str, List[str]] = {}
     for rank, value in sorted(values.items()):
-        by_value.setdefault(value or "none", []).append(cluster.label(rank))
+        by_value.setdefault(value or "none", []).append(survey.label(rank))
     return ", ".join(f"{value} on {folded(labels)}" for value, labels in by_value.items())
 
 
-def same_machine(cluster: Cluster) -> Dict[int, HostProbe]:
+def same_machine(survey: Survey) -> Dict[int, HostProbe]:
     """{rank: the first entry on the same machine} for every later entry that reaches a
     machine already listed (its boot id and network namespace, see remote/check/ops)."""
-    probes = {probe.host.rank: probe for probe in cluster.probes}
+    probes = {probe.host.rank: probe for probe in survey.probes}
     identities = {rank: (probe.fact("hostname") or {}).get("machine") if probe.facts else None
                   for rank, probe in probes.items()}
     return {rank: probes[first] for rank, first in machines.repeats(identities).items()}
@@ -68,36 +68,36 @@ def route_iface(probe: HostProbe) -> Optional[str]:
     return net.get("route_iface")
 
 
-def ping_matrix(cluster: Cluster) -> PingMatrix:
+def ping_matrix(survey: Survey) -> PingMatrix:
     rows: List[Optional[Tuple[Optional[float], ...]]] = []
-    for probe in cluster.probes:
+    for probe in survey.probes:
         ping = probe.fact("ping") if probe.facts else None
         if not ping or ping.get("method") is None:
             rows.append(None)
             continue
         rtt = ping.get("rtt", {})
         rows.append(tuple(0.0 if other.host.rank == probe.host.rank else rtt.get(other.address)
-                          for other in cluster.probes))
-    return PingMatrix(tuple(p.host.label for p in cluster.probes), tuple(rows))
+                          for other in survey.probes))
+    return PingMatrix(tuple(p.host.label for p in survey.probes), tuple(rows))
 
 
-def make_cluster(probes: Sequence[HostProbe], job: JobOptions, start_port: Optional[int],
-                 master_addr: Optional[str], auto_port: bool = False,
-                 auto_note: str = "", known_runs: Optional[Iterable[str]] = None,
-                 given: Optional[str] = None) -> Cluster:
+def make_survey(probes: Sequence[HostProbe], job: JobOptions, start_port: Optional[int],
+                master_addr: Optional[str], auto_port: bool = False,
+                auto_note: str = "", known_runs: Optional[Iterable[str]] = None,
+                given: Optional[str] = None) -> Survey:
     software = {p.host.rank: parse_software(p.fact("python")) for p in probes
                 if p.fact("python") and not p.fact("python").get("error")}
-    return Cluster(tuple(probes), job, start_port, master_addr, auto_port, auto_note, software,
-                   frozenset(known_runs) if known_runs is not None else None,
-                   hosts_flags([p.host for p in probes]) if given is None else given)
+    return Survey(tuple(probes), job, start_port, master_addr, auto_port, auto_note, software,
+                  frozenset(known_runs) if known_runs is not None else None,
+                  hosts_flags([p.host for p in probes]) if given is None else given)
 
 
-def judge(cluster: Cluster) -> Tuple[HostReport, ...]:
+def judge(survey: Survey) -> Tuple[HostReport, ...]:
     """Every registered check of every host, in rank order and in the checks' order."""
     reports = []
-    for probe in cluster.probes:
+    for probe in survey.probes:
         results = [result for record in checks()
-                   for result in (record.judge(probe, cluster),) if result is not None]
+                   for result in (record.judge(probe, survey),) if result is not None]
         iface = probe.host.iface or route_iface(probe)
         reports.append(HostReport(probe.host, tuple(results), iface, probe.address))
     return tuple(reports)

@@ -1,5 +1,5 @@
 """The types every part of the preflight shares: what it observed, one host's raw facts
-(``HostProbe``) and every host's with the job (``Cluster``), and what a check says of a
+(``HostProbe``) and every host's with the job (``Survey``), and what a check says of a
 host (``CheckResult``).
 
 They sit below the check registry (whose judges take the first two and return the
@@ -58,7 +58,7 @@ class HostProbe:
 
 
 @dataclass(frozen=True)
-class Cluster:
+class Survey:
     """Every probe and the job: what cross-host checks compare against."""
 
     probes: Tuple[HostProbe, ...]

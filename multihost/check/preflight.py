@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .checks.network import choose_start_port
 from .data_check import DataVerification
 from .fixes import hosts_flags
-from .judge import judge, make_cluster, ping_matrix
+from .judge import judge, make_survey, ping_matrix
 from .registry import probes_for
 from .report import CheckReport
 from .rounds import Round, Session
@@ -92,7 +92,7 @@ def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] 
     # time fast); the hours-long bound only guards against a hang.
     verified = data.results(timeout=DATA_TIMEOUT)
     probes = [s.probe(budget, verified.get(s.host.rank)) for s in sessions]
-    verdict = make_cluster(probes, job, start_port, master, auto, note, known_runs=run_ids(),
+    verdict = make_survey(probes, job, start_port, master, auto, note, known_runs=run_ids(),
                            given=given)
     sharing.join(30)
     return CheckReport(judge(verdict), start_port, master, ping_matrix(verdict), auto,

@@ -1,7 +1,7 @@
 """Every preflight check is one record, registered by the judge that defines it:
 
     @check("disk", order=100, probes=("disk",), short="disk")
-    def judge_disk(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]: ...
+    def judge_disk(probe: HostProbe, survey: Survey) -> Optional[CheckResult]: ...
 
 The record says what the check asks of each host (the names of host-side probes in
 ``remote/check/ops.PROBES``, gathered in the one helper call per host), what a timeout of
@@ -10,7 +10,7 @@ imports every module of ``check/checks/``, so a check exists by being there, as
 pyinfra's facts do: a new check is one file in that folder, and its test.
 
 Judges are pure (no host, no network, no clock): they see one host's ``HostProbe`` and
-the whole ``Cluster`` (for checks that compare hosts), and return a ``CheckResult``, or
+the whole ``Survey`` (for checks that compare hosts), and return a ``CheckResult``, or
 None when the check has nothing to say for that host (its column then appears only for
 the hosts it concerns).
 """
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
-    from .model import CheckResult, Cluster, HostProbe
+    from .model import CheckResult, Survey, HostProbe
     from ..hosts import Host
     from ..job import JobOptions
 
-    Judge = Callable[[HostProbe, Cluster], Optional[CheckResult]]
+    Judge = Callable[[HostProbe, Survey], Optional[CheckResult]]
 
 
 @dataclass(frozen=True)

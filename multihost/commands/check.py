@@ -94,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
         unusable = checked_in_background(cluster, spares, job, warnings.append)
         ticket = None
         if args.queue:  # the busy check's fix: its turn first, then the check
-            from ..run.queue import ticket_for
+            from ..registry.queue import ticket_for
 
             ticket = ticket_for(cluster, job, job.start_port, "")
             ticket.wait_turn(lambda text: print(f"multihost: {text}", file=sys.stderr, flush=True))

@@ -191,8 +191,8 @@ def save_job(args, record, command) -> None:
 
 
 def request_from_args(args: argparse.Namespace, command, job, env, spares=()):
-    from ..run.pipeline import RunRequest
-    from ..run.sharing import check_name
+    from ..run.request import RunRequest
+    from ..registry.entry import check_name
 
     return RunRequest(
         command=tuple(command), job=job, launcher=args.launcher, no_python=args.no_python,
@@ -234,7 +234,7 @@ def _main(args: argparse.Namespace) -> int:
     args = with_job_file(args)
     hosts, request, validated = parse_request(args)
     if request.queue and request.detach:   # in line in a process of its own
-        from ..run.queue import wait_in_background
+        from ..registry.queue import wait_in_background
 
         if wait_in_background(request.name, lambda text: _say(args, text)):
             return 0
@@ -244,14 +244,14 @@ def _main(args: argparse.Namespace) -> int:
                   sync_view=sync_view) as life:
         save_job(args, life.record, request.command)
         holder: dict = {}
-        outcome = life.follow(lambda: run_view(args, holder), holder)
+        outcome = life.run_to_end(lambda: run_view(args, holder), holder)
         return end_of_run(outcome, life.plan, args)
 
 
 def parse_request(args: argparse.Namespace):
     """(hosts, RunRequest, Validated): the command line as the run's one typed request,
     every mistake in it found before a host is asked."""
-    from ..run import pipeline
+    from ..run import request as run_request
     from .common import inventory_from_args, job_options_from_args
 
     command = script_words(args.command)
@@ -260,7 +260,7 @@ def parse_request(args: argparse.Namespace):
     job = job_options_from_args(args, hosts)
     env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
     request = request_from_args(args, command, job, env, spares)
-    validated = pipeline.validate(hosts, request)  # every mistake, before any host is asked
+    validated = run_request.validate(hosts, request)  # every mistake, before any host is asked
     note_secrets_in_argv(args)
     if not args.launcher:  # the input is good: say the choice before anything starts
         _say(args, validated.choice.line())
@@ -286,7 +286,7 @@ def run_view(args, holder):
 
 def end_of_run(outcome, plan, args) -> int:
     """The exit status of the run, or the one-line error that names its root cause."""
-    from ..run.pipeline import failure_of
+    from ..run.request import failure_of
 
     if outcome.detached:
         if args.json:

@@ -63,7 +63,7 @@ def batch_argv(args: argparse.Namespace) -> List[str]:
 
 
 def submit(args: argparse.Namespace, ask) -> int:
-    from ..run.sharing import check_name
+    from ..registry.entry import check_name
     from ..slurm import batch
     from ..slurm.submit import refuse_inside
 

@@ -89,7 +89,7 @@ def chart_path(args):
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..run import pipeline
+    from ..run import request as run_request
     from ..scale.measure import parse_metric_is
     from ..scale.plan import plan_counts
     from ..scale.runner import ScaleOptions, scale_points
@@ -104,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
     hosts = hosts_from_args(args)
     job = job_options_from_args(args, hosts)
     env = user_env(args, gpus_given=any(job.gpus_for(h) for h in hosts))
-    request = pipeline.RunRequest(
+    request = run_request.RunRequest(
         command=tuple(command), job=job, launcher=args.launcher, no_python=args.no_python,
         env=env, check=not args.no_check, sync=not args.no_sync,
         allow_concurrent=args.allow_concurrent, log_dir=args.log_dir, kill_wait=args.kill_wait,
@@ -112,7 +112,7 @@ def main(args: argparse.Namespace) -> int:
     options = ScaleOptions(plan_counts(len(hosts), args.counts), args.seconds, args.steps,
                            args.metric, parse_metric_is(args.metric_is))
     options.check()
-    validated = pipeline.validate(hosts, request)   # every mistake, before any host is asked
+    validated = run_request.validate(hosts, request)   # every mistake, before any host is asked
     png = chart_path(args)
     _say(f"{len(options.counts)} point(s) on {', '.join(map(str, options.counts))} host(s); "
          f"{validated.choice.line()}")

@@ -71,7 +71,7 @@ def show_queued(args) -> bool:
     """A run still waiting (in Slurm's queue for `run --slurm`, in line on its hosts for
     `run --queue`) has no record yet and is the newest run: say so. With a run named,
     only that one (by its --name or id)."""
-    from ..run.queue import waiting, waiting_line
+    from ..registry.queue import waiting, waiting_line
     from ..slurm.submit import queued_jobs, queued_line
 
     jobs = queued_jobs() if args.run is None else []

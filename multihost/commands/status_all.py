@@ -65,8 +65,8 @@ def last_runs_hosts():
 
 def main_all(args: argparse.Namespace) -> int:
     from ..errors import EXIT_CONNECT
-    from ..run.holders import chosen, gather
-    from ..run.sharing import controller
+    from ..registry.holders import chosen, gather
+    from ..registry.entry import controller
     from ..slurm.jobs import cluster_jobs
     from .common import cluster_from_args, hosts_from_args, slurm_plan
 

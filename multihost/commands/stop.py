@@ -45,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
     from ..views.status_view import render_plain
     from .status import cluster_for
 
-    from ..run.queue import stop_queued
+    from ..registry.queue import stop_queued
 
     if args.run:
         ticket = stop_queued(args.run)

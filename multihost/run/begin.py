@@ -2,7 +2,7 @@
 its launch, after a wait in line under ``--queue`` / ``queue=True``.
 
     life = begin(cluster, request, validated, notify)   # prepared: plan and record made
-    outcome = life.follow(listener_for)                  # the CLI; the API follows in a thread
+    outcome = life.run_to_end(listener_for)                # the CLI; the API follows in a thread
 
 Which hosts, which view and what is said are the caller's; the run's steps are
 ``lifecycle.py``'s, the line itself (tickets in every host's registry) ``queue.py``'s.
@@ -13,8 +13,8 @@ from typing import Callable, Optional
 
 from ..errors import CheckError
 from .lifecycle import Lifecycle
-from .pipeline import RunRequest, Validated
-from .queue import ticket_for
+from .request import RunRequest, Validated
+from ..registry.queue import ticket_for
 
 Notify = Callable[[str], None]
 
@@ -34,7 +34,7 @@ def begin(cluster, request: RunRequest, validated: Optional[Validated] = None,
 
 
 def prepare_in_line(cluster, life: Lifecycle, request: RunRequest, say: Notify, **prepare):
-    """``life.prepare(**prepare)`` once it is the run's turn (``request.queue``) or at
+    """``life.attempt(0, **prepare)`` once it is the run's turn (``request.queue``) or at
     once. Another run that took the hosts in the moment between the turn and the check
     sends it back to its place (the front: it asked first), not into a failure."""
     ticket = ticket_for(cluster, request.job, request.job.start_port, request.name) \
@@ -43,7 +43,7 @@ def prepare_in_line(cluster, life: Lifecycle, request: RunRequest, say: Notify, 
         if ticket is not None:
             ticket.wait_turn(say)
         try:
-            return life.prepare(**prepare)
+            return life.attempt(0, **prepare)
         except CheckError as error:
             if ticket is None or not error.cause.startswith("busy: "):
                 raise

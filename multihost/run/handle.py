@@ -90,7 +90,7 @@ class Run:
     # -- a run followed by this process ---------------------------------------------
     def _attach(self, life, close) -> None:
         """Follow the run in a thread: every attempt (``--max-restarts``, spares) through
-        the CLI's own loop (``Lifecycle.follow``), each event into the queue; ``close``
+        the CLI's own loop (``Lifecycle.run_to_end``), each event into the queue; ``close``
         the clusters at the end."""
         def listen(event: object) -> None:
             if isinstance(event, RunFinished):   # its root cause carries the log's tail
@@ -99,9 +99,9 @@ class Run:
                 self._events.append(event)
                 self._ready.notify_all()
 
-        def follow() -> None:
+        def run_to_end() -> None:
             try:
-                life.follow(lambda: listen, self._holder)
+                life.run_to_end(lambda: listen, self._holder)
             except RunFailed as err:  # no next attempt could start: the last one's end stands
                 notify(f"warning: {err}")
                 self._cannot_restart = err
@@ -112,7 +112,7 @@ class Run:
                 with self._ready:
                     self._ready.notify_all()
 
-        self._thread = threading.Thread(target=follow, name=f"multihost-run-{self.run_id}",
+        self._thread = threading.Thread(target=run_to_end, name=f"multihost-run-{self.run_id}",
                                         daemon=True)
         self._thread.start()
         _FOLLOWED.add(self)

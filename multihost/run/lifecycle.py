@@ -1,29 +1,29 @@
 """The life of one run, from the first check to its end: read this file first.
 
     life = Lifecycle(cluster, request, validated, notify)
-    plan, record = life.prepare()        # attempt 0, up to its launch
-    outcome = life.follow(listener_for)  # execute; restart while the policy allows
-    life.close()
+    plan, record = life.attempt(0)            # check, sync, set up, plan: up to the launch
+    end = life.run_to_end(listener_for)       # execute; while the policy allows, attempt
+    life.close()                              # k + 1 and execute it
 
 Every attempt goes through the same named steps (SkyPilot's backends have this shape:
 provision, sync_workdir, setup, execute, teardown; torch elastic's agent has the loop):
 
+    replace  (attempt k > 0) a lost host's node rank to a spare (``spares.py``)
     check    the preflight (``steps.preflight``); a host that fails it gives its node
              rank to the next spare, and the check runs again
-    sync     the code to the hosts, the datasets verified: every host for attempt 0,
-             only the spares that just took a rank for a restart (``steps.sync_for_run``)
-    setup    the ``--setup`` command where it has not succeeded on this code (``steps.setup``)
+    ready    on the attempt's new hosts, the code synced, the datasets verified, the
+             ``--setup`` command run where it has not succeeded on this code and the image
+             ensured: every host for attempt 0, after that the spares that took a rank
     plan     node 0's address (the rendezvous), the ports, every node's command; the record
-    execute  launch in ip order and follow to the end (``follow.start_and_follow``): the
+    execute  launch in ip order and watch to the end (``execute.launch_and_watch``): the
              first failure stops every host and is named as the root cause
-    decide   end, or restart (``restarts.py``: ``--max-restarts``, spares, the failure's kind;
-             never after success, Ctrl-C, a stop from elsewhere or a detach)
-    replace  a lost host's node rank to a spare (``spares.py``), then check, sync, setup,
-             plan and execute again under the same run id, as attempt k
+    decide   end, or attempt k + 1 under the same run id (``restarts.py``:
+             ``--max-restarts``, spares, the failure's kind; never after success, Ctrl-C, a
+             stop from elsewhere or a detach)
 
 The states a run's record goes through are ``RunState``'s (its docstring draws them). The
 end becomes the exit status, or the one line naming the root cause, in
-``pipeline.failure_of``. Nothing here parses flags or draws: the caller gives ``notify``
+``request.failure_of``. Nothing here parses flags or draws: the caller gives ``notify``
 for the one-line notes and, per attempt, a listener for its events (a view, the API's
 queue). The caller's cluster stays the caller's; clusters made here for spares are closed here.
 """
@@ -36,14 +36,15 @@ from ..errors import CheckError, ConfigError, MultihostError, RunFailed
 from ..fanout import HostGroup
 from ..hosts import Host
 from ..job import JobOptions
-from ..spares import Replacement, SpareState, spare_pool
-from .follow import Outcome, RunOptions, start_and_follow
-from .outcome import describe
-from .pipeline import (RunRequest, Validated, initial_record, node_records, plan_for,
-                       revision_in_background, validate)
-from .records import host_from_dict, host_to_dict, load_run, new_run_id
+from ..spares import SpareState, spare_pool
+from .execute import RunOptions, launch_and_watch
+from .outcome import AttemptEnd, describe
+from .request import (RunRequest, Validated, initial_record, node_records, plan_for,
+                      revision_in_background, validate)
+from .records import host_to_dict, new_run_id
 from .restarts import (attempt_label, attempt_log_dir, may_restart, next_attempt,
                        restart_budget, restartable)
+from .start import RecordKeeper
 from .steps import (checked_in_background, digest_in_background, in_place_if_shared,
                     preflight, setup, sync_for_run)
 
@@ -55,9 +56,10 @@ def _quiet(text: str) -> None:
 
 
 class Lifecycle:
-    """One run on ``cluster``'s hosts: ``prepare`` (attempt 0 up to its launch), then
-    ``follow`` (the loop), then ``close``. ``plan`` and ``record`` are the current
-    attempt's; ``cluster`` holds its hosts (a new one once a spare took a rank)."""
+    """One run on ``cluster``'s hosts: ``attempt(0)`` (up to its launch), then
+    ``run_to_end`` (the loop), then ``close``. ``plan`` and ``record`` are the current
+    attempt's (the record as last saved: it is never read back from disk); ``cluster``
+    holds its hosts (a new one once a spare took a rank)."""
 
     def __init__(self, cluster: HostGroup, request: RunRequest,
                  validated: Optional[Validated] = None, notify: Notify = _quiet):
@@ -70,6 +72,8 @@ class Lifecycle:
         self.plan: Any = None
         self.record: Any = None
         self.code_shared = False   # the code directory is every host's own: no copy
+        self.limit = 0             # how many attempts may follow the first
+        self.run_log_dir = ""      # the run's own mirror; attempt k's is in it
 
     def __enter__(self) -> "Lifecycle":
         return self
@@ -78,41 +82,79 @@ class Lifecycle:
         self.close()
 
     # -- the loop ---------------------------------------------------------------------
-    def prepare(self, *, sync_view=None, checked=None):
-        """Attempt 0 up to its launch: check (the spares checked beside the hosts), sync,
-        setup, plan; returns (plan, record). ``sync_view`` listens to the sync; ``checked``
-        is the report of a preflight these hosts already passed (``scale`` checks all its
-        hosts once, then runs its points on some of them)."""
+    def run_to_end(self, listener_for: Callable[[], Any],
+                   holder: Optional[Dict[str, object]] = None) -> AttemptEnd:
+        """Execute the attempt made ready (``attempt(0)``); while the policy allows, make
+        the next one ready and execute it. Returns the last attempt's end (``plan`` is
+        its plan). ``listener_for()`` gives each attempt its listener; ``holder`` gets the
+        attempt's Controls (the dashboard's keys, the API's ``stop``). Raises RunFailed,
+        naming the failed attempt and what stops the next, when a restart cannot start."""
+        while True:
+            end = self.execute(listener_for(), holder, self.restarting)
+            if not self.restarts(end, self.record):
+                return end
+            self.next_attempt(end)
+
+    def close(self) -> None:
+        if self.cluster is not self.original:
+            self.cluster.close()
+
+    # -- the steps --------------------------------------------------------------------
+    def attempt(self, k: int, *, lost: Sequence[int] = (), sync_view=None, checked=None):
+        """Attempt ``k`` up to its launch; returns (plan, record). Its new hosts are
+        every host for k = 0, and after that the spares that took a rank at k: a lost
+        host's (``lost``: node ranks) or one that failed the check. ``sync_view`` listens
+        to the first sync; ``checked`` is the report of a preflight these hosts already
+        passed (``scale`` checks all its hosts once, then runs its points on some)."""
         job = self.validated.job
-        if self.request.sync and checked is None:
+        first = k == 0
+        if first and self.request.sync and checked is None:
             # The same connections with other workdirs: still the caller's to close.
             self.cluster, self.code_shared = in_place_if_shared(self.cluster, job, self.notify)
             self.original = self.cluster
-        revision = revision_in_background(job.code)
-        digest = digest_in_background(job.code)
+        before = self.cluster.hosts if first else [n.host for n in self.plan.nodes]
+        revision = revision_in_background(job.code) if first else None
+        digest = digest_in_background(job.code) if first else None
+        self.replace_lost(lost, k)
         report = checked
-        if self.request.check and checked is None:
-            bad = checked_in_background(self.cluster, self.spares.pool, job, self.notify)
-            report = self.check(0, self.cluster.hosts, known_bad=bad)
+        if checked is None:
+            bad = checked_in_background(self.cluster, self.spares.pool, job, self.notify) \
+                if first and self.request.check else (lambda: ())
+            report = self.check(k, before, known_bad=bad)
             self.spares = self.spares.drop(bad())
-        start_port = report.start_port if report else job.start_port
-        if start_port is None:
-            raise ConfigError("--start-port auto needs the preflight to find a free port",
-                              fix="drop --no-check, or give a port: --start-port 17000")
-        sync_for_run(self.cluster, job, code=self.request.sync and not self.code_shared,
-                     data_checked=report is not None,
-                     notify=self.notify, view=sync_view)
-        digest = setup(self.cluster, job, self.request.setup,
-                       always=self.request.setup_always, notify=self.notify, digest=digest)
-        image_id = self.image_everywhere(self.cluster)
-        self.plan = plan_for(self.cluster, self.request, self.validated, report, new_run_id(),
-                             start_port)
-        if image_id:
-            self.plan = dataclasses.replace(
-                self.plan, container=dict(self.plan.container, image_id=image_id))
-        record = initial_record(self.plan, self.request, self.cluster, revision())
-        self.record = dataclasses.replace(record, code_digest=digest, **self._spare_fields())
+        start_port = self._start_port(k, report)
+        taken = {r.node_rank for r in self.spares.replacements if r.attempt == k}
+        digest, image_id = self.ready(
+            [h for h in self.cluster.hosts if first or h.rank in taken],
+            code=self.request.sync and not (first and self.code_shared),
+            data_checked=first and report is not None, view=sync_view,
+            digest=digest)
+        self.plan = self._plan(k, report, start_port, image_id)
+        if first:
+            self.record = self._first_record(revision(), digest)
+        else:
+            self.record = dataclasses.replace(
+                next_attempt(self.record, attempt_log_dir(self.run_log_dir, k, self.limit),
+                             self.plan.start_port, nodes=node_records(self.plan)),
+                **self._spare_fields())
         return self.plan, self.record
+
+    def next_attempt(self, end: AttemptEnd) -> None:
+        """The attempt after the one that ended with ``end``, up to its launch. Raises
+        RunFailed when it cannot start (a lost host still gone, no spare left): the run
+        then ends with the failed attempt's status, and the error names what stops the
+        next."""
+        plan = self.plan
+        label = attempt_label(plan.attempt, self.limit)
+        lost = "".join(f"; {plan.nodes[r].host.label} was lost" for r in end.lost)
+        if lost:   # the attempt's failure and the restart were said as it ended (views)
+            self.notify(lost[2:])
+        try:
+            self.attempt(plan.attempt + 1, lost=end.lost)
+        except MultihostError as err:
+            raise RunFailed(f"run {plan.run_id} failed ({label}: {describe(end.cause)}"
+                            f"{lost}); it cannot restart: {err.cause}", host=err.host,
+                            fix=err.fix, exit_code=end.exit_code) from None
 
     def image_everywhere(self, cluster) -> Optional[str]:
         """--image: on every host, one id everywhere (image_step.py); that id."""
@@ -124,38 +166,6 @@ class Lifecycle:
                             from_controller=self.request.image_from_controller,
                             notify=self.notify)
 
-    def follow(self, listener_for: Callable[[], Any],
-               holder: Optional[Dict[str, object]] = None) -> Outcome:
-        """Execute the prepared attempt; while the policy allows, replace, check, sync,
-        set up, plan and execute again. Returns the last attempt's Outcome (``plan`` is
-        its plan). ``listener_for()`` gives each attempt its listener; ``holder`` gets the
-        attempt's Controls (the dashboard's keys, the API's ``stop``). Raises RunFailed,
-        naming the failed attempt and what stops the next, when a restart cannot start."""
-        limit = restart_budget(self.request.max_restarts, len(self.record.spares))
-        if not limit or self.request.detach:
-            return self.execute(listener_for(), holder)
-        run_log_dir = self.record.log_dir
-        self.record = dataclasses.replace(self.record, max_restarts=limit,
-                                          log_dir=attempt_log_dir(run_log_dir, 0, limit))
-
-        def restarting(result, ended) -> str:   # said by the views as the attempt ends
-            if not self.restarts(result, ended, limit):
-                return ""
-            return attempt_label(self.plan.attempt + 1, limit)
-
-        while True:
-            outcome = self.execute(listener_for(), holder, restarting)
-            ended = load_run(self.plan.run_id)   # the attempt's record, as it ended
-            if not self.decide(outcome, ended, limit):
-                return outcome
-            self.restart(outcome, ended, attempt_log_dir(run_log_dir, self.plan.attempt + 1,
-                                                         limit))
-
-    def close(self) -> None:
-        if self.cluster is not self.original:
-            self.cluster.close()
-
-    # -- the steps --------------------------------------------------------------------
     def check(self, attempt: int, before: Sequence[Host],
               known_bad: Callable[[], Sequence[str]] = lambda: ()):
         """The preflight (unless ``--no-check``: then None); while it fails on a host and
@@ -186,64 +196,38 @@ class Lifecycle:
         return report
 
     def execute(self, listener, holder: Optional[Dict[str, object]] = None,
-                restarting: Callable[[Any, Any], str] = lambda result, record: "") -> Outcome:
-        """Launch in ip order and follow to the end (with ``--detach``: until every node
+                restarting: Callable[[AttemptEnd, Any], str] = lambda end, record: ""
+                ) -> AttemptEnd:
+        """Launch in ip order and watch to the end (with ``--detach``: until every node
         runs). A listener with ``close`` (the dashboard) is closed at the attempt's end,
         giving the terminal back before anything else is printed. ``restarting`` names
-        the attempt that will follow this one's end ('' for none), for the views."""
+        the attempt that will follow this one's end ('' for none), for the views.
+        ``record`` is then the attempt's record as it ended."""
         holder = {} if holder is None else holder
         options = RunOptions(detach=self.request.detach, wait_after_exit=self.request.wait,
                              hang_timeout=self.request.hang_timeout, restarting=restarting)
+        keeper = RecordKeeper(self.record, make_last=False)
         try:
-            outcome = start_and_follow(self.cluster, self.plan, self.record, listener, options,
-                                       holder)
+            end = launch_and_watch(self.cluster, self.plan, keeper, listener, options, holder)
         finally:
+            self.record = keeper.record
             getattr(listener, "close", lambda: None)()
         controls: Any = holder["controls"]
-        return dataclasses.replace(outcome, stop_reason=controls.interrupts.reason or "")
+        return dataclasses.replace(end, stop_reason=controls.interrupts.reason or "")
 
-    def decide(self, outcome: Outcome, ended, limit: int) -> bool:
-        """Whether another attempt follows the one that just ended."""
-        return self.restarts(outcome.result, ended, limit)
+    def restarting(self, end: AttemptEnd, ended) -> str:
+        """The label of the attempt that follows the one that ended with ``end``, or ''
+        when none does: said by the views as the attempt ends."""
+        if not self.restarts(end, ended):
+            return ""
+        return attempt_label(self.plan.attempt + 1, self.limit)
 
-    def restarts(self, result, ended, limit: int) -> bool:
-        """Whether an attempt that ended with ``result`` (its record: ``ended``) is
-        followed by another: asked as it ends, so the views can say so."""
-        lost = bool(result.lost) if result is not None else False
-        return (self.plan.attempt < limit and restartable(result)
-                and may_restart(self.request.max_restarts, self.plan.attempt, lost,
+    def restarts(self, end: AttemptEnd, ended) -> bool:
+        """Whether an attempt that ended with ``end`` (its record: ``ended``) is followed
+        by another."""
+        return (self.plan.attempt < self.limit and restartable(end)
+                and may_restart(self.request.max_restarts, self.plan.attempt, bool(end.lost),
                                 len(ended.spares)))
-
-    def restart(self, outcome: Outcome, ended, log_dir: str) -> None:
-        """The next attempt up to its launch: a lost host's rank to a spare, check, the
-        spares that took a rank synced and set up, plan, record. Raises RunFailed when
-        it cannot start (a lost host still gone, no spare left): the run then ends with
-        the failed attempt's status, and the error names what stops the next."""
-        result, plan = outcome.result, self.plan
-        limit = ended.max_restarts
-        attempt = plan.attempt + 1
-        label = attempt_label(plan.attempt, limit)
-        lost = "".join(f"; {plan.nodes[r].host.label} was lost" for r in result.lost)
-        if lost:   # the attempt's failure and the restart were said as it ended (views)
-            self.notify(lost[2:])
-        self.spares = SpareState(tuple(host_from_dict(h) for h in ended.spares),
-                                 tuple(Replacement.from_json(r) for r in ended.replacements))
-        try:
-            self.replace_lost(result.lost, attempt)
-            report = self.check(attempt, [n.host for n in plan.nodes])
-            taken = {r.node_rank for r in self.spares.replacements if r.attempt == attempt}
-            self.ready_spares([h for h in self.cluster.hosts if h.rank in taken])
-            start_port = report.start_port if report and report.start_port else plan.start_port
-            self.plan = dataclasses.replace(
-                plan_for(self.cluster, self.request, self.validated, report, plan.run_id,
-                         start_port), attempt=attempt, container=plan.container)
-        except MultihostError as err:
-            raise RunFailed(f"run {plan.run_id} failed ({label}: {describe(result.root_cause)}"
-                            f"{lost}); it cannot restart: {err.cause}", host=err.host,
-                            fix=err.fix, exit_code=result.exit_code) from None
-        self.record = dataclasses.replace(
-            next_attempt(ended, log_dir, start_port, nodes=node_records(self.plan)),
-            **self._spare_fields())
 
     def replace_lost(self, lost: Sequence[int], attempt: int) -> None:
         """Each lost host's node rank to the next spare (one left in place when none is:
@@ -256,20 +240,64 @@ class Lifecycle:
                 self.notify(self.spares.replacements[-1].line)
         self._move_to(hosts)
 
-    def ready_spares(self, hosts: Sequence[Host]) -> None:
-        """The code synced (and the data verified, and the setup run) on the spares that
-        just took a rank, before the next attempt starts; the other hosts keep theirs."""
+    def ready(self, hosts: Sequence[Host], *, code: bool, data_checked: bool, view=None,
+              digest=None):
+        """The code synced (``code``), the data verified, the setup run and the image
+        ensured on ``hosts``, the attempt's new ones (the others keep theirs); returns
+        (the setup's code digest, the image id), (None, None) when there are none.
+        ``digest``: the code's hash being taken in the background (steps.setup)."""
         if not hosts:
-            return
+            return None, None
         job = self.validated.job
-        with HostGroup(hosts, self.cluster.options, workers=self.cluster.workers) as own:
-            sync_for_run(own, job, code=self.request.sync, data_checked=False,
-                         notify=self.notify)
-            setup(own, job, self.request.setup, always=self.request.setup_always,
-                  notify=self.notify)
-            self.image_everywhere(own)   # the launch checks its id is the run's
+        own = self.cluster if tuple(hosts) == tuple(self.cluster.hosts) else \
+            HostGroup(hosts, self.cluster.options, workers=self.cluster.workers)
+        try:
+            sync_for_run(own, job, code=code, data_checked=data_checked,
+                         notify=self.notify, view=view)
+            digest = setup(own, job, self.request.setup, always=self.request.setup_always,
+                           notify=self.notify, digest=digest)
+            return digest, self.image_everywhere(own)   # the launch checks its id is the run's
+        finally:
+            if own is not self.cluster:
+                own.close()
 
     # -- helpers ----------------------------------------------------------------------
+    def _start_port(self, k: int, report) -> int:
+        """The ports the check found free; without a check, the job's (then the first
+        attempt's)."""
+        if k:
+            return report.start_port if report and report.start_port else self.plan.start_port
+        start_port = report.start_port if report else self.validated.job.start_port
+        if start_port is None:
+            raise ConfigError("--start-port auto needs the preflight to find a free port",
+                              fix="drop --no-check, or give a port: --start-port 17000")
+        return start_port
+
+    def _plan(self, k: int, report, start_port: int, image_id: Optional[str]):
+        """Attempt k's plan; after the first, with its run id and image."""
+        previous = self.plan
+        plan = plan_for(self.cluster, self.request, self.validated, report,
+                        previous.run_id if k else new_run_id(), start_port)
+        if k:
+            return dataclasses.replace(plan, attempt=k, container=previous.container)
+        if image_id:
+            return dataclasses.replace(plan, container=dict(plan.container, image_id=image_id))
+        return plan
+
+    def _first_record(self, revision, digest: Optional[str]):
+        """Attempt 0's record; with restarts allowed (not for ``--detach``), the budget
+        and the attempt's own mirror."""
+        record = dataclasses.replace(
+            initial_record(self.plan, self.request, self.cluster, revision),
+            code_digest=digest, **self._spare_fields())
+        self.limit = 0 if self.request.detach else \
+            restart_budget(self.request.max_restarts, len(record.spares))
+        self.run_log_dir = record.log_dir
+        if not self.limit:
+            return record
+        return dataclasses.replace(record, max_restarts=self.limit,
+                                   log_dir=attempt_log_dir(self.run_log_dir, 0, self.limit))
+
     def _move_to(self, hosts: Sequence[Host]) -> None:
         """The attempt's hosts become ``hosts``: a HostGroup is keyed by node rank, so a
         host list with a spare in it gets one of its own (same ssh options); the one left

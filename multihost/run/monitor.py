@@ -26,13 +26,13 @@ import dataclasses
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .. import helper, waits
 from ..errors import CommandTimeout, ConnectError, MultihostError
 from ..events import Listener, NodeChanged, NodeState, RunFinished, RunState, RunStopping
-from .outcome import Failure, NodeView, conclude, failures_of, parse_status, refine, root_cause
+from .outcome import (AttemptEnd, Failure, NodeView, conclude, detached_end, failures_of,
+                      parse_status, refine, root_cause)
 from .peers import peer_first
 from .plan import RunPlan
 from .restarts import attempt_label
@@ -50,19 +50,6 @@ TAIL_LINES = 20
 _STATES = {s.value: s for s in NodeState}
 
 
-@dataclass(frozen=True)
-class AttemptResult:
-    """How one attempt ended, as the monitor saw it (the API's ``RunResult`` is the
-    whole run's end, told to a user)."""
-
-    exit_code: int
-    root_cause: Optional[Failure]
-    states: Tuple[str, ...]
-    interrupted: bool
-    lost: Tuple[int, ...] = ()
-    detached: bool = False
-
-
 class Monitor:
     def __init__(self, cluster, plan: RunPlan, listener: Listener, keeper: RecordKeeper,
                  interrupts: Interrupts, *, poll_interval: float = POLL_INTERVAL,
@@ -70,7 +57,7 @@ class Monitor:
                  settle: Callable[[bool], None] = lambda lost: None,
                  hung: Callable[[float], Optional[Failure]] = lambda now: None,
                  tick: Callable[[float], None] = lambda now: None,
-                 restarting: Callable[["AttemptResult", object], str] = lambda result, record: "",
+                 restarting: Callable[[AttemptEnd, object], str] = lambda end, record: "",
                  steps: Optional[Dict[int, object]] = None):
         self.cluster = cluster
         self.plan = plan
@@ -305,7 +292,8 @@ class Monitor:
             self.status_streams.open(host)
         self.slurm.watch_steps()
 
-    def follow(self) -> AttemptResult:
+    def watch_to_end(self) -> AttemptEnd:
+        """Watch every host until the attempt ended everywhere (or is detached): its end."""
         self.watch_all()
         self.keeper.update(state=RunState.RUNNING)
         try:
@@ -321,8 +309,7 @@ class Monitor:
             self.stop_polling.set()
             self.status_streams.close_all()
         if not self._done():  # detached: the record says running, the hosts go on
-            states = tuple(self.states[h.rank] for h in self.hosts)
-            return AttemptResult(0, None, states, False, detached=True)
+            return detached_end(self.states[h.rank] for h in self.hosts)
         return self._finish()
 
     def _candidates(self) -> List[Failure]:
@@ -364,7 +351,7 @@ class Monitor:
             return failure, view.tails[failure.local_rank]
         return failure, view.launcher_tail
 
-    def _finish(self) -> AttemptResult:
+    def _finish(self) -> AttemptEnd:
         slurm = self.slurm_cause is not None and self.trigger is self.slurm_cause
         cause = self.slurm_cause if slurm else root_cause(self._candidates())
         tail: Tuple[str, ...] = ()
@@ -379,13 +366,13 @@ class Monitor:
         interrupted = self.interrupts.count > 0 and self.interrupts.reason is None
         states = tuple(self.states[h.rank] for h in self.hosts)
         nodes = [(r, self.hosts[r].label, view) for r, view in sorted(self.views.items())]
-        end = conclude(states, cause, interrupted, tail, nodes)
+        end = dataclasses.replace(conclude(states, cause, interrupted, tail, nodes),
+                                  states=states, lost=tuple(sorted(self.lost)))
         self.settle(bool(self.lost) or self.slurm_cause is not None)
         record = self.keeper.update(state=end.state, exit_code=end.exit_code,
                                     ended=time.time(), root_cause=end.root_cause)
-        result = AttemptResult(end.exit_code, cause, states, interrupted, tuple(sorted(self.lost)))
         self.listener(RunFinished(self.plan.run_id, end.exit_code, end.root_cause, time.time(),
                                   logs=record.log_dir,
                                   attempt=attempt_label(self.plan.attempt, record.max_restarts),
-                                  restarting=self.restarting(result, record)))
-        return result
+                                  restarting=self.restarting(end, record)))
+        return end

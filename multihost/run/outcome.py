@@ -2,10 +2,11 @@
 root cause chosen (the earliest failure by time, like torchrun), and the exit status of
 ``multihost run``. No I/O here; monitor.py feeds it what the hosts answer.
 
-This is the one place that decides how a run ended (``conclude``): its final RunState,
-its exit status and its root cause, whether the controller that started it saw the end
-(monitor.py), a later ``status`` or ``stop`` found it (control.py), or ``logs --follow``
-watched it (commands/logs.py).
+This is the one place that decides how an attempt of a run ended (``conclude``, an
+``AttemptEnd``): its final RunState, its exit status and its root cause, whether the
+controller that started it saw the end (monitor.py), a later ``status`` or ``stop`` found
+it (control.py), or ``logs --follow`` watched it (commands/logs.py). The run's own result,
+told to an API user, is ``RunResult`` (handle.py): the last attempt's status and cause.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import dataclasses
 import re
 import signal as _signal
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import EXIT_CONNECT, EXIT_INTERRUPTED
 from ..events import RootCause, RunState
@@ -389,12 +390,29 @@ def run_status(states: Sequence[str], cause: Optional[Failure], interrupted: boo
 
 
 @dataclass(frozen=True)
-class RunEnd:
-    """How a run ended: what its record and its RunFinished event say."""
+class AttemptEnd:
+    """How one attempt ended: what its record and its RunFinished event say, and what the
+    lifecycle decides the next step from. The root cause is one failure, in two forms:
+    ``cause`` as found (its exit code, signal and detail: what the fix is built from) and
+    ``root_cause`` as the record, the views and the API tell it."""
 
     state: RunState
     exit_code: int
     root_cause: Optional[RootCause] = None
+    cause: Optional[Failure] = None
+    interrupted: bool = False        # Ctrl-C on the controller (a stop on purpose is not)
+    states: Tuple[str, ...] = ()     # every node's last state, in node order
+    lost: Tuple[int, ...] = ()       # the node ranks of the hosts lost
+    detached: bool = False           # no longer followed: the run goes on on its hosts
+    stop_reason: str = ""            # who stopped it, when multihost did (Interrupts.reason)
+    # node rank -> its run directory as that host named it: hosts that share a home keep
+    # theirs under ~/.multihost/hosts/<host>/, not ~/.multihost/runs/ (a hint must say so)
+    run_dirs: Mapping[int, str] = field(default_factory=dict)
+
+
+def detached_end(states: Sequence[str] = ()) -> AttemptEnd:
+    """An attempt left running (``--detach``, the dashboard's [d]): it has no end yet."""
+    return AttemptEnd(RunState.RUNNING, 0, states=tuple(states), detached=True)
 
 
 def final_state(exit_code: int, cause: Optional[Failure]) -> RunState:
@@ -407,16 +425,14 @@ def final_state(exit_code: int, cause: Optional[Failure]) -> RunState:
 
 def conclude(states: Sequence[str], cause: Optional[Failure], interrupted: bool,
              tail: Sequence[str] = (),
-             nodes: Sequence[Tuple[int, str, NodeView]] = ()) -> RunEnd:
+             nodes: Sequence[Tuple[int, str, NodeView]] = ()) -> AttemptEnd:
     """The end of a run whose nodes all ended in ``states``, with ``cause`` its root
     cause (``root_cause`` of its failures), ``tail`` that failure's last lines and
     ``nodes`` every node's last status (node rank, host, view): the ranks that ended
     after the root cause are named as such."""
     code = run_status(states, cause, interrupted)
-    if cause is None:
-        return RunEnd(final_state(code, cause), code, None)
-    return RunEnd(final_state(code, cause), code,
-                  to_event(cause, tail, stopped_after(cause, nodes)))
+    told = None if cause is None else to_event(cause, tail, stopped_after(cause, nodes))
+    return AttemptEnd(final_state(code, cause), code, told, cause, interrupted)
 
 
 def status_of_node_records(records: Sequence[Optional[Dict[str, Any]]]) -> int:

@@ -53,12 +53,12 @@ def may_restart(max_restarts: Optional[int], attempt: int, lost: bool,
     return lost and spares_left > 0
 
 
-def restartable(result) -> bool:
+def restartable(end) -> bool:
     """A failure with a root cause (a rank, a lost host, a hang) is restarted; success,
     Ctrl-C, a stop from another shell and a detach are the user's own and never are, and
     a Slurm job that ended has no nodes left to restart on."""
-    return result is not None and result.root_cause is not None \
-        and result.root_cause.kind != "slurm" and not (result.interrupted or result.detached)
+    return end is not None and end.cause is not None \
+        and end.cause.kind != "slurm" and not (end.interrupted or end.detached)
 
 
 def summary(record: RunRecord) -> Dict[str, Any]:

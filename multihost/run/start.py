@@ -36,7 +36,7 @@ from ..fanout import HostResult
 from ..hosts import PROJECT, Host
 from ..slurm.steps import keeps_steps, launch_kept
 from .plan import Prepared, RunPlan, launch_request
-from .sharing import hold_request
+from ..registry.entry import hold_request
 from .records import RunRecord, save_run
 
 PREPARE_TIMEOUT = 30.0

@@ -1,5 +1,5 @@
 """Measure each host count with an ordinary run: check, sync, launch and follow through
-the run pipeline (so each point has its record, `multihost status --list` shows it, and
+the ordinary run (so each point has its record, `multihost status --list` shows it, and
 its logs are mirrored), read its throughput from its ranks' lines, and stop it once it
 has run long enough.
 
@@ -89,11 +89,11 @@ def measure_point(cluster, request, options: ScaleOptions, notify: Notify,
     """One host count: one ordinary run on ``cluster``'s hosts, measured and ended
     (``checked``: the preflight of all the hosts, passed before the first point;
     ``on_record``: told the point's first record, before it starts)."""
-    from ..run import pipeline
+    from ..run import request as run_request
     from ..run.lifecycle import Lifecycle
 
     life = Lifecycle(cluster, request, notify=notify)
-    plan, record = life.prepare(checked=checked)
+    plan, record = life.attempt(0, checked=checked)
     on_record(record)
     nproc = plan.nodes[0].nproc
     notify(f"{len(plan.nodes)} host(s) x {nproc} process(es): run {plan.run_id}, "
@@ -116,12 +116,11 @@ def measure_point(cluster, request, options: ScaleOptions, notify: Notify,
         outcome = life.execute(listen, holder)
     finally:
         stopper.cancel()
-    result = outcome.result
-    if result.interrupted:
+    if outcome.interrupted:
         raise RunFailed(f"scaling stopped: run {plan.run_id} was interrupted on every host",
                         exit_code=EXIT_INTERRUPTED)
-    if result.exit_code != 0 and not (stopper.fired and result.root_cause is None):
-        raise pipeline.failure_of(outcome, plan)
+    if outcome.exit_code != 0 and not (stopper.fired and outcome.cause is None):
+        raise run_request.failure_of(outcome, plan)
     found = measure(samples, plan.world_size, options.metric_is, run_id=plan.run_id,
                     host=plan.nodes[0].host.label)
     return ScalePoint(len(plan.nodes), nproc, found.value, plan.run_id, found.rule,
@@ -137,7 +136,7 @@ def scale_points(hosts: Sequence[Host], connect: Callable[[Sequence[Host]], obje
     once, all of it, before the first point (a host that would fail the last point is
     found before any is measured); the points then start without a preflight of their
     own, each on the start port that check found free."""
-    from ..run import pipeline
+    from ..run import request as run_request
     from ..run.steps import preflight
 
     options.check()
@@ -146,7 +145,7 @@ def scale_points(hosts: Sequence[Host], connect: Callable[[Sequence[Host]], obje
                           fix="drop --detach and --max-restarts")
     checked = None
     if request.check:
-        job = pipeline.validate(hosts, request).job
+        job = run_request.validate(hosts, request).job
         with connect(tuple(hosts)) as cluster:
             checked = preflight(cluster, job, allow_concurrent=request.allow_concurrent,
                                 notify=notify)

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import ConfigError, LaunchError, MultihostError
 from ..untrusted import clean_text
+from .ending import parse_scontrol
 from .submit import QUEUE_DIR, Ask, queue_path, queued_line
 
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
@@ -34,7 +34,6 @@ LIVE = QUEUED | {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED",
                  "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
 KEEP_RECORDS = 50          # the newest batch submissions kept under ~/.multihost/slurm
 READ_CHUNK = 1 << 16       # an output file is read this much at a time, never whole
-_KEY = re.compile(r"(?:^|\s)([A-Za-z][\w:/]*)=")
 
 
 @dataclass(frozen=True)
@@ -70,12 +69,8 @@ def batch_script(run_argv: Sequence[str]) -> str:
             f"exec {shlex.join(run_argv)}\n")
 
 
-def parse_scontrol(job_id: str, text: str) -> Optional[JobState]:
-    """A JobState from ``scontrol show job -o`` (one line of Key=Value; a value may hold
-    spaces, so each runs to the next ``Key=``)."""
-    keys = list(_KEY.finditer(text))
-    ends = [m.start() for m in keys[1:]] + [len(text)]
-    fields = {m.group(1): text[m.end():end].strip() for m, end in zip(keys, ends)}
+def state_of(job_id: str, fields: Dict[str, str]) -> Optional[JobState]:
+    """A JobState from scontrol's fields (ending.parse_scontrol); None without a JobState."""
     if "JobState" not in fields:
         return None
     code, _, sig = fields.get("ExitCode", "").partition(":")
@@ -98,7 +93,8 @@ def _ask(argv: List[str]) -> Optional[str]:
 def job_state(job_id: str) -> JobState:
     """Slurm's view of the job now: scontrol (which also knows a job that ended minutes
     ago), else squeue, else unknown (state None)."""
-    found = parse_scontrol(job_id, _ask(["scontrol", "show", "job", "-o", str(job_id)]) or "")
+    found = state_of(job_id, parse_scontrol(_ask(["scontrol", "show", "job", "-o", str(job_id)])
+                                            or ""))
     if found is not None:
         return found
     out = (_ask(["squeue", "-h", "-j", str(job_id), "-o", "%T|%r|%N"]) or "").strip()
@@ -307,4 +303,4 @@ def exit_status(state: JobState) -> int:
 
 
 __all__ = ["JobState", "batch_script", "cancel", "exit_status", "follow", "job_state",
-           "line", "parse_scontrol", "pick", "records", "sbatch_argv", "submit", "to_json"]
+           "line", "pick", "records", "sbatch_argv", "state_of", "submit", "to_json"]

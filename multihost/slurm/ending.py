@@ -29,7 +29,7 @@ EXIT_SLURM_ENDED = 128 + signal.SIGTERM
 # Job states in which the allocation still holds its nodes.
 ALIVE = ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "RESIZING", "REQUEUED",
          "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
-_FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(\S*)")
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][\w:/]*)=")
 
 
 @dataclass(frozen=True)
@@ -115,9 +115,17 @@ def _minutes(text: str) -> Optional[int]:
     return max(1, days * 1440 + hours * 60 + minutes + (1 if seconds else 0))
 
 
-def parse_scontrol(job_id: str, line: str) -> Optional[JobEnd]:
-    """A JobEnd from ``scontrol show job -o JOB``'s line, None while the job lives."""
-    fields = dict(_FIELD.findall(line))
+def parse_scontrol(text: str) -> Dict[str, str]:
+    """``scontrol show job -o``'s one line as {Key: value}. A value may hold spaces
+    (``Reason=...``, a path), so each runs to the next `` Key=``: the one reader of
+    scontrol's line, for a run's end here and a batch job's state (batch.py)."""
+    keys = list(_KEY.finditer(text))
+    ends = [m.start() for m in keys[1:]] + [len(text)]
+    return {m.group(1): text[m.end():end].strip() for m, end in zip(keys, ends)}
+
+
+def ended(job_id: str, fields: Dict[str, str]) -> Optional[JobEnd]:
+    """A JobEnd from scontrol's fields, None while the job lives."""
     state = fields.get("JobState")
     if not state or state in ALIVE:
         return None
@@ -136,7 +144,7 @@ def job_end(job_id: str, timeout: float = 10.0) -> Optional[JobEnd]:
         except (OSError, subprocess.SubprocessError):
             done = None
         if done is not None and done.returncode == 0 and "JobState=" in done.stdout:
-            return parse_scontrol(job_id, done.stdout)
+            return ended(job_id, parse_scontrol(done.stdout))
         if done is not None and "Invalid job id" in done.stderr:
             return JobEnd(str(job_id), "GONE")
     return _from_squeue(job_id, timeout)

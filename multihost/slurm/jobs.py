@@ -1,5 +1,5 @@
 """The cluster's Slurm jobs as squeue shows them, every user's, for `status --all`: the
-scheduler's view of the team's work beside multihost's own (run/holders.py).
+scheduler's view of the team's work beside multihost's own (registry/holders.py).
 
     jobs = cluster_jobs()     # None: no squeue here, or it did not answer
     jobs[0].state             # 'RUNNING', 'PENDING', ...

@@ -6,7 +6,7 @@ import time
 from typing import IO, List, Optional, Sequence, Tuple
 
 from ..nodeset import fold
-from ..run.holders import SharedRun, nth
+from ..registry.holders import SharedRun, nth
 
 HEADERS = ("RUN", "NAME", "USER", "STATE", "HOSTS", "GPUS", "SINCE", "EXIT", "TOOK")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .. import fixes
-from ..judge import Cluster, HostProbe, not_checked
+from ..judge import Survey, HostProbe, not_checked
 from ..parsers import gib
 from ..registry import check
 from ..report import FAIL, PASS, SKIP, WARN, CheckResult
@@ -17,7 +17,7 @@ MAX_CLOCK_SKEW = 1.0              # seconds; log times across hosts stop lining 
 
 
 @check("reach", order=10, short="rch")
-def judge_reach(probe: HostProbe, cluster: Cluster) -> CheckResult:
+def judge_reach(probe: HostProbe, survey: Survey) -> CheckResult:
     """An ICMP echo from the controller, else a knock on the ssh port (see preflight)."""
     if probe.local:
         return CheckResult("reach", PASS, "this machine", brief="local")
@@ -45,7 +45,7 @@ def judge_reach(probe: HostProbe, cluster: Cluster) -> CheckResult:
 
 
 @check("ssh", order=20)
-def judge_ssh(probe: HostProbe, cluster: Cluster) -> CheckResult:
+def judge_ssh(probe: HostProbe, survey: Survey) -> CheckResult:
     if probe.local:
         return CheckResult("ssh", PASS, "this machine: no ssh needed", brief="local")
     error = probe.ssh_error
@@ -69,7 +69,7 @@ def judge_ssh(probe: HostProbe, cluster: Cluster) -> CheckResult:
 @check("disk", order=100, probes=("disk",), on_timeout=(
     "the workdir's filesystem did not answer within {s:g}s (a hung network mount?)",
     "check the mount behind the workdir (`df` hangs too?), or pick another --workdir"))
-def judge_disk(probe: HostProbe, cluster: Cluster) -> CheckResult:
+def judge_disk(probe: HostProbe, survey: Survey) -> CheckResult:
     skipped = not_checked(probe, "disk")
     if skipped:
         return skipped
@@ -90,7 +90,7 @@ def judge_disk(probe: HostProbe, cluster: Cluster) -> CheckResult:
 
 
 @check("clock", order=110, short="clk")
-def judge_clock(probe: HostProbe, cluster: Cluster) -> CheckResult:
+def judge_clock(probe: HostProbe, survey: Survey) -> CheckResult:
     """Measured from the helper's reply (see rounds._store), no probe of its own."""
     skipped = not_checked(probe, "clock")
     if skipped:
@@ -105,13 +105,13 @@ def judge_clock(probe: HostProbe, cluster: Cluster) -> CheckResult:
         direction = "ahead of" if skew > 0 else "behind"
         return CheckResult("clock", WARN, f"clock {abs(skew):.1f} s {direction} the controller",
                            "enable NTP on every host: " + fixes.run(fixes.multihost(
-                               "exec", cluster.given, "--", "timedatectl", "set-ntp", "true")),
+                               "exec", survey.given, "--", "timedatectl", "set-ntp", "true")),
                            f"{skew:+.1f} s")
     return CheckResult("clock", PASS, text, brief="ok")
 
 
 @check("leftovers", order=120, probes=("leftovers",), short="left")
-def judge_leftovers(probe: HostProbe, cluster: Cluster) -> CheckResult:
+def judge_leftovers(probe: HostProbe, survey: Survey) -> CheckResult:
     """This user's processes of earlier runs (the host reports no other user's). A run
     this controller has no record of is said to be so: `multihost stop` here can not
     find its hosts."""
@@ -131,9 +131,9 @@ def judge_leftovers(probe: HostProbe, cluster: Cluster) -> CheckResult:
                     unit="runs" if len(runs) > 2 else "run")
     pgid = run.get("pgid")
     kill = ["kill", "-TERM", "--", f"-{pgid}"] if pgid else ["kill", *map(str, pids[:5])]
-    on_host = fixes.run(fixes.on_host(cluster.given, probe.host, *kill))
+    on_host = fixes.run(fixes.on_host(survey.given, probe.host, *kill))
     where = f"pid {pids[0]}: {run.get('command', '?')}"
-    if cluster.known_runs is not None and run_id not in cluster.known_runs:
+    if survey.known_runs is not None and run_id not in survey.known_runs:
         return CheckResult(
             "leftovers", FAIL,
             f"run {run_id}, not started from this controller, still has {count} here "
@@ -146,10 +146,10 @@ def judge_leftovers(probe: HostProbe, cluster: Cluster) -> CheckResult:
 
 
 @check("data", order=130, probes=("data",), wanted=lambda job, host: bool(job.data or host.data))
-def judge_data(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
+def judge_data(probe: HostProbe, survey: Survey) -> Optional[CheckResult]:
     """Only with --data (or data = in the hostfile): the verification's verdict (see
     data_check) where it ran, else whether the paths exist."""
-    paths = tuple(dict.fromkeys(tuple(cluster.job.data) + tuple(probe.host.data)))
+    paths = tuple(dict.fromkeys(tuple(survey.job.data) + tuple(probe.host.data)))
     if not paths:
         return None
     if probe.data is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .. import fixes
-from ..judge import Cluster, HostProbe, not_checked
+from ..judge import Survey, HostProbe, not_checked
 from ..registry import check
 from ..report import FAIL, PASS, WARN, CheckResult
 
@@ -20,9 +20,9 @@ def short(image_id: Optional[str]) -> str:
     return (image_id or "")[:SHORT_ID]
 
 
-def reference(cluster: Cluster):
+def reference(survey: Survey):
     """(rank, id) every host's image is held to: the first host's that has it."""
-    for probe in cluster.probes:
+    for probe in survey.probes:
         found = probe.fact("image") or {}
         if found.get("image_id"):
             return probe.host.rank, found["image_id"]
@@ -30,18 +30,18 @@ def reference(cluster: Cluster):
 
 
 @check("image", order=45, probes=("image",), short="image", wanted=_wanted)
-def judge_image(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
-    if not cluster.job.image:
+def judge_image(probe: HostProbe, survey: Survey) -> Optional[CheckResult]:
+    if not survey.job.image:
         return None   # no image, no column
     skipped = not_checked(probe, "image")
     if skipped:
         return skipped
     found = probe.fact("image") or {}
-    image = cluster.job.image
+    image = survey.job.image
     if not found.get("engine"):
         argv = (found.get("fix") or "apt-get install -y podman").split()
         return CheckResult("image", FAIL, found.get("error") or "no container engine",
-                           fixes.run(fixes.on_host(cluster.given, probe.host, *argv)),
+                           fixes.run(fixes.on_host(survey.given, probe.host, *argv)),
                            "no engine")
     engine = f"{found['engine']} {found.get('version') or '?'}"
     mode = "rootless" if found.get("rootless") else "rootful"
@@ -54,23 +54,23 @@ def judge_image(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
         detail = (f"container {first['name']} of run {first['run']} (owner "
                   f"{first.get('owner') or '?'}, {first.get('status')}) is left"
                   + (f", and {len(left) - 1} more" if len(left) > 1 else ""))
-        fix = fixes.run(fixes.on_host(cluster.given, probe.host, found["engine"], "rm", "-f",
+        fix = fixes.run(fixes.on_host(survey.given, probe.host, found["engine"], "rm", "-f",
                                       *names))
         if not mine:
             fix = f"ask {first.get('owner') or 'its owner'} to end it, or {fix}"
         return CheckResult("image", WARN, detail, fix, "leftover")
-    rank, wanted = reference(cluster)
+    rank, wanted = reference(survey)
     mine_id = found.get("image_id")
     if not mine_id:
         return CheckResult("image", PASS, f"{engine} ({mode}){gpus}; {image} not here yet: "
                            "the run pulls it, or sends it from this machine", f"{engine} pull")
-    if mine_id != wanted and cluster.job.image_from_controller:
+    if mine_id != wanted and survey.job.image_from_controller:
         return CheckResult("image", PASS, f"{engine} ({mode}){gpus}; {image} {short(mine_id)} "
                            "here, replaced by this machine's at launch", f"{engine} send")
     if mine_id != wanted:
         return CheckResult("image", FAIL,
                            f"{image} here is {short(mine_id)}, {short(wanted)} on "
-                           f"{cluster.label(rank)}: the hosts would run different images",
+                           f"{survey.label(rank)}: the hosts would run different images",
                            fixes.add("--image-from-controller") + " (every host then gets "
                            "this machine's image)", "differs")
     return CheckResult("image", PASS, f"{engine} ({mode}){gpus}; {image} {short(mine_id)}",

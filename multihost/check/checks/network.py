@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Dict, Iterable, Optional, Sequence, Set
 
-from ..judge import Cluster, HostProbe, folded, groups, not_checked, route_iface, same_machine
+from ..judge import Survey, HostProbe, folded, groups, not_checked, route_iface, same_machine
 from .. import fixes
 from .sharing import holders
 from ...remote.registry.holds import holder_line
@@ -18,11 +18,11 @@ from ...job import AUTO_PORT_RANGE, JobOptions
 AUTO_FIX = "add `--start-port auto` (multihost picks a range free on every host)"
 
 
-def _port_fix(probe: HostProbe, cluster: Cluster, pid: Optional[int] = None) -> str:
+def _port_fix(probe: HostProbe, survey: Survey, pid: Optional[int] = None) -> str:
     """Free ports first (nothing else to stop), then stopping the holder, when known."""
     if not pid:
         return AUTO_FIX + ", or stop what holds the port"
-    kill = fixes.run(fixes.on_host(cluster.given, probe.host, "kill", str(pid)))
+    kill = fixes.run(fixes.on_host(survey.given, probe.host, "kill", str(pid)))
     return f"{AUTO_FIX}, or stop that process: {kill}"
 
 
@@ -40,8 +40,8 @@ def choose_start_port(busy_by_host: Dict[int, Iterable[int]], hosts: Sequence[Ho
 
 
 @check("ports", order=60, probes=("ports",), short="port")
-def judge_ports(probe: HostProbe, cluster: Cluster) -> CheckResult:
-    original = same_machine(cluster).get(probe.host.rank)
+def judge_ports(probe: HostProbe, survey: Survey) -> CheckResult:
+    original = same_machine(survey).get(probe.host.rank)
     if original is not None:
         # Its ports are its original's: the first host's listener would be reported as
         # a port in use by multihost itself.
@@ -50,10 +50,10 @@ def judge_ports(probe: HostProbe, cluster: Cluster) -> CheckResult:
     skipped = not_checked(probe, "ports")
     if skipped:
         return skipped
-    if cluster.start_port is None:
+    if survey.start_port is None:
         return CheckResult("ports", FAIL, "no range of free ports in 10000-20000 on every host",
                            "stop what holds them, or give --start-port", "none free")
-    ports = cluster.job.ports(cluster.start_port, probe.host)
+    ports = survey.job.ports(survey.start_port, probe.host)
     span = f"{ports[0]}-{ports[-1]}"
     facts = probe.fact("ports") or {}
     busy = [b for b in facts.get("busy", []) if b.get("port") in ports]
@@ -61,8 +61,8 @@ def judge_ports(probe: HostProbe, cluster: Cluster) -> CheckResult:
     if probe.host.rank == 0 and listener.get("listening") is False and not busy:
         return CheckResult("ports", FAIL, f"port {ports[0]} can not be bound: "
                                           f"{listener.get('error')}",
-                               _port_fix(probe, cluster), f"{ports[0]} busy")
-    held = holders(probe, cluster)
+                               _port_fix(probe, survey), f"{ports[0]} busy")
+    held = holders(probe, survey)
     if busy and held:  # a run holds them: busy says so, with the fix (another port would
         # put a second job on its GPUs)
         return CheckResult("ports", SKIP, f"port {busy[0]['port']} is held by "
@@ -73,8 +73,8 @@ def judge_ports(probe: HostProbe, cluster: Cluster) -> CheckResult:
                  else " (its owner is not visible to this user)")
         more = f"; also {', '.join(str(b['port']) for b in busy[1:])}" if len(busy) > 1 else ""
         return CheckResult("ports", FAIL, f"port {first['port']} is in use{owner}{more}",
-                           _port_fix(probe, cluster, first.get("pid")), f"{first['port']} busy")
-    auto = f" ({cluster.auto_note})" if cluster.auto_port else ""
+                           _port_fix(probe, survey, first.get("pid")), f"{first['port']} busy")
+    auto = f" ({survey.auto_note})" if survey.auto_port else ""
     ephemeral = facts.get("ephemeral")
     if ephemeral and len(ephemeral) == 2 and ports[0] <= ephemeral[1] and ports[-1] >= ephemeral[0]:
         return CheckResult("ports", WARN, f"{span} lie in the ephemeral range {ephemeral[0]}-"
@@ -94,13 +94,13 @@ def _is_loopback(address: Optional[str]) -> bool:
 
 # Its probe, "connect", is asked by the rendezvous round (rounds.py), not the facts round.
 @check("rendezvous", order=70, source="connect", short="rdzv")
-def judge_rendezvous(probe: HostProbe, cluster: Cluster) -> CheckResult:
+def judge_rendezvous(probe: HostProbe, survey: Survey) -> CheckResult:
     skipped = not_checked(probe, "rendezvous")
     if skipped:
         return skipped
-    master, port = cluster.master_addr, cluster.start_port
+    master, port = survey.master_addr, survey.start_port
     where = f"{master}:{port}"
-    n = len(cluster.probes)
+    n = len(survey.probes)
     if probe.host.rank == 0:
         if n > 1 and _is_loopback(master):
             return CheckResult("rendezvous", FAIL, f"the first host is {master}, which other "
@@ -115,7 +115,7 @@ def judge_rendezvous(probe: HostProbe, cluster: Cluster) -> CheckResult:
         if not listener.get("listening"):
             return CheckResult("rendezvous", FAIL, f"can not listen on port {port}: "
                                                    f"{listener.get('error')}",
-                               _port_fix(probe, cluster), "no listen")
+                               _port_fix(probe, survey), "no listen")
         ranks = {a.get("rank") for a in listener.get("accepted", [])}
         expected = n - 1
         if n == 1:
@@ -124,7 +124,7 @@ def judge_rendezvous(probe: HostProbe, cluster: Cluster) -> CheckResult:
         return CheckResult("rendezvous", PASS, f"listening on :{port}; "
                                                f"{len(ranks - {None})}/{expected} hosts connected",
                            brief=f":{port} {len(ranks - {None})}/{expected}")
-    why = _first_host_unready(cluster)
+    why = _first_host_unready(survey)
     if why:
         return CheckResult("rendezvous", SKIP, f"not tested: {why}", brief="-")
     result = probe.rendezvous
@@ -154,31 +154,31 @@ def judge_rendezvous(probe: HostProbe, cluster: Cluster) -> CheckResult:
     return CheckResult("rendezvous", FAIL, detail, fix, error or "failed")
 
 
-def _first_host_unready(cluster: Cluster) -> Optional[str]:
+def _first_host_unready(survey: Survey) -> Optional[str]:
     """Why the other hosts' connections to the first host prove nothing, if they don't."""
-    first = cluster.probes[0]
+    first = survey.probes[0]
     if first.ssh_error is not None or first.facts is None:
         return "the first host could not be checked"
-    if _is_loopback(cluster.master_addr):
-        return f"the first host is named by a loopback address ({cluster.master_addr})"
+    if _is_loopback(survey.master_addr):
+        return f"the first host is named by a loopback address ({survey.master_addr})"
     listener = first.rendezvous
     if listener is None:
         return first.rendezvous_error or "the first host's listener did not report"
     if not listener.get("listening"):
-        return f"the first host could not listen on :{cluster.start_port}"
+        return f"the first host could not listen on :{survey.start_port}"
     return None
 
 
 @check("ping", order=80, probes=("ping",))
-def judge_ping(probe: HostProbe, cluster: Cluster) -> CheckResult:
-    if len(cluster.probes) == 1:
+def judge_ping(probe: HostProbe, survey: Survey) -> CheckResult:
+    if len(survey.probes) == 1:
         return CheckResult("ping", SKIP, "single host", brief="-")
     skipped = not_checked(probe, "ping")
     if skipped:
         return skipped
     ping = probe.fact("ping") or {}
     rtt = ping.get("rtt", {})
-    peers = [p for p in cluster.probes if p.host.rank != probe.host.rank]
+    peers = [p for p in survey.probes if p.host.rank != probe.host.rank]
     if ping.get("method") is None:
         return CheckResult("ping", SKIP, "this host may not send ICMP (no ping socket, raw "
                                          "socket or ping command)", brief="no ICMP")
@@ -196,13 +196,13 @@ def judge_ping(probe: HostProbe, cluster: Cluster) -> CheckResult:
 
 
 @check("iface", order=90, probes=("net", "hostname"), short="if")
-def judge_iface(probe: HostProbe, cluster: Cluster) -> CheckResult:
+def judge_iface(probe: HostProbe, survey: Survey) -> CheckResult:
     skipped = not_checked(probe, "iface")
     if skipped:
         return skipped
     net = probe.fact("net") or {}
     names = sorted(net.get("interfaces", {}))
-    master, found = cluster.master_addr, net.get("route_iface")
+    master, found = survey.master_addr, net.get("route_iface")
     chosen = probe.host.iface or found
     if probe.host.iface and probe.host.iface not in names:
         return CheckResult("iface", FAIL, f"interface {probe.host.iface} (from the hostfile) does "
@@ -220,15 +220,15 @@ def judge_iface(probe: HostProbe, cluster: Cluster) -> CheckResult:
         return CheckResult("iface", WARN, f"the hostfile says {probe.host.iface}, but the route to "
                                           f"{master} goes through {found}",
                            "make iface = match the interface that reaches the first host", chosen)
-    loopback = _loopback_hostname(probe, chosen) if len(cluster.probes) > 1 else None
+    loopback = _loopback_hostname(probe, chosen) if len(survey.probes) > 1 else None
     if loopback:  # alone, every rank is on this machine and loopback is fine
         return loopback
-    reference = chosen if probe.host.rank == 0 else (cluster.probes[0].host.iface
-                                                     or route_iface(cluster.probes[0]))
-    others = {p.host.rank: (p.host.iface or route_iface(p)) for p in cluster.probes}
+    reference = chosen if probe.host.rank == 0 else (survey.probes[0].host.iface
+                                                     or route_iface(survey.probes[0]))
+    others = {p.host.rank: (p.host.iface or route_iface(p)) for p in survey.probes}
     others = {r: v for r, v in others.items() if v}
     if reference and chosen != reference and len(set(others.values())) > 1:
-        return CheckResult("iface", WARN, f"interface names differ: {groups(others, cluster)}",
+        return CheckResult("iface", WARN, f"interface names differ: {groups(others, survey)}",
                            "multihost run sets NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME per "
                            "host; launching by hand, set them per host too", chosen)
     source = net.get("route_source")

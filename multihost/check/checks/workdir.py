@@ -18,7 +18,7 @@ import shlex
 from typing import Optional
 
 from .. import fixes
-from ..judge import Cluster, HostProbe
+from ..judge import Survey, HostProbe
 from ..registry import check
 from ..report import FAIL, CheckResult
 from ...job import in_place, workdir_for
@@ -87,14 +87,14 @@ def refuse_unsafe_workdirs(hosts, code: str) -> None:
 
 
 @check("workdir", order=95, probes=("disk",), source=None, short="wdir")
-def judge_workdir(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
+def judge_workdir(probe: HostProbe, survey: Survey) -> Optional[CheckResult]:
     # Reads the disk probe's facts; when that probe could not answer, the disk check
     # (or ssh) already says why, once.
     disk = probe.fact("disk") or {}
     path, real = disk.get("path"), disk.get("real")
     if not real:
         return None
-    here = in_place(probe.host, cluster.job.code)
+    here = in_place(probe.host, survey.job.code)
     if disk.get("unsafe"):
         # Another account could swap the code between the sync and the launch.
         return CheckResult(
@@ -102,7 +102,7 @@ def judge_workdir(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
             "use a directory only you can write: "
             + ("cd to one of your own" if here else fixes.add(
                 "--workdir", shlex.quote(workdir_for(dataclasses.replace(probe.host, workdir=None),
-                                                     cluster.job.code)))),
+                                                     survey.job.code)))),
             "not yours")
     if here:
         if real in SYSTEM_DIRS:
@@ -114,7 +114,7 @@ def judge_workdir(probe: HostProbe, cluster: Cluster) -> Optional[CheckResult]:
         return None
     typed = path in (None, real, real.rstrip("/") + "/")
     where = f"{real} is {what}" if typed else f"{path} resolves to {real}, {what}"
-    default = workdir_for(dataclasses.replace(probe.host, workdir=None), cluster.job.code)
+    default = workdir_for(dataclasses.replace(probe.host, workdir=None), survey.job.code)
     return CheckResult(
         "workdir", FAIL,
         f"the workdir {where}: the sync would write the code's files into it",

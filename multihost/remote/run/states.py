@@ -13,7 +13,7 @@ STOPPED = "stopped"      # ended by multihost (teardown after another failure, C
 LAUNCH_LOST = "launch never completed: the controller was lost during the launch"
 
 # Why a node failed when its run directory (~/.multihost) filled up: the controller adds
-# the host's name, and the fix (run.outcome, run.pipeline).
+# the host's name, and the fix (run.outcome, run.request).
 NO_SPACE = "no space left in ~/.multihost"
 
 # A node (or a run) in one of these has ended for good: nothing will change it again.

@@ -13,7 +13,7 @@ from test_check_samples import (ADDRESSES, DATA, PYTHON, lab_facts, lab_probes, 
                            with_facts)
 from multihost.check.checks.network import choose_start_port
 from multihost.check.fixes import actions
-from multihost.check.judge import HostProbe, judge, make_cluster, ping_matrix
+from multihost.check.judge import HostProbe, judge, make_survey, ping_matrix
 from multihost.check.parsers import parse_torch_version
 from multihost.check.report import FAIL, PASS, SKIP, WARN, CheckReport
 from multihost.errors import ConnectError, RemoteError
@@ -185,7 +185,7 @@ def test_a_first_host_that_cannot_listen_fails_there_and_skips_the_others():
 def test_a_loopback_first_host_is_refused_for_a_cluster():
     hosts = [Host("127.0.0.1", rank=0), Host(ADDRESSES[1], rank=1)]
     probes = lab_probes(2, hosts)
-    cluster = make_cluster(probes, JobOptions(), 17000, "127.0.0.1")
+    cluster = make_survey(probes, JobOptions(), 17000, "127.0.0.1")
     report = CheckReport(judge(cluster), 17000, "127.0.0.1", ping_matrix(cluster))
     assert report.hosts[0].result("rendezvous").status == FAIL
     assert "other hosts can not reach" in report.hosts[0].result("rendezvous").detail
@@ -298,7 +298,7 @@ def test_leftovers_of_a_run_this_controller_never_started_say_so():
     run = {"run_id": "20261121-101500-3f2a", "pids": [311], "command": "python train.py"}
     probes[1] = with_facts(probes[1], leftovers=[run])
     for known, stop_here in ((["20261121-101500-3f2a"], True), (["20261120-090000-0000"], False)):
-        cluster = make_cluster(probes, JobOptions(), 17000, ADDRESSES[0], known_runs=known)
+        cluster = make_survey(probes, JobOptions(), 17000, ADDRESSES[0], known_runs=known)
         result = judge(cluster)[1].result("leftovers")
         assert result.status == FAIL
         assert ("not started from this controller" in result.detail) is not stop_here

@@ -2,7 +2,7 @@
 import dataclasses
 
 from multihost.check.checks.image import judge_image
-from multihost.check.judge import make_cluster
+from multihost.check.judge import make_survey
 from multihost.job import JobOptions
 
 from test_check_samples import ADDRESSES, lab_probes, with_facts
@@ -21,7 +21,7 @@ def engine(image_id=GOOD, **more):
 
 def judged(*facts, **job):
     probes = [with_facts(p, image=f) for p, f in zip(lab_probes(len(facts)), facts)]
-    cluster = make_cluster(probes, JobOptions(image=IMAGE, **job), 17000, ADDRESSES[0], False)
+    cluster = make_survey(probes, JobOptions(image=IMAGE, **job), 17000, ADDRESSES[0], False)
     cluster = dataclasses.replace(cluster, given="--ips " + ",".join(ADDRESSES[:2]))
     return [judge_image(p, cluster) for p in cluster.probes]
 
@@ -64,5 +64,5 @@ def test_a_container_left_by_another_users_run_names_its_owner():
 
 def test_no_image_no_column():
     probes = lab_probes(2)
-    cluster = make_cluster(probes, JobOptions(), 17000, ADDRESSES[0], False)
+    cluster = make_survey(probes, JobOptions(), 17000, ADDRESSES[0], False)
     assert [judge_image(p, cluster) for p in cluster.probes] == [None, None]

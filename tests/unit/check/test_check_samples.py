@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Dict, Optional
 
-from multihost.check.judge import HostProbe, judge, make_cluster, ping_matrix
+from multihost.check.judge import HostProbe, judge, make_survey, ping_matrix
 from multihost.check.report import CheckReport
 from multihost.hosts import Host
 from multihost.job import JobOptions
@@ -42,7 +42,7 @@ def lab_probes(n: int = 4, hosts=None) -> list:
 
 def report_of(probes, job: JobOptions = JobOptions(), start_port: Optional[int] = 17000,
               auto: bool = False) -> CheckReport:
-    cluster = make_cluster(probes, job, start_port, ADDRESSES[0], auto)
+    cluster = make_survey(probes, job, start_port, ADDRESSES[0], auto)
     return CheckReport(judge(cluster), start_port, ADDRESSES[0], ping_matrix(cluster), auto)
 
 

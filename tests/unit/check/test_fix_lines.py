@@ -12,7 +12,7 @@ import pytest
 from multihost.check.collective import LinkMatrix
 from multihost.check.data_check import data_results
 from multihost.check.fixes import actions, given_flags, hosts_flags
-from multihost.check.judge import judge, make_cluster, ping_matrix
+from multihost.check.judge import judge, make_survey, ping_matrix
 from multihost.check.report import CheckReport
 from multihost.data import DataReport, HostData, PathDiff
 from multihost.hosts import Host
@@ -62,7 +62,7 @@ def test_a_busy_port_fix_adds_auto_first_and_names_the_kill_on_that_host():
 def test_fix_commands_name_the_hosts_as_given():
     probes = lab_probes(2)
     probes[1] = with_facts(probes[1], leftovers=[{"run_id": "r1", "pids": [7]}])
-    cluster = make_cluster(probes, JobOptions(), 17000, ADDRESSES[0],
+    cluster = make_survey(probes, JobOptions(), 17000, ADDRESSES[0],
                            given="--hostfile 'my hosts.ini' --user alice")
     fix = judge(cluster)[1].result("leftovers").fix
     assert fix.endswith("run `multihost exec --hostfile 'my hosts.ini' --user alice "
@@ -157,7 +157,7 @@ def test_hosts_that_share_a_fix_on_that_host_are_named_as_one_node_set():
         python = dict(probes[i].facts["python"], executable="/usr/bin/python3")
         del python["torch"]
         probes[i] = with_facts(probes[i], python=python)
-    cluster = make_cluster(probes, JobOptions(), 17000, ADDRESSES[0], given="--hostfile h.ini")
+    cluster = make_survey(probes, JobOptions(), 17000, ADDRESSES[0], given="--hostfile h.ini")
     out = io.StringIO()
     render_plain(CheckReport(judge(cluster), 17000, ADDRESSES[0], ping_matrix(cluster)), out)
     fix = [line for line in out.getvalue().splitlines() if line.startswith("     fix: ")]

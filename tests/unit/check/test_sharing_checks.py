@@ -5,7 +5,7 @@ import dataclasses
 import time
 
 from multihost.check.fixes import actions
-from multihost.check.judge import make_cluster
+from multihost.check.judge import make_survey
 from multihost.check.report import FAIL, PASS, WARN
 from multihost.job import JobOptions
 from test_check_samples import ADDRESSES, lab_probes, report_of, with_facts
@@ -31,7 +31,7 @@ def judged(entry, job=JobOptions(), gpus_out=None, known=None, n=4):
     if known is not None:
         from multihost.check.judge import judge
         from multihost.check.report import CheckReport
-        cluster = dataclasses.replace(make_cluster(probes, job, 17000, ADDRESSES[0], False),
+        cluster = dataclasses.replace(make_survey(probes, job, 17000, ADDRESSES[0], False),
                                       known_runs=frozenset(known))
         report = CheckReport(judge(cluster), 17000, ADDRESSES[0], None, False)
     return report.hosts[1].result("busy")

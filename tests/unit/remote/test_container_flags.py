@@ -201,7 +201,7 @@ def test_leftovers_name_their_run_and_owner_for_both_engines():
 def test_bad_image_flags_are_refused_before_any_host_is_asked():
     from multihost.errors import ConfigError
     from multihost.job import JobOptions
-    from multihost.run.pipeline import RunRequest, check_image
+    from multihost.run.request import RunRequest, check_image
 
     for fields, said in (({"engine": "podman"}, "--engine chooses the engine of --image"),
                          ({"image": "x", "engine": "lxc"}, "is not podman or docker"),

@@ -18,7 +18,7 @@ from multihost.hosts import Host
 from multihost.job import JobOptions
 from multihost.run.interrupts import Interrupts
 from multihost.run.monitor import Monitor
-from multihost.run.follow import RunOptions, start_and_follow
+from multihost.run.execute import RunOptions, launch_and_watch
 from multihost.run.plan import build_plan
 from multihost.run.start import RecordKeeper
 from multihost.run.records import NodeRecord, RunRecord, host_to_dict, load_run, new_run_id
@@ -64,14 +64,20 @@ def plan_and_record(host, mode, grace=1.0, log_dir=""):
     return plan, record
 
 
+def keeping(plan_record):
+    """(plan, the keeper of its record), as the lifecycle gives them to the execute step."""
+    plan, record = plan_record
+    return plan, RecordKeeper(record, make_last=False)
+
+
 def follow(host, mode, options=RunOptions(poll_interval=0.2), during=None, log_dir=""):
     events = []
     plan, record = plan_and_record(host, mode, log_dir=log_dir)
     with HostGroup([host]) as cluster:
         if during:
             threading.Timer(1.5, during).start()
-        outcome = start_and_follow(cluster, plan, record, events.append, options)
-    return outcome.result, events, plan
+        outcome = launch_and_watch(cluster, *keeping((plan, record)), events.append, options)
+    return outcome, events, plan
 
 
 def test_a_successful_run_tells_the_view_everything_in_order(host, tmp_path):
@@ -111,10 +117,10 @@ def test_ctrl_c_stops_the_run_and_exits_130(host):
 
     with HostGroup([host]) as cluster:
         threading.Timer(1.5, interrupt).start()
-        outcome = start_and_follow(cluster, plan, record, events.append,
+        outcome = launch_and_watch(cluster, *keeping((plan, record)), events.append,
                                    RunOptions(poll_interval=0.2), holder)
-    assert outcome.result.exit_code == 130 and outcome.result.interrupted
-    assert outcome.result.states == ("stopped",)
+    assert outcome.exit_code == 130 and outcome.interrupted
+    assert outcome.states == ("stopped",)
     assert load_run(plan.run_id).state == "stopped"
     # Acknowledged before the host had stopped: the row says "stopping" in between.
     stopping = [e for e in events if isinstance(e, RunStopping)]
@@ -132,7 +138,7 @@ def test_ctrl_c_during_the_launch_is_recorded_with_the_130_run_exits_with(host):
             holder["controls"].interrupts.count += 1
 
     with HostGroup([host]) as cluster, pytest.raises(KeyboardInterrupt):
-        start_and_follow(cluster, *plan_record, interrupt_on_launch,
+        launch_and_watch(cluster, *keeping(plan_record), interrupt_on_launch,
                          RunOptions(poll_interval=0.2), holder)
     record = load_run(plan_record[0].run_id)
     assert record.state == "stopped" and record.exit_code == 130
@@ -149,9 +155,9 @@ def test_ctrl_c_once_every_node_runs_stops_the_run_as_a_running_one(host):
             holder["controls"].interrupts.count += 1
 
     with HostGroup([host]) as cluster:
-        outcome = start_and_follow(cluster, *plan_record, interrupt_once_running,
+        outcome = launch_and_watch(cluster, *keeping(plan_record), interrupt_once_running,
                                    RunOptions(poll_interval=0.2), holder)
-    assert outcome.result.exit_code == 130 and outcome.result.interrupted
+    assert outcome.exit_code == 130 and outcome.interrupted
     record = load_run(plan_record[0].run_id)
     assert record.state == "stopped" and "did not start" not in record.nodes[0].detail
 
@@ -167,9 +173,9 @@ def test_the_dashboards_stop_is_recorded_as_such_not_as_ctrl_c(host):
                     and not holder.get("stopped"):
                 holder["stopped"] = True
                 threading.Timer(0.3, lambda: holder["controls"].stop()).start()
-        outcome = start_and_follow(cluster, plan, record, stop_once_running,
+        outcome = launch_and_watch(cluster, *keeping((plan, record)), stop_once_running,
                                    RunOptions(poll_interval=0.2), holder)
-    assert outcome.result.exit_code == 143 and not outcome.result.interrupted
+    assert outcome.exit_code == 143 and not outcome.interrupted
     node = load_run(plan.run_id).nodes[0]
     assert node.state == "stopped" and "from the dashboard" in node.detail
     assert "Ctrl-C" not in node.detail
@@ -187,7 +193,8 @@ def test_wait_ends_the_run_after_the_first_rank_exits(host):
 def test_detach_returns_while_the_run_goes_on(host):
     plan, record = plan_and_record(host, "sleep")
     with HostGroup([host]) as cluster:
-        outcome = start_and_follow(cluster, plan, record, lambda e: None, RunOptions(detach=True))
+        outcome = launch_and_watch(cluster, *keeping((plan, record)), lambda e: None,
+                                   RunOptions(detach=True))
         assert outcome.detached
         assert load_run(plan.run_id).state == "running"
         from multihost.run.control import query, stop
@@ -217,7 +224,7 @@ def test_a_host_that_stops_answering_is_lost_and_the_run_exits_255(host):
     monitor = Monitor(DeadCluster(host), plan, events.append, RecordKeeper(record), Interrupts(),
                       poll_interval=0.1, lost_after=0.5)
     began = time.monotonic()
-    result = monitor.follow()
+    result = monitor.watch_to_end()
     assert 0.5 <= time.monotonic() - began < 3
     assert result.exit_code == 255 and result.lost == (0,)
     assert result.root_cause.kind == "lost"
@@ -244,9 +251,9 @@ def test_a_teardown_reaches_each_host_through_its_watch_stream(host, tmp_path, m
             holder["controls"].interrupts.count += 1
 
     with HostGroup([host]) as cluster:
-        outcome = start_and_follow(cluster, plan, record, listen,
+        outcome = launch_and_watch(cluster, *keeping((plan, record)), listen,
                                    RunOptions(poll_interval=0.2), holder)
-    assert outcome.result.exit_code == 130 and outcome.result.states == ("stopped",)
+    assert outcome.exit_code == 130 and outcome.states == ("stopped",)
     assert load_run(plan.run_id).nodes[0].state == "stopped"
     assert "run.stop" not in ops
 

@@ -286,7 +286,7 @@ def test_many_hosts_stopped_after_a_failure_are_counted_past_a_few_lines():
 def test_a_failed_parameter_server_points_at_its_own_log():
     from types import SimpleNamespace
 
-    from multihost.run.pipeline import fix_for
+    from multihost.run.request import fix_for
 
     plan = SimpleNamespace(run_id="20261127-152005-f588", nodes=[
         SimpleNamespace(host=SimpleNamespace(label=host)) for host in HOSTS])
@@ -299,7 +299,7 @@ def test_a_failed_ranks_log_is_named_where_its_host_keeps_it():
     from types import SimpleNamespace
 
     from multihost.remote.run.states import NO_SPACE
-    from multihost.run.pipeline import fix_for
+    from multihost.run.request import fix_for
 
     plan = SimpleNamespace(run_id="20261127-152005-f588", nodes=[
         SimpleNamespace(host=SimpleNamespace(label=host)) for host in HOSTS])
@@ -334,7 +334,7 @@ def test_paddles_gloo_group_set_up_failure_is_named_with_its_fix():
 def test_lightnings_world_size_refusal_gets_the_flags_that_give_its_world_size():
     from types import SimpleNamespace
 
-    from multihost.run.pipeline import fix_for
+    from multihost.run.request import fix_for
 
     plan = SimpleNamespace(run_id="20261127-152005-f588", nodes=[
         SimpleNamespace(host=SimpleNamespace(label=host), nproc=1) for host in ("h1", "h2", "h3")])

@@ -4,11 +4,10 @@ from __future__ import annotations
 import pytest
 
 from multihost.errors import ConfigError
-from multihost.events import RootCause
-from multihost.run.monitor import AttemptResult
+from multihost.events import RootCause, RunState
 from multihost.run.restarts import (attempt_label, attempt_log_dir, mirror_of, next_attempt,
                                 restartable)
-from multihost.run.outcome import Failure
+from multihost.run.outcome import AttemptEnd, Failure
 from multihost.run.records import NodeRecord, RunRecord
 
 
@@ -29,10 +28,11 @@ def test_without_restarts_the_mirror_layout_is_the_old_one():
 
 def test_only_a_failure_with_a_root_cause_is_restarted():
     cause = Failure(1.0, 0, "h1", "rank", exit_code=3)
-    assert restartable(AttemptResult(3, cause, ("failed",), False))
-    assert not restartable(AttemptResult(130, cause, ("stopped",), True))      # Ctrl-C
-    assert not restartable(AttemptResult(143, None, ("stopped",), False))      # `multihost stop`
-    assert not restartable(AttemptResult(0, None, ("succeeded",), False))
+    assert restartable(AttemptEnd(RunState.FAILED, 3, cause=cause))
+    assert not restartable(AttemptEnd(RunState.STOPPED, 130, cause=cause,
+                                      interrupted=True))                # Ctrl-C
+    assert not restartable(AttemptEnd(RunState.STOPPED, 143))         # `multihost stop`
+    assert not restartable(AttemptEnd(RunState.SUCCEEDED, 0))
 
 
 def test_the_next_attempt_keeps_the_failed_one_and_starts_every_node_afresh():

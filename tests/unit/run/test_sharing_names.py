@@ -6,7 +6,7 @@ import pytest
 from multihost.errors import ConfigError
 from multihost.hosts import Host
 from multihost.run import records as runs
-from multihost.run.sharing import check_name
+from multihost.registry.entry import check_name
 
 
 def saved(run_id, name):

@@ -2,9 +2,9 @@
 served; only what overlaps counts; `status --all` shows each run once, queued ones with
 their place."""
 from multihost.hosts import Host
-from multihost.run.holders import merge
+from multihost.registry.holders import merge
 from multihost.views.status_all_view import rows
-from multihost.run.queue import Ticket
+from multihost.registry.queue import Ticket
 
 
 class Hosts:
@@ -65,7 +65,7 @@ def test_status_all_shows_each_run_once_with_the_worst_news_and_queue_places():
 
 
 def test_a_hosts_registry_reply_is_cleaned_and_only_well_formed_entries_are_kept():
-    from multihost.run.holders import registry_entries
+    from multihost.registry.holders import registry_entries
 
     reply = {"entries": [{"kind": "run", "run_id": "20261127-1102-ab12",
                           "user": "mallory\x1b]0;owned\x07", "name": "x\x1b[2J"},
@@ -76,7 +76,7 @@ def test_a_hosts_registry_reply_is_cleaned_and_only_well_formed_entries_are_kept
 
 
 def test_a_run_failed_on_one_host_and_stopped_on_the_others_is_failed_and_listed_first():
-    from multihost.run.holders import chosen
+    from multihost.registry.holders import chosen
 
     ended = dict(live=False, started=60.0)
     runs = merge({
@@ -94,7 +94,7 @@ def test_a_run_failed_on_one_host_and_stopped_on_the_others_is_failed_and_listed
 
 
 def test_a_queued_run_says_its_place_again_only_when_it_changes(monkeypatch):
-    import multihost.run.queue as queue_module
+    import multihost.registry.queue as queue_module
 
     t = ticket()
     holder = run("20261127-090000-cccc", started=50.0)

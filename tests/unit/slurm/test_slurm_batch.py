@@ -12,7 +12,8 @@ import pytest
 
 from multihost.cli import build_parser, main
 from multihost.commands.run_batch import batch_argv
-from multihost.slurm.batch import line, parse_scontrol
+from multihost.slurm.batch import line, state_of
+from multihost.slurm.ending import parse_scontrol
 
 PY = [sys.executable, "-m", "multihost", "run"]
 
@@ -56,7 +57,7 @@ def scontrol(state="RUNNING", reason="None", code="0:0", nodes="h[1-2]", job="12
      "Slurm job 12 ended: CANCELLED, exit 0, signal 15; output: /shared/my dir/slurm-12.out"),
 ])
 def test_status_says_queued_running_or_how_the_job_ended(text, shown):
-    assert line({"job_id": "12"}, parse_scontrol("12", text)) == shown
+    assert line({"job_id": "12"}, state_of("12", parse_scontrol(text))) == shown
 
 
 @pytest.fixture

@@ -12,15 +12,14 @@ from multihost.events import NodeState
 from multihost.hosts import Host
 from multihost.job import JobOptions
 from multihost.run import launchers as launch
-from multihost.run.follow import Outcome
 from multihost.run.interrupts import Interrupts
 from multihost.run.monitor import Monitor
-from multihost.run.pipeline import failure_of
+from multihost.run.request import failure_of
 from multihost.run.plan import build_plan
 from multihost.run.records import NodeRecord, RunRecord, host_to_dict, load_run, new_run_id
 from multihost.run.start import RecordKeeper
 from multihost.slurm import ending
-from multihost.slurm.ending import EXIT_SLURM_ENDED, JobEnd, parse_scontrol
+from multihost.slurm.ending import EXIT_SLURM_ENDED, JobEnd, ended, parse_scontrol
 
 # Recorded in the Slurm lab (Slurm 22.05) a second after `salloc --time=1` ran out:
 # the job is still COMPLETING, and its Reason says why.
@@ -30,7 +29,7 @@ CANCELLED_LINE = TIMEOUT_LINE.replace("JobState=COMPLETING Reason=TimeLimit",
 
 
 def test_a_time_limit_is_named_as_such_with_a_longer_time_to_ask_for():
-    end = parse_scontrol("1", TIMEOUT_LINE)
+    end = ended("1", parse_scontrol(TIMEOUT_LINE))
     assert end.line() == "Slurm job 1 reached its time limit (TIMEOUT) and Slurm ended every rank"
     assert end.fix(2, "20261127-1") == "ask for more time: salloc -N 2 --time=2 multihost rerun 20261127-1"
     # In a batch job, a batch job again.
@@ -39,12 +38,13 @@ def test_a_time_limit_is_named_as_such_with_a_longer_time_to_ask_for():
 
 
 def test_a_cancelled_job_is_named_as_cancelled_and_a_running_one_is_not_an_end():
-    end = parse_scontrol("1", CANCELLED_LINE)
+    end = ended("1", parse_scontrol(CANCELLED_LINE))
     assert end.line() == "Slurm job 1 was cancelled (CANCELLED by scancel) and Slurm ended every rank"
     assert end.fix(3, "r1") == "salloc -N 3 multihost rerun r1"
     # Right after scancel the job is COMPLETING with no reason: a cancel too.
     assert JobEnd("1", "COMPLETING", "None").cause == "CANCELLED"
-    assert parse_scontrol("1", TIMEOUT_LINE.replace("JobState=COMPLETING", "JobState=RUNNING")) is None
+    running = TIMEOUT_LINE.replace("JobState=COMPLETING", "JobState=RUNNING")
+    assert ended("1", parse_scontrol(running)) is None
 
 
 class EndedJobCluster:
@@ -79,15 +79,16 @@ def plan_record(tmp_path, monkeypatch):
 def test_a_job_that_ran_out_of_time_ends_the_run_at_once_with_its_own_line(plan_record, monkeypatch):
     plan, record = plan_record
     asked = []
-    monkeypatch.setattr(ending, "job_end", lambda job: asked.append(job) or parse_scontrol(job, TIMEOUT_LINE))
+    monkeypatch.setattr(ending, "job_end",
+                        lambda job: asked.append(job) or ended(job, parse_scontrol(TIMEOUT_LINE)))
     events = []
     began = time.monotonic()
     result = Monitor(EndedJobCluster(plan.nodes[0].host), plan, events.append, RecordKeeper(record),
-                     Interrupts(), poll_interval=0.1, lost_after=30).follow()
+                     Interrupts(), poll_interval=0.1, lost_after=30).watch_to_end()
     assert time.monotonic() - began < 5          # not the 30 s a lost host is waited for
     assert asked == ["7"]                         # Slurm asked once
     assert result.exit_code == EXIT_SLURM_ENDED == 143 and result.lost == ()
-    error = failure_of(Outcome(False, result), plan)
+    error = failure_of(result, plan)
     assert str(error).startswith(f"run {plan.run_id} ended: Slurm job 7 reached its time limit "
                                  "(TIMEOUT) and Slurm ended every rank (fix: ask for more time: "
                                  "salloc -N 1 --time=2 ")
@@ -103,7 +104,7 @@ def test_a_job_that_still_runs_leaves_the_lost_host_to_the_usual_wait(plan_recor
     plan, record = plan_record
     monkeypatch.setattr(ending, "job_end", lambda job: None)
     result = Monitor(EndedJobCluster(plan.nodes[0].host), plan, lambda e: None, RecordKeeper(record),
-                     Interrupts(), poll_interval=0.1, lost_after=0.5).follow()
+                     Interrupts(), poll_interval=0.1, lost_after=0.5).watch_to_end()
     assert result.exit_code == 255 and result.lost == (0,) and result.root_cause.kind == "lost"
 
 
@@ -131,7 +132,7 @@ def test_a_job_cancelled_during_the_launch_ends_the_run_in_slurms_words(plan_rec
     from multihost.run.start import Starter
 
     plan, record = plan_record
-    monkeypatch.setattr(ending, "job_end", lambda job: parse_scontrol(job, CANCELLED_LINE))
+    monkeypatch.setattr(ending, "job_end", lambda job: ended(job, parse_scontrol(CANCELLED_LINE)))
     events = []
     starter = Starter(LaunchCluster(plan.nodes[0].host), plan, events.append, RecordKeeper(record))
     starter.prepared = {0: None}

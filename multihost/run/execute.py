@@ -1,12 +1,13 @@
-"""A run from start to end, as ``multihost run`` drives it: announce, prepare and launch
-every host (start.py), then either return (--detach) or follow it: node states from
-the monitor, rank logs from the log follower (logs/follow.py), both into one listener (the
+"""The execute step of one attempt (lifecycle.py): announce, prepare and launch every host
+(start.py), then either return (--detach) or watch it to its end: node states from the
+monitor, rank logs from the log follower (logs/follow.py), both into one listener (the
 view). The view is given, never built here: no presentation in this module.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -14,7 +15,8 @@ from ..errors import ConfigError
 from ..events import Listener, Notice, RunStarted, RunState
 from .restarts import attempt_label
 from .interrupts import Interrupts
-from .monitor import POLL_INTERVAL, AttemptResult, Monitor
+from .monitor import POLL_INTERVAL, Monitor
+from .outcome import AttemptEnd, detached_end
 from .plan import RunPlan, launch_request
 from .start import RecordKeeper, Starter
 from .records import RunRecord
@@ -29,18 +31,8 @@ class RunOptions:
     poll_interval: float = POLL_INTERVAL
     lost_after: Optional[float] = None    # None: MULTIHOST_LOST_AFTER's (waits.py)
     hang_timeout: Optional[float] = None
-    # (attempt's result, its record) -> the label of the attempt that follows, or ''
-    restarting: Callable[[Any, Any], str] = lambda result, record: ""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    detached: bool
-    result: Optional[AttemptResult] = None
-    stop_reason: str = ""       # who stopped it, when multihost did (Interrupts.reason)
-    # node rank -> its run directory as that host named it: hosts that share a home keep
-    # theirs under ~/.multihost/hosts/<host>/, not ~/.multihost/runs/ (a hint must say so)
-    run_dirs: Dict[int, str] = field(default_factory=dict)
+    # (the attempt's end, its record) -> the label of the attempt that follows, or ''
+    restarting: Callable[[AttemptEnd, Any], str] = lambda end, record: ""
 
 
 STOP_FROM_DASHBOARD = "stopped from the dashboard ([s] on the controller)"
@@ -99,10 +91,11 @@ def replaced_lines(record: RunRecord) -> Tuple[str, ...]:
                  if int(r.get("attempt") or 0) == record.attempt)
 
 
-def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listener,
+def launch_and_watch(cluster, plan: RunPlan, keeper: RecordKeeper, listener: Listener,
                      options: RunOptions = RunOptions(),
-                     holder: Optional[Dict[str, object]] = None) -> Outcome:
-    keeper = RecordKeeper(record, make_last=False)
+                     holder: Optional[Dict[str, object]] = None) -> AttemptEnd:
+    """The attempt's end; ``keeper`` holds its record, as saved at every change."""
+    record = keeper.record
     with Interrupts() as interrupts:
         if holder is not None:
             holder["controls"] = Controls(interrupts)
@@ -123,7 +116,7 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
                 starter.rollback("interrupted during the launch")
                 raise KeyboardInterrupt
             keeper.update(state=RunState.RUNNING)
-            return Outcome(True)
+            return detached_end()
         from .progress import ProgressWatch
 
         progress = listener = ProgressWatch(
@@ -155,8 +148,7 @@ def start_and_follow(cluster, plan: RunPlan, record: RunRecord, listener: Listen
                           **({"hung": hang.check} if hang is not None else {}))
         monitor.watch_all()
         follower = _log_follower(cluster, plan, mirror, listener)
-        result = monitor.follow()
-        if result.detached and follower is not None:
+        end = monitor.watch_to_end()
+        if end.detached and follower is not None:
             follower.stop()
-        return Outcome(result.detached, result,
-                       run_dirs={rank: p.run_dir for rank, p in prepared.items()})
+        return dataclasses.replace(end, run_dirs={rank: p.run_dir for rank, p in prepared.items()})

@@ -246,35 +246,35 @@ def plan_for(cluster, request: RunRequest, validated: Validated, report, run_id:
                                container=container)
 
 
-def failure_of(outcome, plan) -> Optional[RunFailed]:
-    """The error ``multihost run`` ends with, or None when the run succeeded."""
-    from .follow import STOP_FROM_DASHBOARD
+def failure_of(end, plan) -> Optional[RunFailed]:
+    """The error ``multihost run`` ends with (``end``: its last attempt's AttemptEnd), or
+    None when the run succeeded."""
+    from .execute import STOP_FROM_DASHBOARD
     from .outcome import describe
 
-    result = outcome.result
-    if result.exit_code == 0:
+    if end.exit_code == 0:
         return None
     lost = "".join(f"; {plan.nodes[r].host.label} was lost: its processes may still run "
-                   f"(`multihost stop {plan.run_id}` when it is back)" for r in result.lost)
-    if result.root_cause is not None:
-        cause = result.root_cause
+                   f"(`multihost stop {plan.run_id}` when it is back)" for r in end.lost)
+    if end.cause is not None:
+        cause = end.cause
         if cause.kind == "slurm":   # the allocation is over: one line, its own fix
             return RunFailed(f"run {plan.run_id} ended: {cause.reason}", fix=cause.fix,
-                             exit_code=result.exit_code)
+                             exit_code=end.exit_code)
         if NO_SPACE in (cause.detail or ""):
             host = plan.nodes[cause.node_rank].host.label
             return RunFailed(f"run {plan.run_id} failed: node {cause.node_rank}: {NO_SPACE} on "
-                             f"{host}{lost}", host=host, fix=fix_for(cause, plan, outcome.run_dirs),
-                             exit_code=result.exit_code)
+                             f"{host}{lost}", host=host, fix=fix_for(cause, plan, end.run_dirs),
+                             exit_code=end.exit_code)
         return RunFailed(f"run {plan.run_id} failed: {describe(cause)}{lost}", host=cause.host,
-                         fix=fix_for(cause, plan, outcome.run_dirs), exit_code=result.exit_code)
-    if result.interrupted:
+                         fix=fix_for(cause, plan, end.run_dirs), exit_code=end.exit_code)
+    if end.interrupted:
         return RunFailed(f"run {plan.run_id} stopped on every host (interrupted){lost}",
-                         exit_code=result.exit_code)
-    if outcome.stop_reason == STOP_FROM_DASHBOARD:
+                         exit_code=end.exit_code)
+    if end.stop_reason == STOP_FROM_DASHBOARD:
         return RunFailed(f"run {plan.run_id} stopped on every host (from the dashboard){lost}",
-                         exit_code=result.exit_code)
-    return RunFailed(f"run {plan.run_id} was stopped{lost}", exit_code=result.exit_code,
+                         exit_code=end.exit_code)
+    return RunFailed(f"run {plan.run_id} was stopped{lost}", exit_code=end.exit_code,
                      fix=f"see `multihost status {plan.run_id}`")
 
 

@@ -25,8 +25,8 @@ from ..errors import ConnectError, MultihostError
 from ..nodeset import fold
 from ..remote.registry.holds import holder_line, overlaps
 from .holders import nth, registry_entries
-from .records import new_run_id, state_dir
-from .sharing import controller
+from ..run.records import new_run_id, state_dir
+from .entry import controller
 
 POLL = 2.0
 
