@@ -158,6 +158,9 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                             "the processes per node); default: the hostfile's, else CPU")
     group.add_argument("--nproc_per_node", "--nproc-per-node", dest="nproc_per_node",
                        metavar="N", help="processes per host (CPU jobs); default len(--gpus) or 1")
+    group.add_argument("--nnodes", metavar="N",
+                       help="torchrun's and paddle's flag, taken as typed: it must be the "
+                            "number of hosts (multihost starts one node per host)")
     group.add_argument("--start-port", "--start_port", dest="start_port", metavar="N|auto",
                        help="FLAGS_START_PORT for every host (default: the controller's "
                             "FLAGS_START_PORT, else 17000); 'auto' picks a range free on all")
