@@ -23,6 +23,7 @@ import traceback
 
 from ..registry import holds
 from . import files as run_files
+from .blocked import BlockedRanks
 from . import ps as run_ps
 from ..sync import lock as sync_lock
 from .container import ContainerError
@@ -272,10 +273,18 @@ class Supervisor(object):
 
     def teardown(self, grace):
         self.stop_gpus()
-        self.teardown_deadline = time.time() + grace
+        started = time.time()
+        self.teardown_deadline = started + grace
+        blocked = BlockedRanks()
         run_files.terminate(self.run_id, os.getpid(), grace,
                             kill_now=lambda: self.kill_now or self.poll_exits_and_stop(),
-                            skip_groups=(os.getpgrp(),))
+                            skip_groups=(os.getpgrp(),), blocked=blocked)
+        if blocked.ranks:
+            self.record(stop_note="%d rank%s blocked in a collective that %s peers left: "
+                                  "killed after %.1f s of the %g s kill wait" % (
+                                      blocked.ranks, "" if blocked.ranks == 1 else "s",
+                                      "its" if blocked.ranks == 1 else "their",
+                                      time.time() - started, grace))
         self.remove_containers()
 
     def remove_containers(self):
