@@ -6,7 +6,7 @@ long a Ctrl-C takes to end the run on every host (SIGINT to ``multihost run``, t
 exit), against the kill wait (10 s by default). The anchor: the same Lightning job
 started by hand with torchrun on each host, stopped by torchrun's own Ctrl-C (SIGINT to
 every host's torchrun at once, to the last one's exit: torchrun waits for its ranks).
-Run as root: python bench/programs.py [--runs 1] [--only lightning]
+Run as root: python bench/programs.py [--runs 1] [--only lightning] [--no-anchor]
 """
 from __future__ import annotations
 
@@ -37,9 +37,11 @@ def one(hosts: Path, job, log: Path) -> dict:
             "--log_dir", str(log), "--", *job]
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    first, steps, previous, sigint = None, set(), None, None
+    first, steps, previous, sigint, notes = None, set(), None, None, []
     for line in proc.stdout:
         record = json.loads(line) if line.startswith("{") else {}
+        if sigint is not None and record.get("event") == "notice":   # what the stop waits for
+            notes.append(f"{time.monotonic() - sigint:.1f} s {record.get('host')}: {record.get('text')}")
         live = record.get("event") == "metrics" and previous == "progress"
         previous = record.get("event")
         if live and record.get("rank") == 0 and record.get("step") is not None:
@@ -51,7 +53,7 @@ def one(hosts: Path, job, log: Path) -> dict:
     proc.wait()
     return {"first live step (s)": first, "live steps": len(steps),
             "Ctrl-C to exit (s)": None if sigint is None else time.monotonic() - sigint,
-            "exit": proc.returncode}
+            "exit": proc.returncode, "notes": notes}
 
 
 def ssh(host: str, command: str, **kw) -> subprocess.CompletedProcess:
@@ -70,7 +72,7 @@ def torchrun_by_hand(job) -> dict:
                 "--nproc_per_node=2", f"--master_addr={hosts[0]}", f"--master_port={port}",
                 str(PROGRAMS / job[0]), *job[1:]]
         # TTY_COMPATIBLE=1 as multihost sets it: rich's bar draws into the log
-        started = ssh(host, f"cd /tmp && GLOO_SOCKET_IFNAME=eth0 TTY_COMPATIBLE=1 setsid "
+        started = ssh(host, f"cd /tmp || exit; GLOO_SOCKET_IFNAME=eth0 TTY_COMPATIBLE=1 setsid "
                             f"{shlex.join(argv)} > /tmp/torchrun.log 2>&1 < /dev/null & echo $!")
         pids.append(int(started.stdout.split()[-1]))
     seen = time.monotonic() + 300
@@ -87,9 +89,12 @@ def torchrun_by_hand(job) -> dict:
 
 
 def say(name: str, got: dict) -> None:
+    notes = got.pop("notes", [])
     print(f"{name:24s} " + "  ".join(
         f"{k}: {v:.1f}" if isinstance(v, float) else f"{k}: {v}" for k, v in got.items()),
         flush=True)
+    for note in notes:
+        print(f"{'':26s}{note}", flush=True)
 
 
 def inside(runs: int) -> None:
@@ -101,7 +106,7 @@ def inside(runs: int) -> None:
                 continue
             for _ in range(runs):
                 say(name, one(hosts, job, Path(scratch) / "log"))
-            if name == "lightning, default bar":
+            if name == "lightning, default bar" and not os.environ.get("BENCH_NO_ANCHOR"):
                 for _ in range(runs):
                     say("  torchrun's own Ctrl-C", torchrun_by_hand(job))
 
@@ -111,4 +116,7 @@ if __name__ == "__main__":
         at = sys.argv.index("--only")
         os.environ["BENCH_ONLY"] = sys.argv[at + 1]
         del sys.argv[at:at + 2]
+    if "--no-anchor" in sys.argv:   # multihost's own Ctrl-C only, not torchrun's by hand
+        os.environ["BENCH_NO_ANCHOR"] = "1"
+        sys.argv.remove("--no-anchor")
     main_with_lab(__doc__, inside, hosts=3, runs=1)

@@ -73,3 +73,13 @@ def test_a_process_that_is_not_a_rank_is_left_to_the_kill_wait():
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_what_the_stop_waits_for_is_said_with_the_pids_and_the_time_left(rank):
+    busy = rank("busy")
+    watch = BlockedRanks(settle=0.3)
+    watch.check({busy.pid: (busy.pid, 0)}, time.time())
+    said = watch.summary(8.6)
+    assert said == (f"stop waits for 1 rank pid {busy.pid} still working (computing or "
+                    f"writing) after SIGTERM; SIGKILL in 9 s")
+    assert BlockedRanks().summary(3) == ""
