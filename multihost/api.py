@@ -295,7 +295,10 @@ def _keep_job(run_id: str, command: Sequence[str], asked: Mapping, cluster: Clus
     ssh = {"connect_timeout": cluster.ssh.connect_timeout,
            "accept_new_host_keys": cluster.ssh.accept_new_host_keys,
            "ssh_config": cluster.ssh.config_file, "fanout": cluster.fanout}
-    save_job_file(run_id, dump(job_table(command, asked, ssh)))
+    try:
+        save_job_file(run_id, dump(job_table(command, asked, ssh)))
+    except (OSError, TypeError, ValueError) as err:   # the run itself goes on
+        notify(f"warning: run {run_id}: its job file was not kept ({err}): it cannot be rerun")
 
 
 def _words(items: Union[str, Sequence[str]]) -> str:
