@@ -71,6 +71,7 @@ class BlockedRanks(object):
         self.held = []      # pids of ranks blocked, not yet for ``settle`` s
         self.others = []    # pids of processes that are not ranks (a launcher, a wrapper)
         self.known = set()  # pids seen as ranks: one ending its process group still is one
+        self.doing = {}     # pid -> what a working rank's main thread was last seen doing
 
     def check(self, procs, now):
         blocked, waiting, held, others = 0, [], [], []
@@ -89,6 +90,7 @@ class BlockedRanks(object):
             if not in_futex or (first is not None and ticks - first[1] > IDLE_TICKS):
                 self.since.pop(pid, None)
                 waiting.append(pid)
+                self.doing[pid] = _doing(pid, main, in_futex)
                 continue
             if first is None:
                 self.since[pid] = first = (now, ticks)
@@ -106,8 +108,8 @@ class BlockedRanks(object):
         """What the stop waits for, in one line for the user, or '' for nothing."""
         parts = []
         if self.waiting:
-            parts.append("%s still working (computing or writing) after SIGTERM" % _pids(
-                self.waiting, "rank"))
+            parts.append("%s still working after SIGTERM (%s)" % (
+                _pids(self.waiting, "rank"), self.doing.get(self.waiting[0], "writing to disk")))
         if self.held:
             parts.append("%s blocked in a collective, killed if still so in %g s" % (
                 _pids(self.held, "rank"), self.settle))
@@ -117,6 +119,17 @@ class BlockedRanks(object):
         if not parts:
             return ""
         return "stop waits for %s; SIGKILL in %d s" % ("; ".join(parts), max(0, int(kill_in + 0.5)))
+
+
+def _doing(pid, main, in_futex):
+    """A rank's main thread in a few words: ``computing`` or ``waiting in do_epoll_wait``."""
+    if main is None or main[0] == "R":
+        return "computing"
+    if main[0] == "D":
+        return "writing to disk"
+    if in_futex:
+        return "waiting on a lock, its CPU time going by"
+    return "waiting in %s" % (_read("/proc/%d/wchan" % pid).strip()[:40] or "the kernel")
 
 
 def _pids(pids, what, named=False):

@@ -80,6 +80,6 @@ def test_what_the_stop_waits_for_is_said_with_the_pids_and_the_time_left(rank):
     watch = BlockedRanks(settle=0.3)
     watch.check({busy.pid: (busy.pid, 0)}, time.time())
     said = watch.summary(8.6)
-    assert said == (f"stop waits for 1 rank pid {busy.pid} still working (computing or "
-                    f"writing) after SIGTERM; SIGKILL in 9 s")
+    assert said == (f"stop waits for 1 rank pid {busy.pid} still working after SIGTERM "
+                    f"(computing); SIGKILL in 9 s")
     assert BlockedRanks().summary(3) == ""
