@@ -158,6 +158,21 @@ class Cluster:
             found, _ = gather(cluster)
         return chosen(found, ended=ended, mine=controller().partition("@")[0] if mine else None)
 
+    def put(self, local: str, remote: str) -> list:
+        """``local`` (a file or folder) to ``remote`` on every host, outside any run:
+        rsync over ssh, as ``fetch`` (docs/api.md). A list of Copied, each ``.ok`` or
+        with its ``.error`` and ``.fix``; ``remote`` is from the login's home."""
+        from .copy import put
+
+        return put(self.hosts, self.ssh, local, remote)
+
+    def get(self, remote: str, local: str = ".", *, every_host: bool = False) -> list:
+        """``remote`` from the first host into ``local``; ``every_host``: from each
+        host into ``local/<host>/``. A list of Copied, as ``put``'s."""
+        from .copy import get
+
+        return get(self.hosts, self.ssh, remote, local, every_host)
+
     # -- commands -------------------------------------------------------------------
     def exec(self, command: str, *, timeout: Optional[float] = None) -> List[HostResult]:
         """A shell command on every host; a HostResult (value: CommandResult) per host."""
@@ -205,6 +220,7 @@ class Cluster:
         line while the hosts are held, instead of refusing (docs/sharing.md). ``image``,
         ``engine`` and ``image_from_controller`` are ``--image``'s (docs/containers.md):
         every node's launcher and ranks run inside the image."""
+        asked = {k: v for k, v in locals().items() if k not in ("self", "command")}  # the job file's
         from .run import request as run_request
         from .run.begin import begin
         from .registry.entry import check_name
@@ -229,6 +245,7 @@ class Cluster:
             life.close()
             cluster.close()
 
+        _keep_job(life.record.run_id, command, asked, self)
         run = Run(life.record.run_id)
         if detach:
             try:
@@ -238,6 +255,19 @@ class Cluster:
             return run
         run._attach(life, close)
         return run
+
+    @classmethod
+    def rerun(cls, run: Optional[str] = None, args: Optional[Sequence[str]] = None, *,
+              env: Optional[Mapping[str, str]] = None, same_code: bool = False,
+              detach: bool = False) -> "Run":
+        """A recorded run (by id, prefix or name; None: the last one) started again, as
+        ``multihost rerun RUN [-- ARGS]``: its hosts, command, code directory and options,
+        the code as it is now; ``args`` replace its program's arguments (``["--resume",
+        "ckpt/last.pt"]``); ``env`` gives its secrets again. Returns the new Run."""
+        from .run.again import rerun_plan
+
+        record, ssh, command, options = rerun_plan(run, args, dict(env or {}), same_code)
+        return cls(record.hosts, **ssh).run(command, detach=detach, **options)
 
     def _request(self, command: Sequence[str], job: JobOptions,
                  env: Optional[Mapping[str, str]], **options):
@@ -289,6 +319,21 @@ class Cluster:
                                                                 workers=self.fanout),
                               request, options)
         return ScaleTable(" ".join(command), MetricReader(metric).label, tuple(points))
+
+
+def _keep_job(run_id: str, command: Sequence[str], asked: Mapping, cluster: Cluster) -> None:
+    """The run's job file, as the CLI keeps one: what `rerun` and Cluster.rerun start."""
+    from .run.again import job_table
+    from .run.jobfile import dump
+    from .run.records import save_job_file
+
+    ssh = {"connect_timeout": cluster.ssh.connect_timeout,
+           "accept_new_host_keys": cluster.ssh.accept_new_host_keys,
+           "ssh_config": cluster.ssh.config_file, "fanout": cluster.fanout}
+    try:
+        save_job_file(run_id, dump(job_table(command, asked, ssh)))
+    except (OSError, TypeError, ValueError) as err:   # the run itself goes on
+        notify(f"warning: run {run_id}: its job file was not kept ({err}): it cannot be rerun")
 
 
 def _words(items: Union[str, Sequence[str]]) -> str:

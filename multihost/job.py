@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import posixpath
+import shlex
+import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
@@ -105,6 +107,48 @@ def job_options(*, gpus: Optional[str] = None, nproc_per_node: Optional[str] = N
     )
     job.check_devices(hosts)
     return job
+
+
+def check_nnodes(text: str, hosts: Sequence[Host], argv: Optional[Sequence[str]] = None) -> None:
+    """``--nnodes N`` (or torchrun's and paddle's ``MIN:MAX``), as typed for torchrun or
+    paddle's launcher: multihost starts one node per host and gives each launcher the
+    host count itself, so N is only a statement about the hosts, refused when it is
+    wrong (a job waiting for a third node that never comes, or one node too many)."""
+    low, colon, high = text.strip().partition(":")
+    if not low.isdigit() or (colon and not high.isdigit()):
+        raise ConfigError(f"--nnodes {text!r} is not a number of hosts (N or MIN:MAX)",
+                          fix=f"leave --nnodes out: multihost starts one node per host "
+                              f"({len(hosts)} here)")
+    lowest, highest = int(low), int(high) if colon else int(low)
+    if lowest <= len(hosts) <= highest:
+        return
+    given = ", ".join(h.label for h in hosts[:4]) + (", ..." if len(hosts) > 4 else "")
+    words = list(sys.argv[1:] if argv is None else argv)
+    typed = _without_nnodes(words)
+    command = f"`multihost {shlex.join(typed)}`" if typed != words else "the command without --nnodes"
+    raise ConfigError(
+        f"--nnodes {text} but {len(hosts)} host{'s' if len(hosts) != 1 else ''} given ({given}): "
+        f"multihost starts one node per host",
+        fix=f"give {lowest if not colon else f'{lowest} to {highest}'} hosts, or leave --nnodes out (every launcher gets --nnodes="
+            f"{len(hosts)}): {command}")
+
+
+def _without_nnodes(words: Sequence[str]) -> list:
+    """The command line as typed, less its ``--nnodes N`` (before any ``--``)."""
+    out, skip, ended = [], False, False
+    for word in words:
+        if skip:
+            skip = False
+        elif ended:
+            out.append(word)
+        elif word == "--":
+            ended = True
+            out.append(word)
+        elif word == "--nnodes":
+            skip = True
+        elif not word.startswith("--nnodes="):
+            out.append(word)
+    return out
 
 
 def workdir_for(host: Host, code: str = ".") -> str:

@@ -157,6 +157,9 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                             "the processes per node); default: the hostfile's, else CPU")
     group.add_argument("--nproc_per_node", "--nproc-per-node", dest="nproc_per_node",
                        metavar="N", help="processes per host (CPU jobs); default len(--gpus) or 1")
+    group.add_argument("--nnodes", metavar="N",
+                       help="torchrun's and paddle's flag, taken as typed: it must be the "
+                            "number of hosts (multihost starts one node per host)")
     group.add_argument("--start-port", "--start_port", dest="start_port", metavar="N|auto",
                        help="FLAGS_START_PORT for every host (default: the controller's "
                             "FLAGS_START_PORT, else 17000); 'auto' picks a range free on all")
@@ -175,12 +178,15 @@ def add_code_options(group) -> None:
 def job_options_from_args(args: argparse.Namespace, hosts: Tuple[Host, ...] = ()):
     """The job of the command line (``job.job_options``); a command without a flag
     leaves its default."""
-    from ..job import job_options
+    from ..job import check_nnodes, job_options
 
-    return job_options(
+    job = job_options(
         gpus=getattr(args, "gpus", None), nproc_per_node=getattr(args, "nproc_per_node", None),
         start_port=getattr(args, "start_port", None), data=getattr(args, "data", None) or (),
         code=getattr(args, "code", None) or ".",
         gpus_from=getattr(args, "gpus_from", None) or "--gpus",
         image=getattr(args, "image", None), engine=getattr(args, "engine", None),
         image_from_controller=getattr(args, "image_from_controller", False), hosts=hosts)
+    if hosts and getattr(args, "nnodes", None) is not None:
+        check_nnodes(args.nnodes, hosts)   # a statement about the hosts: refused when wrong
+    return job

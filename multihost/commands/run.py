@@ -73,7 +73,7 @@ def add_run_options(parser: argparse.ArgumentParser, launcher: bool = True,
                        help="run the setup even where nothing changed since its last success")
     if launcher:
         group.add_argument("--launcher", default=None, metavar="NAME|FILE",
-                           help="torchrun, paddle, python, or a template file (see "
+                           help="torchrun, paddle, python, accelerate, or a template file (see "
                                 "docs/templates.md); default: the hostfile's launcher, else "
                                 "paddle for a script that imports paddle and not torch, "
                                 "else torchrun")

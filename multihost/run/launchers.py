@@ -29,7 +29,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple, Union
 
 from ..errors import ConfigError
 
-BUILTIN = ("torchrun", "paddle", "python", "paddle_ps")
+BUILTIN = ("torchrun", "paddle", "python", "paddle_ps", "accelerate")
 DEFAULT_TEMPLATE = "torchrun"
 
 # name -> what it holds. Scalars render inside words; lists stand alone as {name...}.

@@ -30,7 +30,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .. import helper, waits
 from ..errors import CommandTimeout, ConnectError, MultihostError
-from ..events import Listener, NodeChanged, NodeState, RunFinished, RunState, RunStopping
+from ..events import Listener, NodeChanged, NodeState, Notice, RunFinished, RunState, RunStopping
 from .outcome import (AttemptEnd, Failure, NodeView, conclude, detached_end, failures_of,
                       parse_status, refine, root_cause)
 from .peers import peer_first
@@ -157,6 +157,7 @@ class Monitor:
                 self._contact_lost(rank, payload, when)
             return
         view: NodeView = payload
+        self._say_stop_notes(rank, self.views.get(rank), view, when)
         self.views[rank] = view
         self.last_contact[rank] = when
         if rank in self.out_of_contact:
@@ -174,6 +175,14 @@ class Monitor:
             self.first_exit_seen = when
         if view.finished or view.state == "failed":
             self._set_state(rank, view.state, view.detail, view)
+
+    def _say_stop_notes(self, rank: int, before: Optional[NodeView], view: NodeView,
+                        when: float) -> None:
+        """A host's stop that waits says what for; one that killed early says why."""
+        for field in ("stop_wait", "stop_note"):
+            text = getattr(view, field)
+            if text and text != (getattr(before, field) if before is not None else ""):
+                self.listener(Notice(rank, self.hosts[rank].label, text, when))
 
     def _contact_lost(self, rank: int, error: MultihostError, when: float) -> None:
         """Say once that a host stopped answering, long before it counts as lost: the

@@ -126,6 +126,8 @@ class NodeView:
     server_failed: Optional[RankView] = None   # the server whose end failed the node
     server_tail: Tuple[str, ...] = ()          # ... and its last lines
     stopping: Optional[float] = None   # when a stop reached it (`stop`, scancel): not ended yet
+    stop_wait: str = ""           # what its stop waits for, while it waits (blocked.py)
+    stop_note: str = ""           # why its stop did not wait the whole kill wait
 
     @property
     def finished(self) -> bool:
@@ -159,7 +161,9 @@ def parse_status(reply: Any) -> NodeView:
         serving=as_time(node.get("serving")) is not None,   # when every trainer here ended 0
         servers=servers, server_failed=_rank_view(server_failed) if server_failed else None,
         server_tail=clean_lines(server_failed.get("tail")),
-        stopping=as_time(node.get("stopping")))
+        stopping=as_time(node.get("stopping")),
+        stop_wait=clean_text(node.get("stop_wait") or "", 300),
+        stop_note=clean_text(node.get("stop_note") or "", 300))
 
 
 def _rank_view(record: dict) -> RankView:

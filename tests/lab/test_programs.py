@@ -24,8 +24,8 @@ def two_hosts(lab, tmp_path) -> Path:
     return hosts
 
 
-def run_json(lab, tmp_path, *job, env=()):
-    flags = [word for pair in env for word in ("--env", pair)]
+def run_json(lab, tmp_path, *job, env=(), options=()):
+    flags = [word for pair in env for word in ("--env", pair)] + list(options)
     done = lab.multihost("run", "--hostfile", str(two_hosts(lab, tmp_path)), "--nproc_per_node", "1",
                          "--code", str(PROGRAMS), "--no-check", "--json", *flags,
                          "--log_dir", str(tmp_path / "log"), "--", *job, timeout=400)
@@ -93,3 +93,15 @@ def test_an_accelerate_loops_tqdm_bar_gives_live_steps_and_loss(lab, tmp_path):
     steps = live_steps(records)
     assert len(set(steps)) >= 3 and steps == sorted(steps), steps
     assert [r for r in records if r["event"] == "metrics" and r["loss"] is not None]
+
+
+def test_accelerate_launch_as_the_launcher_starts_every_host_and_gives_live_steps(lab, tmp_path):
+    """``--launcher accelerate``: one ``accelerate launch`` per host, its ranks the job's."""
+    records = run_json(lab, tmp_path, "accelerate_job.py", "--steps", "12", "--nap", "0.4",
+                       options=["--launcher", "accelerate"])
+    steps = live_steps(records)
+    assert len(set(steps)) >= 3 and steps == sorted(steps), steps
+    # accelerate's own words, from each host's launcher: it was what started the ranks
+    said = [r for r in records if r["event"] == "line" and r.get("rank") == -1
+            and "accelerate launch" in r.get("text", "")]
+    assert {r["host"] for r in said} == {lab.address(1), lab.address(2)}, said

@@ -392,9 +392,11 @@ def signal_processes(procs, sig, skip_groups=(), done_groups=None):
     return done_groups
 
 
-def terminate(run_id, root_pid, grace, kill_now=lambda: False, skip_groups=()):
+def terminate(run_id, root_pid, grace, kill_now=lambda: False, skip_groups=(), blocked=None):
     """SIGTERM to every process group of the run, up to ``grace`` seconds for them to
-    go, then SIGKILL to whatever is left. Returns the number of processes killed hard."""
+    go, then SIGKILL to whatever is left. Returns the number of processes killed hard.
+    ``blocked`` (a blocked.BlockedRanks) ends the wait early once every rank left is
+    stuck in a collective that no SIGTERM handler can leave."""
     procs = run_processes(run_id, root_pid)
     if not procs:
         return 0
@@ -407,6 +409,8 @@ def terminate(run_id, root_pid, grace, kill_now=lambda: False, skip_groups=()):
         fresh = {p: v for p, v in procs.items() if v[0] not in termed}
         if fresh:
             signal_processes(fresh, signal.SIGTERM, skip_groups, termed)
+        if procs and blocked is not None and blocked.check(procs, time.time()):
+            break
     hard = 0
     for _ in range(100):  # SIGKILL cannot be ignored; a D-state process can take a while
         procs = run_processes(run_id, root_pid)

@@ -23,6 +23,7 @@ import traceback
 
 from ..registry import holds
 from . import files as run_files
+from .blocked import BlockedRanks
 from . import ps as run_ps
 from ..sync import lock as sync_lock
 from .container import ContainerError
@@ -272,11 +273,35 @@ class Supervisor(object):
 
     def teardown(self, grace):
         self.stop_gpus()
-        self.teardown_deadline = time.time() + grace
-        run_files.terminate(self.run_id, os.getpid(), grace,
-                            kill_now=lambda: self.kill_now or self.poll_exits_and_stop(),
-                            skip_groups=(os.getpgrp(),))
+        started = time.time()
+        self.teardown_deadline = started + grace
+        blocked = BlockedRanks()
+        said = {"at": started, "text": ""}
+
+        def kill_now():
+            self.say_stop_wait(blocked, said, started + grace)
+            return self.kill_now or self.poll_exits_and_stop()
+        run_files.terminate(self.run_id, os.getpid(), grace, kill_now=kill_now,
+                            skip_groups=(os.getpgrp(),), blocked=blocked)
+        if blocked.ranks:
+            self.record(stop_wait="", stop_note="%d rank%s blocked in a collective that %s peers left: "
+                                  "killed after %.1f s of the %g s kill wait" % (
+                                      blocked.ranks, "" if blocked.ranks == 1 else "s",
+                                      "its" if blocked.ranks == 1 else "their",
+                                      time.time() - started, grace))
         self.remove_containers()
+
+    def say_stop_wait(self, blocked, said, kill_at):
+        """Once a second during the kill wait: what it waits for, in node.json's
+        ``stop_wait``, which the controller shows as a note of the host."""
+        now = time.time()
+        if now - said["at"] < 1.0:
+            return
+        said["at"] = now
+        text = blocked.summary(kill_at - now)
+        if text.partition("; SIGKILL in")[0] != said["text"].partition("; SIGKILL in")[0]:
+            said["text"] = text
+            self.record(stop_wait=text)
 
     def remove_containers(self):
         """The run's containers on this host, killed and removed by their label: what
