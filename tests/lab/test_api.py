@@ -2,6 +2,7 @@
 written, and the API's results and errors are the CLI's."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -73,12 +74,16 @@ try:
 except multihost.CheckError as err:
     print("refused:", err)
 """
-    before = lab.multihost("status", "--list").stdout
+    def recorded_runs():   # of this job: another test's runs may start meanwhile
+        listed = json.loads(lab.multihost("status", "--list", "--json").stdout)
+        return {r["run_id"] for r in listed if r["command"][-1:] == ["train.py"]}
+
+    before = recorded_runs()
     done = lab.run([sys.executable, "-c", code], cwd=str(job_dir), timeout=240)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("refused: ") and "/nonexistent/python" in done.stdout
     assert "198.18.0.1" in done.stdout                       # the host is named
-    assert lab.multihost("status", "--list").stdout == before  # nothing started or recorded
+    assert recorded_runs() == before                         # nothing started or recorded
 
 
 def test_a_spare_given_to_cluster_run_takes_the_rank_of_a_host_that_fails_the_preflight(
