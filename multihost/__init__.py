@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 # only for what the command it runs uses: `multihost --help` never loads the run engine,
 # and a plain `import multihost` stays cheap for tools that only want the errors.
 _HOMES = {
-    "Cluster": "api", "Run": "api", "RunResult": "api",
+    "Cluster": "api", "Run": "api", "RunResult": "api", "Copied": "copy",
     "CheckError": "errors", "CommandTimeout": "errors", "ConfigError": "errors",
     "ConnectError": "errors", "LaunchError": "errors", "MultihostError": "errors",
     "RemoteError": "errors", "RunFailed": "errors", "SyncError": "errors",
