@@ -365,10 +365,19 @@ class Monitor:
         cause = self.slurm_cause if slurm else root_cause(self._candidates())
         tail: Tuple[str, ...] = ()
         if cause is not None:
-            cause, tail = self._explain(cause)
-            peer = peer_first(cause, tail, self._candidates())
+            explained: Dict[tuple, Tuple[Failure, Tuple[str, ...]]] = {}
+
+            def explain(failure: Failure) -> Tuple[Failure, Tuple[str, ...]]:
+                key = (failure.node_rank, failure.kind, failure.local_rank, failure.server)
+                if key not in explained:
+                    explained[key] = self._explain(failure)
+                return explained[key]
+            cause, tail = explain(cause)
+            # Every failure a host recorded, also those heard after the teardown began: a
+            # loaded host's status comes late, and the rank that crashed there with it.
+            peer = peer_first(cause, tail, list(self.failures.values()), explain)
             if peer is not None:   # it died of that peer's death (peers.py)
-                cause, tail = self._explain(peer)
+                cause, tail = explain(peer)
             if tail and not cause.tail:  # the fix can then read what it printed last
                 cause = dataclasses.replace(cause, tail=tuple(tail))
         # A stop asked for on purpose (the dashboard's [s]) ends like `multihost stop`.

@@ -248,12 +248,32 @@ def failures_of(node_rank: int, host: str, view: NodeView, now: float) -> List[F
     return found
 
 
+def by_time(failure: Failure) -> Tuple[float, int, int, int]:
+    """The order of blame: earliest first; at the same time a rank beats its launcher."""
+    return (failure.time, _KIND_ORDER.get(failure.kind, 9), failure.node_rank,
+            failure.local_rank if failure.local_rank is not None else -1)
+
+
 def root_cause(failures: Sequence[Failure]) -> Optional[Failure]:
     """The earliest failure by time; at the same time a rank beats its launcher."""
     if not failures:
         return None
-    return min(failures, key=lambda f: (f.time, _KIND_ORDER.get(f.kind, 9), f.node_rank,
-                                        f.local_rank if f.local_rank is not None else -1))
+    return min(failures, key=by_time)
+
+
+# What launchers and multihost end ranks with: torchrun ends a failed rank's neighbours
+# with SIGTERM, multihost every other node's. A rank ended so died of a failure, not of
+# its own (a script that handles the signal may exit 128+N instead).
+STOP_SIGNALS = (_signal.SIGTERM, _signal.SIGINT)
+
+
+def ended_by_a_stop(failure: Failure) -> bool:
+    if failure.signal is not None:
+        return failure.signal in STOP_SIGNALS
+    code = failure.exit_code
+    if code is not None and code < 0:   # subprocess's convention
+        return -code in STOP_SIGNALS
+    return code is not None and code - 128 in STOP_SIGNALS
 
 
 # How launchers name the rank that failed, in their own output (recorded in the lab):

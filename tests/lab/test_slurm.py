@@ -328,8 +328,10 @@ def test_a_crashed_rank_inside_salloc_restarts_from_its_checkpoint(slurm_lab, tm
                                  f"--plain --log_dir {tmp_path / 'log'} -- train_ddp.py --epochs 2 "
                                  "--steps 40 --crash-at 30 --checkpoint-dir ckpt", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    # The crash is the last rank's (h2); torchrun ends its neighbour on the same node.
-    assert re.search(r"attempt 1 of 2 failed: h2 \(node 1\) rank [23]: .*; restarting", r.stderr)
+    # The crash is the last rank's (h2), not a peer's whose all-reduce lost it, nor the
+    # neighbour torchrun ended with SIGTERM (each can be recorded first on a loaded machine).
+    assert re.search(r"attempt 1 of 2 failed: h2 \(node 1\) rank 3: exit 1; restarting", r.stderr), \
+        r.stderr[-3000:]
     assert re.search(r"run \S+ succeeded", r.stderr)
 
 

@@ -297,6 +297,11 @@ def _status(run_dir, node, tail, count_procs=True, tail_rank=None):
             and run_files.launch_expired(run_dir, node):
         _expire_unlaunched(run_dir, node)
     ranks = run_files.rank_records(run_dir)
+    # The node's record read again, after its ranks': the supervisor records a stop
+    # before it signals a rank, so a rank the stop ended is never sent without the stop
+    # (the controller would blame it). A loaded host can take long between the reads.
+    again = run_files.read_json(os.path.join(run_dir, "node.json"))
+    node = again if isinstance(again, dict) else node
     alive = run_files.supervisor_alive(node)
     state = node.get("state")
     detail = node.get("error") or (node.get("stop_reason") if state == "stopped" else "") or ""
