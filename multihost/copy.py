@@ -20,7 +20,7 @@ import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 from .errors import ConfigError
 from .hosts import Host
@@ -28,9 +28,12 @@ from .transport import SshOptions, is_local_host
 from .transport.srun import remote_shell
 from .untrusted import clean_text
 
-# --mkpath: the destination's missing folders are made, as a first copy needs.
-RSYNC = ["rsync", "-rlt", "--safe-links", "--partial", "--protect-args", "--mkpath"]
+# -r -l -t: the tree, its links (inside it only) and times, so an unchanged file is
+# skipped by size and time; --partial keeps half a checkpoint for the next try.
+RSYNC = ["rsync", "-rlt", "--safe-links", "--partial", "--protect-args"]
 PARALLEL = 16
+NO_RSYNC_HERE = ("rsync is not installed on the controller",
+                 "install rsync (e.g. `apt-get install rsync`)")
 
 
 @dataclass(frozen=True)
@@ -102,36 +105,56 @@ def _on(host: Host, path: str) -> str:
     """The argument rsync reads as ``path`` on ``host``."""
     if is_local_host(host):
         return os.path.join(os.path.expanduser("~"), path) if not path.startswith("/") else path
-    target = host.name if ":" not in host.name else f"[{host.name}]"
-    return f"{target}:{path}"
+    return remote_arg(host, path)
 
 
 def _copy(host: Host, options: SshOptions, source: str, dest: str, remote: str,
           to_host: bool) -> Copied:
-    argv = list(RSYNC)
+    argv = list(RSYNC) + ["--mkpath"]   # a first copy makes the destination's folders
     if not is_local_host(host):
         argv += ["-e", shlex.join(remote_shell(host, options))]
     shown = (source, f"{host.label}:{remote}") if to_host else (f"{host.label}:{remote}", dest)
-    try:
-        done = subprocess.run(argv + ["--", source, dest], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    except FileNotFoundError:
-        return Copied(host.label, *shown, "rsync is not installed on the controller",
-                      "install rsync (e.g. `apt-get install rsync`)")
-    if done.returncode == 0:
+    code, said = run_rsync(argv + ["--", source, dest])
+    if code == 0:
         return Copied(host.label, *shown)
-    said = clean_text(done.stderr.decode(errors="replace")[-2000:]).strip()
-    last = said.splitlines()[-1] if said else f"exit status {done.returncode}"
-    if done.returncode == 23 and "No such file or directory" in said:
+    if code == 23 and "No such file or directory" in said:
         return Copied(host.label, *shown, f"{shown[0]} does not exist",
                       f"see what is there: `multihost exec --ips {host.name} -- ls "
                       f"{shlex.quote(posixpath.dirname(remote) or '.')}`" if not to_host
                       else "give a path that exists")
-    if done.returncode == 255:
-        return Copied(host.label, *shown, f"cannot reach the host: {last}",
-                      f"try `multihost check --ips {host.name}`")
-    if "command not found" in said or done.returncode == 127:
-        return Copied(host.label, *shown, "rsync is not installed on the host",
-                      f"install rsync on {host.label} (e.g. `apt-get install rsync`)")
-    return Copied(host.label, *shown, f"rsync failed: {last}", "run the same copy again: "
-                                                               "what arrived is kept")
+    return Copied(host.label, *shown, *rsync_failure(code, said, host.label, host.name,
+                                                     again="run the same copy again"))
+
+
+def remote_arg(host: Host, path: str) -> str:
+    """The argument rsync reads as ``path`` on ``host`` (an IPv6 address in brackets)."""
+    target = host.name if ":" not in host.name else f"[{host.name}]"
+    return f"{target}:{path}"
+
+
+def run_rsync(argv: Sequence[str], *, progress: bool = False) -> Tuple[int, str]:
+    """rsync's exit status and what it said (its last 2,000 characters, cleaned);
+    (-1, ...) when there is no rsync here. ``progress``: its output goes to the screen."""
+    try:
+        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL,
+                              stdout=None if progress else subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    except FileNotFoundError:
+        return -1, ""
+    return done.returncode, clean_text(done.stderr.decode(errors="replace")[-2000:])
+
+
+def rsync_failure(code: int, said: str, label: str, name: str, again: str) -> Tuple[str, str]:
+    """(cause, fix) of a failed rsync that every copy reads alike: no rsync here or on the
+    host, a host not reached, or rsync's own last word (``again``: the fix that retries)."""
+    if code == -1:
+        return NO_RSYNC_HERE
+    if "command not found" in said or code == 127:
+        return ("rsync is not installed on the host",
+                f"install rsync on {label} (e.g. `apt-get install rsync`)")
+    lines = said.strip().splitlines()
+    if code == 255:
+        return (f"cannot reach the host: {lines[-1] if lines else 'ssh failed'}",
+                f"try `multihost check --ips {name}`")
+    return (f"rsync failed: {lines[-1] if lines else f'exit status {code}'}",
+            f"{again}: what arrived is kept")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from ..copy import PARALLEL, RSYNC, remote_arg, rsync_failure, run_rsync
 from ..errors import ConfigError
 from ..transport import is_local_host
 from ..transport.srun import SrunOptions, remote_shell, step_error
@@ -34,10 +35,6 @@ from .control import ssh_options
 from .jobfile import last_run_from
 from .records import NodeRecord, RunRecord, host_from_dict, load_run
 
-# -r -l -t: the tree, its links (inside it only) and times, so an unchanged file is
-# skipped by size and time; --partial keeps half a checkpoint for the next try.
-RSYNC = ["rsync", "-rlt", "--safe-links", "--partial", "--protect-args"]
-PARALLEL = 16
 DEFAULT_LIMIT = 100 << 30   # bytes: more than a few checkpoints, less than a full disk
 
 
@@ -98,25 +95,19 @@ def _fetch_one(record: RunRecord, node: NodeRecord, path: str, to: str, every_ho
         return Fetched(node.label, path, str(dest), f"cannot make {dest.parent}: {exc.strerror}",
                        "give a directory you can write with --to")
     into = dest if path == "." else dest.parent     # "." is the whole workdir
-    argv = _rsync_argv(record, node, path, str(into) + "/", progress)
-    try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=None if progress
-                              else subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=None)
-    except FileNotFoundError:
-        return Fetched(node.label, path, str(dest), "rsync is not installed on the controller",
-                       "install rsync (e.g. `apt-get install rsync`)")
-    if done.returncode == 0:
+    code, said = run_rsync(_rsync_argv(record, node, path, str(into) + "/", progress),
+                           progress=progress)
+    if code == 0:
         return Fetched(node.label, path, str(dest))
     job = str((record.ssh or {}).get("job_id") or "")
-    unreached = step_error(done.stderr, node.label, job) if job else None
+    unreached = step_error(said.encode(), node.label, job) if job and code != -1 else None
     if unreached is not None:   # srun started no step: its job has ended, or is not there
         remote = posixpath.join(node.workdir or "~", path)
         return Fetched(node.label, path, str(dest), unreached.cause,
                        f"the run's Slurm job is needed to reach {node.label} by srun; where "
                        f"ssh is allowed: `rsync -rlt {node.host.get('name')}:{remote} "
                        f"{into}/`" if unreached.kind == unreached.LOST else unreached.fix)
-    return _failure(node, path, str(dest), done.returncode,
-                    done.stderr.decode(errors="replace")[-2000:], record.run_id)
+    return _failure(node, path, str(dest), code, said, record.run_id)
 
 
 def _rsync_argv(record: RunRecord, node: NodeRecord, path: str, into: str,
@@ -128,9 +119,8 @@ def _rsync_argv(record: RunRecord, node: NodeRecord, path: str, into: str,
         return argv + ["--", os.path.abspath(os.path.join(os.path.expanduser(workdir), path)),
                        into]
     remote = posixpath.join(_remote_workdir(workdir), path)
-    target = host.name if ":" not in host.name else f"[{host.name}]"
     rsh = remote_shell(host, ssh_options(record))
-    return argv + ["-e", shlex.join(rsh), "--", f"{target}:{remote}", into]
+    return argv + ["-e", shlex.join(rsh), "--", remote_arg(host, remote), into]
 
 
 def _remote_workdir(workdir: str) -> str:
@@ -199,19 +189,11 @@ def parse_size(text: str) -> int:
 
 def _failure(node: NodeRecord, path: str, dest: str, code: int, said: str,
              run_id: str) -> Fetched:
-    said = clean_text(said)
     if "No such file or directory" in said and code == 23:
         return Fetched(node.label, path, dest,
                        f"{path} is not in the run's workdir {node.workdir or '~'}",
                        f"see what is there: `multihost ssh {node.rank_offset} --run {run_id}`, "
                        f"then `ls`")
-    if "command not found" in said or code == 127:
-        return Fetched(node.label, path, dest, "rsync is not installed on the host",
-                       f"install rsync on {node.label} (e.g. `apt-get install rsync`)")
-    if code == 255:
-        line = said.strip().splitlines()[-1] if said.strip() else "ssh failed"
-        return Fetched(node.label, path, dest, f"cannot reach the host: {line}",
-                       f"try `multihost check --ips {node.label}`")
-    last = said.strip().splitlines()[-1] if said.strip() else f"exit status {code}"
-    return Fetched(node.label, path, dest, f"rsync failed: {last}",
-                   "run the same `multihost fetch` again: what arrived is kept")
+    return Fetched(node.label, path, dest,
+                   *rsync_failure(code, said, node.label, node.label,
+                                  again="run the same `multihost fetch` again"))
