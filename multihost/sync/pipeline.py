@@ -34,7 +34,7 @@ from ..fanout import HostGroup, fan_out
 from ..machines import by_address, refuse_repeats
 from ..transport.base import pipe_errors_raise
 from .deliver import deliver, direct_fill
-from .fastpath import (forget_record, host_unchanged, load_record,
+from .fastpath import (adopt_record, forget_record, host_unchanged, load_record,
                        matches_manifest, plan_from_record, remember_check, save_record,
                        unchanged_keys)
 from .manifest import Manifest, build_manifest, code_revision, size_warnings
@@ -102,11 +102,18 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
         # A host that shares another's workdir is checked after that one wrote it.
         ahead = {rank: found for rank, found in looked.items() if rank not in sharing.followers}
         try:
-            return one_writer_each(cluster, sharing, lambda part, writers: _CodeSync(
+            return one_writer_each(cluster, sharing, workdirs, lambda part, writers: _CodeSync(
                 part, code_dir, workdirs, False, verify, listener, writers,
-                looked=ahead, manifest=manifest).run())
+                looked=ahead, manifest=manifest).run(), functools.partial(
+                    _adopt, cluster, workdirs, os.path.abspath(os.path.expanduser(code_dir))))
         finally:
             tokens.join(60)
+
+
+def _adopt(cluster: HostGroup, workdirs: Dict[int, str], code_root: str, rank: int,
+           checker: int) -> None:
+    labels = {h.rank: h.label for h in cluster.hosts}
+    adopt_record(labels[checker], labels[rank], workdirs[rank], code_root)
 
 
 def _sync_code(cluster: HostGroup, code_dir: str, workdirs: Dict[int, str], dry_run: bool,

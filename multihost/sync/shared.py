@@ -22,6 +22,7 @@ import os
 import secrets
 import shlex
 import threading
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -31,6 +32,7 @@ from ..machines import IDENTITY_SHELL
 from ..remote.machine import machine_identity
 from ..remote.sync.plan import SHARE_DIR
 from ..transport.base import quote_path
+from .model import HostSync, SharedWorkdir
 
 
 # In: $w the directory, $nc the nonce, $c the code directory's path (or ""), $mk 1 to make
@@ -221,36 +223,80 @@ def code_everywhere(cluster, code_dir: str) -> bool:
                for r in results)
 
 
-def one_writer_each(cluster, sharing: Sharing,
-                    sync_part: Callable[[Any, Dict[int, str]], Any]):
-    """The sync's report, one writer per shared directory: ``sync_part(hosts, writers)``
-    syncs a subset of the cluster (a HostGroup on the same connections); ``writers``
-    names, for each host whose workdir another host has just written, that host. The
-    hosts with a workdir of their own and the first host of each shared one go first;
-    then the others of each group check the tree against what their writer recorded
-    (one `stat` of every path; where that differs, by size and the time the writer
-    stamped, reading only a file that differs), which finds it written: they write
-    nothing, and never delete what another host writes at that moment."""
+def checkers_of(groups: Tuple[Tuple[int, ...], ...],
+                workdirs: Dict[int, str]) -> Dict[int, int]:
+    """For each host of a group but its writer, the host whose check of the written tree
+    stands for it (itself: it checks). The probe proved that the group sees one
+    directory, so it is checked once, from the group's second host: a client other than
+    the one that wrote it, which is what the others are too. A host that names the
+    directory by another path than that checker checks itself: the checker's record (its
+    root, resolved there) may name another directory, or none, on that host."""
+    checker: Dict[int, int] = {}
+    for group in groups:
+        first = group[1] if len(group) > 1 else None
+        for rank in group[1:]:
+            same = workdirs.get(rank) == workdirs.get(first)
+            checker[rank] = first if same else rank
+    return checker
+
+
+def one_writer_each(cluster, sharing: Sharing, workdirs: Dict[int, str],
+                    sync_part: Callable[[Any, Dict[int, str]], Any],
+                    adopt: Callable[[int, int], None] = lambda rank, checker: None):
+    """The sync's report, one writer and one checker per shared directory:
+    ``sync_part(hosts, writers)`` syncs a subset of the cluster (a HostGroup on the
+    same connections); ``writers`` names, for each host whose workdir another host has
+    just written, that host. The hosts with a workdir of their own and the first host
+    of each shared one go first; then one other host of each group checks the tree
+    against what its writer recorded (one `stat` of every path; where that differs, by
+    size and the time the writer stamped, reading only a file that differs): it finds
+    it written, writes nothing, and never deletes what another host writes at that
+    moment. The rest of the group is counted as verified by that check (``adopt(rank,
+    checker)``: the checker's record becomes theirs); where the check failed, each of
+    them checks for itself."""
     from .model import sync_error
 
     if not sharing.followers:
         return sync_part(cluster, {})
+    started = time.monotonic()
     followers = set(sharing.followers)
-    first = sync_part(cluster.subset([h for h in cluster.hosts if h.rank not in followers]), {})
     labels = {h.rank: h.label for h in cluster.hosts}
     writers = {rank: labels[sharing.writer_of(rank)] for rank in followers}
+    first = sync_part(cluster.subset([h for h in cluster.hosts if h.rank not in followers]), {})
+    checker = checkers_of(sharing.groups, workdirs)
+    checked = _check(cluster, sharing, writers, sync_part, {c for c in checker.values()})
+    hosts = {h.rank: h for h in first.hosts}
+    hosts.update(checked)
+    again = {r for r, c in checker.items() if r != c and not checked[c].ok}
+    hosts.update(_check(cluster, sharing, writers, sync_part, again))
+    checked_by = set(checked) | again
+    for rank, by in checker.items():
+        if rank not in hosts:
+            adopt(rank, by)
+            hosts[rank] = HostSync(labels[rank], rank, checked[by].root, notes=(
+                f"shares the workdir of {writers[rank]}: written there once, checked from "
+                f"{labels[by]}",))
+    shared = tuple(SharedWorkdir(hosts[g[0]].root or workdirs[g[0]], tuple(labels[r] for r in g),
+                                 labels[g[0]], tuple(labels[r] for r in g[1:] if r in checked_by))
+                   for g in sharing.groups)
+    report = replace(first, hosts=tuple(hosts[h.rank] for h in cluster.hosts), shared=shared,
+                     seconds=time.monotonic() - started)
+    if not report.ok:
+        raise sync_error(report)
+    return report
+
+
+def _check(cluster, sharing: Sharing, writers: Dict[int, str],
+           sync_part: Callable[[Any, Dict[int, str]], Any], ranks) -> Dict[int, HostSync]:
+    """The results of ``ranks`` checking the tree their writers just wrote."""
+    if not ranks:
+        return {}
     try:
-        then = sync_part(cluster.subset([h for h in cluster.hosts if h.rank in followers]), writers)
+        then = sync_part(cluster.subset([h for h in cluster.hosts if h.rank in ranks]),
+                         {rank: writers[rank] for rank in ranks})
     except SyncError as err:
         then = getattr(err, "report", None)
         if then is None:
             raise
-    hosts = {h.rank: h for h in first.hosts}
-    for host in then.hosts:
-        note = f"shares the workdir of {labels[sharing.writer_of(host.rank)]}: written there once"
-        hosts[host.rank] = replace(host, notes=(note,) + host.notes)
-    report = replace(first, hosts=tuple(hosts[h.rank] for h in cluster.hosts),
-                     seconds=first.seconds + then.seconds)
-    if not report.ok:
-        raise sync_error(report)
-    return report
+    note = "shares the workdir of {}: written there once"
+    return {h.rank: replace(h, notes=(note.format(writers[h.rank]),) + h.notes) for h in then.hosts}

@@ -84,6 +84,8 @@ def sync_lines(report: SyncReport) -> List[str]:
                 lines.append(f"    note: {note}")
         for path in result.kept:
             lines.append(f"    kept {path}/: it holds files multihost did not put there")
+    lines += [f"{len(s.hosts)} hosts share {s.root}: written once by {s.writer}, checked from "
+              f"{', '.join(s.checkers) or 'none'}" for s in report.shared]
     lines += [f"warning: {w}" for w in report.warnings]
     done = [h for h in report.hosts if h.ok]
     if report.dry_run:

@@ -1,0 +1,119 @@
+"""A workdir several hosts share is written by one host and checked from one other; the
+rest of its hosts are counted as verified by that check (sync/shared.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from multihost.errors import SyncError
+from multihost.sync.model import HostSync, SharedWorkdir, SyncReport, sync_error
+from multihost.sync.shared import Sharing, checkers_of, one_writer_each
+from multihost.views.sync_view import sync_lines
+
+
+@dataclass(frozen=True)
+class FakeHost:
+    rank: int
+    label: str
+
+
+class FakeCluster:
+    def __init__(self, hosts):
+        self.hosts = tuple(hosts)
+
+    def subset(self, hosts):
+        return FakeCluster(hosts)
+
+
+def cluster_of(n):
+    return FakeCluster(FakeHost(r, f"h{r + 1}") for r in range(n))
+
+
+def syncing(fail=()):
+    """A sync_part that records which hosts it synced, and with which writers."""
+    calls = []
+
+    def sync_part(part, writers):
+        calls.append(([h.rank for h in part.hosts], dict(writers)))
+        hosts = tuple(HostSync(h.label, h.rank, "/home/u/proj",
+                               error="unreachable" if h.rank in fail else None,
+                               files=0 if writers else 3) for h in part.hosts)
+        report = SyncReport("/code", 3, 30, hosts)
+        if not report.ok:
+            raise sync_error(report)
+        return report
+    return sync_part, calls
+
+
+def test_a_group_is_checked_from_its_second_host_only():
+    assert checkers_of(((0, 1, 2, 3),), {r: "~/proj" for r in range(4)}) == {1: 1, 2: 1, 3: 1}
+
+
+def test_a_host_naming_the_directory_by_another_path_checks_it_itself():
+    workdirs = {0: "~/proj", 1: "~/proj", 2: "/nfs/u/proj", 3: "~/proj"}
+    assert checkers_of(((0, 1, 2, 3),), workdirs) == {1: 1, 2: 2, 3: 1}
+
+
+def test_each_group_gets_its_own_checker():
+    workdirs = {r: "~/proj" for r in range(6)}
+    assert checkers_of(((0, 2, 4), (1, 3, 5)), workdirs) == {2: 2, 4: 2, 3: 3, 5: 3}
+
+
+def test_64_hosts_sharing_a_workdir_write_once_check_once_and_say_so():
+    cluster = cluster_of(64)
+    sync_part, calls = syncing()
+    adopted = []
+    report = one_writer_each(cluster, Sharing((tuple(range(64)),)), {r: "~/proj" for r in range(64)},
+                             sync_part, lambda rank, by: adopted.append((rank, by)))
+    assert calls == [([0], {}), ([1], {1: "h1"})]
+    assert sorted(adopted) == [(r, 1) for r in range(2, 64)]
+    assert report.ok and len(report.hosts) == 64
+    assert report.hosts[5].notes == ("shares the workdir of h1: written there once, checked from h2",)
+    assert report.shared == (SharedWorkdir("/home/u/proj", tuple(f"h{r}" for r in range(1, 65)),
+                                           "h1", ("h2",)),)
+    lines = sync_lines(report)
+    assert "64 hosts share /home/u/proj: written once by h1, checked from h2" in lines
+    assert "h6: up to date (shares the workdir of h1: written there once, checked from h2)" in lines
+
+
+def test_when_the_check_fails_every_other_host_of_the_group_checks_itself():
+    cluster = cluster_of(4)
+    sync_part, calls = syncing(fail={1})
+    adopted = []
+    with pytest.raises(SyncError) as caught:
+        one_writer_each(cluster, Sharing(((0, 1, 2, 3),)), {r: "~/proj" for r in range(4)},
+                        sync_part, lambda rank, by: adopted.append(rank))
+    assert calls[1:] == [([1], {1: "h1"}), ([2, 3], {2: "h1", 3: "h1"})]
+    assert adopted == []
+    report = caught.value.report
+    assert [h.ok for h in report.hosts] == [True, False, True, True]
+    assert report.shared[0].checkers == ("h2", "h3", "h4")
+
+
+def test_hosts_with_workdirs_of_their_own_are_synced_first_with_the_writers():
+    cluster = cluster_of(4)
+    sync_part, calls = syncing()
+    report = one_writer_each(cluster, Sharing(((1, 2, 3),)), {r: "~/proj" for r in range(4)},
+                             sync_part)
+    assert calls == [([0, 1], {}), ([2], {2: "h2"})]
+    assert [h.files for h in report.hosts] == [3, 3, 0, 0]
+    assert report.hosts[3].notes == ("shares the workdir of h2: written there once, checked from h3",)
+
+
+def test_a_counted_host_takes_the_checkers_record_for_its_next_no_change_sync(tmp_path, monkeypatch):
+    from multihost.sync.fastpath import adopt_record, load_record, record_keys, save_record
+    from multihost.sync.manifest import build_manifest
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    manifest = build_manifest(str(code))
+    keys = {wire[0]: [33188, 9, 1, 2, 77] for wire in manifest.wires()}
+    assert save_record("h2", "~/proj", str(code), "/home/u/proj", manifest, keys)
+    assert load_record("h3", "~/proj", str(code)) is None
+    adopt_record("h2", "h3", "~/proj", str(code))
+    record = load_record("h3", "~/proj", str(code))
+    assert record["root"] == "/home/u/proj" and record["stat"] is None
+    assert record_keys(record) == [keys[w[0]] for w in manifest.wires()]
