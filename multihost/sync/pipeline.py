@@ -97,17 +97,22 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
         if nothing_to_write(cluster, looked, manifest):   # who shares what matters not
             return _CodeSync(cluster, code_dir, workdirs, False, verify, listener,
                              looked=looked, manifest=manifest).run()
-        sharing = find_sharing(cluster, workdirs)
-        tokens = forget_tokens(cluster, workdirs, sharing)
-        # A host that shares another's workdir is checked after that one wrote it.
-        ahead = {rank: found for rank, found in looked.items() if rank not in sharing.followers}
+        tokens: List[threading.Thread] = []
+
+        def probe():
+            sharing = find_sharing(cluster, workdirs)
+            tokens.append(forget_tokens(cluster, workdirs, sharing))
+            return sharing
+        # A host that shares another's workdir is checked after that one wrote it, and
+        # not by its record (writers given): it is that writer's.
         try:
-            return one_writer_each(cluster, sharing, workdirs, lambda part, writers: _CodeSync(
+            return one_writer_each(cluster, probe, workdirs, lambda part, writers: _CodeSync(
                 part, code_dir, workdirs, False, verify, listener, writers,
-                looked=ahead, manifest=manifest).run(), functools.partial(
+                looked={} if writers else looked, manifest=manifest).run(), functools.partial(
                     _adopt, cluster, workdirs, os.path.abspath(os.path.expanduser(code_dir))))
         finally:
-            tokens.join(60)
+            for thread in tokens:
+                thread.join(60)
 
 
 def _adopt(cluster: HostGroup, workdirs: Dict[int, str], code_root: str, rank: int,

@@ -240,35 +240,45 @@ def checkers_of(groups: Tuple[Tuple[int, ...], ...],
     return checker
 
 
-def one_writer_each(cluster, sharing: Sharing, workdirs: Dict[int, str],
+def one_writer_each(cluster, probe: Callable[[], Sharing], workdirs: Dict[int, str],
                     sync_part: Callable[[Any, Dict[int, str]], Any],
                     adopt: Callable[[int, int], None] = lambda rank, checker: None):
-    """The sync's report, one writer and one checker per shared directory:
-    ``sync_part(hosts, writers)`` syncs a subset of the cluster (a HostGroup on the
-    same connections); ``writers`` names, for each host whose workdir another host has
-    just written, that host. The hosts with a workdir of their own and the first host
-    of each shared one go first; then one other host of each group checks the tree
-    against what its writer recorded (one `stat` of every path; where that differs, by
-    size and the time the writer stamped, reading only a file that differs): it finds
-    it written, writes nothing, and never deletes what another host writes at that
-    moment. The rest of the group is counted as verified by that check (``adopt(rank,
-    checker)``: the checker's record becomes theirs); where the check failed, each of
-    them checks for itself."""
+    """The sync's report, one writer and one checker per shared directory: ``probe()``
+    finds who shares what (find_sharing); ``sync_part(hosts, writers)`` syncs a subset
+    of the cluster (a HostGroup on the same connections); ``writers`` names, for each
+    host whose workdir another host has just written, that host.
+
+    The first host is written beside the probe: whoever shares its workdir comes after
+    it in rank order, so it writes whatever the probe finds. The other hosts with a
+    workdir of their own and the first host of each other shared one follow the probe;
+    then one other host of each group checks the tree against what its writer recorded
+    (one `stat` of every path; where that differs, by size and the time the writer
+    stamped, reading only a file that differs): it finds it written, writes nothing,
+    and never deletes what another host writes at that moment. The rest of the group is
+    counted as verified by that check (``adopt(rank, checker)``: the checker's record
+    becomes theirs); where the check failed, each of them checks for itself."""
     from .model import sync_error
 
-    if not sharing.followers:
-        return sync_part(cluster, {})
     started = time.monotonic()
+    head = min(cluster.hosts, key=lambda h: h.rank)
+    heading = _Part(cluster, sync_part, [head], {}).start()
+    try:
+        sharing = probe()
+    except BaseException:
+        heading.thread.join()   # no sync goes on behind the error
+        raise
     followers = set(sharing.followers)
     labels = {h.rank: h.label for h in cluster.hosts}
     writers = {rank: labels[sharing.writer_of(rank)] for rank in followers}
-    first = sync_part(cluster.subset([h for h in cluster.hosts if h.rank not in followers]), {})
+    hosts = _Part(cluster, sync_part, [h for h in cluster.hosts if h.rank not in followers
+                                       and h.rank != head.rank], {}).run()
+    first = heading.join()
+    hosts.update({h.rank: h for h in first.hosts})
     checker = checkers_of(sharing.groups, workdirs)
-    checked = _check(cluster, sharing, writers, sync_part, {c for c in checker.values()})
-    hosts = {h.rank: h for h in first.hosts}
+    checked = _check(cluster, writers, sync_part, {c for c in checker.values()})
     hosts.update(checked)
     again = {r for r, c in checker.items() if r != c and not checked[c].ok}
-    hosts.update(_check(cluster, sharing, writers, sync_part, again))
+    hosts.update(_check(cluster, writers, sync_part, again))
     checked_by = set(checked) | again
     for rank, by in checker.items():
         if rank not in hosts:
@@ -286,7 +296,46 @@ def one_writer_each(cluster, sharing: Sharing, workdirs: Dict[int, str],
     return report
 
 
-def _check(cluster, sharing: Sharing, writers: Dict[int, str],
+class _Part:
+    """One part of the sync (``sync_part`` of some hosts), run here or in a thread; its
+    report, a failed one included, is what ``run`` and ``join`` give."""
+
+    def __init__(self, cluster, sync_part, hosts, writers: Dict[int, str]):
+        self.cluster, self.sync_part, self.hosts, self.writers = cluster, sync_part, hosts, writers
+        self.report = None
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._work, daemon=True)
+
+    def start(self) -> "_Part":
+        self.thread.start()
+        return self
+
+    def _work(self) -> None:
+        try:
+            self.report = self.sync_part(self.cluster.subset(self.hosts), self.writers)
+        except SyncError as err:
+            self.report = getattr(err, "report", None)
+            if self.report is None:
+                self.error = err
+        except BaseException as err:  # handed to the thread that joins
+            self.error = err
+
+    def join(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.report
+
+    def run(self) -> Dict[int, HostSync]:
+        if not self.hosts:
+            return {}
+        self._work()
+        if self.error is not None:
+            raise self.error
+        return {h.rank: h for h in self.report.hosts}
+
+
+def _check(cluster, writers: Dict[int, str],
            sync_part: Callable[[Any, Dict[int, str]], Any], ranks) -> Dict[int, HostSync]:
     """The results of ``ranks`` checking the tree their writers just wrote."""
     if not ranks:

@@ -2,6 +2,7 @@
 rest of its hosts are counted as verified by that check (sync/shared.py)."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import pytest
@@ -64,7 +65,7 @@ def test_64_hosts_sharing_a_workdir_write_once_check_once_and_say_so():
     cluster = cluster_of(64)
     sync_part, calls = syncing()
     adopted = []
-    report = one_writer_each(cluster, Sharing((tuple(range(64)),)), {r: "~/proj" for r in range(64)},
+    report = one_writer_each(cluster, lambda: Sharing((tuple(range(64)),)), {r: "~/proj" for r in range(64)},
                              sync_part, lambda rank, by: adopted.append((rank, by)))
     assert calls == [([0], {}), ([1], {1: "h1"})]
     assert sorted(adopted) == [(r, 1) for r in range(2, 64)]
@@ -82,7 +83,7 @@ def test_when_the_check_fails_every_other_host_of_the_group_checks_itself():
     sync_part, calls = syncing(fail={1})
     adopted = []
     with pytest.raises(SyncError) as caught:
-        one_writer_each(cluster, Sharing(((0, 1, 2, 3),)), {r: "~/proj" for r in range(4)},
+        one_writer_each(cluster, lambda: Sharing(((0, 1, 2, 3),)), {r: "~/proj" for r in range(4)},
                         sync_part, lambda rank, by: adopted.append(rank))
     assert calls[1:] == [([1], {1: "h1"}), ([2, 3], {2: "h1", 3: "h1"})]
     assert adopted == []
@@ -91,12 +92,41 @@ def test_when_the_check_fails_every_other_host_of_the_group_checks_itself():
     assert report.shared[0].checkers == ("h2", "h3", "h4")
 
 
+def test_the_first_host_is_written_beside_the_probe():
+    cluster = cluster_of(3)
+    sync_part, calls = syncing()
+    head_began = threading.Event()
+
+    def part(hosts, writers):
+        if [h.rank for h in hosts.hosts] == [0]:
+            head_began.set()
+        return sync_part(hosts, writers)
+
+    def probe():
+        assert head_began.wait(60), "the probe ran before the first host's sync began"
+        return Sharing(((0, 1, 2),))
+    report = one_writer_each(cluster, probe, {r: "~/proj" for r in range(3)}, part)
+    assert calls == [([0], {}), ([1], {1: "h1"})] and report.ok
+
+
+def test_a_failing_probe_leaves_no_sync_behind():
+    cluster = cluster_of(3)
+    sync_part, calls = syncing()
+
+    def probe():
+        raise SyncError("cannot ask", host="h2")
+    with pytest.raises(SyncError):
+        one_writer_each(cluster, probe, {r: "~/proj" for r in range(3)}, sync_part)
+    assert calls == [([0], {})]
+
+
 def test_hosts_with_workdirs_of_their_own_are_synced_first_with_the_writers():
     cluster = cluster_of(4)
     sync_part, calls = syncing()
-    report = one_writer_each(cluster, Sharing(((1, 2, 3),)), {r: "~/proj" for r in range(4)},
+    report = one_writer_each(cluster, lambda: Sharing(((1, 2, 3),)), {r: "~/proj" for r in range(4)},
                              sync_part)
-    assert calls == [([0, 1], {}), ([2], {2: "h2"})]
+    # the first host beside the probe, then the other writers, then one checker
+    assert sorted(calls[:2]) == [([0], {}), ([1], {})] and calls[2:] == [([2], {2: "h2"})]
     assert [h.files for h in report.hosts] == [3, 3, 0, 0]
     assert report.hosts[3].notes == ("shares the workdir of h2: written there once, checked from h3",)
 
