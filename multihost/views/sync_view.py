@@ -156,6 +156,9 @@ class SyncView:
         self.out = out or sys.stdout
         self.plain = wants_plain(self.out) if plain is None else plain
         self._lock = threading.Lock()
+        # A sync of hosts that may share a workdir goes in parts (sync/shared.py), each
+        # scanning the same code: it is said once.
+        self._scanned = False
         self._last: Dict[str, float] = {}
         self._progress = None
         self._tasks: Dict[str, int] = {}
@@ -166,6 +169,9 @@ class SyncView:
 
         with self._lock:
             if isinstance(event, SyncScanned):
+                if self._scanned:
+                    return
+                self._scanned = True
                 self._say(f"code: {_count(event.files, 'file')}, {human_bytes(event.bytes)}"
                           + (f" (hashed {human_bytes(event.hashed_bytes)})" if event.hashed_files else ""))
             elif isinstance(event, SyncPlanned):
