@@ -109,7 +109,8 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
             return one_writer_each(cluster, probe, workdirs, lambda part, writers: _CodeSync(
                 part, code_dir, workdirs, False, verify, listener, writers,
                 looked={} if writers else looked, manifest=manifest).run(), functools.partial(
-                    _adopt, cluster, workdirs, os.path.abspath(os.path.expanduser(code_dir))))
+                    _adopt, cluster, workdirs, os.path.abspath(os.path.expanduser(code_dir))),
+                early=manifest.bytes < RELAY_MIN_BYTES)
         finally:
             for thread in tokens:
                 thread.join(60)

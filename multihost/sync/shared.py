@@ -242,14 +242,17 @@ def checkers_of(groups: Tuple[Tuple[int, ...], ...],
 
 def one_writer_each(cluster, probe: Callable[[], Sharing], workdirs: Dict[int, str],
                     sync_part: Callable[[Any, Dict[int, str]], Any],
-                    adopt: Callable[[int, int], None] = lambda rank, checker: None):
+                    adopt: Callable[[int, int], None] = lambda rank, checker: None,
+                    early: bool = True):
     """The sync's report, one writer and one checker per shared directory: ``probe()``
     finds who shares what (find_sharing); ``sync_part(hosts, writers)`` syncs a subset
     of the cluster (a HostGroup on the same connections); ``writers`` names, for each
     host whose workdir another host has just written, that host.
 
-    The first host is written beside the probe: whoever shares its workdir comes after
-    it in rank order, so it writes whatever the probe finds. The other hosts with a
+    With ``early``, the first host is written beside the probe: whoever shares its
+    workdir comes after it in rank order, so it writes whatever the probe finds (not
+    for a tree heavy enough for relays: hosts written apart cannot relay to each
+    other, and the controller would send the heavy files twice). The other hosts with a
     workdir of their own and the first host of each other shared one follow the probe;
     then one other host of each group checks the tree against what its writer recorded
     (one `stat` of every path; where that differs, by size and the time the writer
@@ -261,18 +264,20 @@ def one_writer_each(cluster, probe: Callable[[], Sharing], workdirs: Dict[int, s
 
     started = time.monotonic()
     head = min(cluster.hosts, key=lambda h: h.rank)
-    heading = _Part(cluster, sync_part, [head], {}).start()
+    heading = _Part(cluster, sync_part, [head], {}).start() if early else None
     try:
         sharing = probe()
     except BaseException:
-        heading.thread.join()   # no sync goes on behind the error
+        if heading is not None:
+            heading.thread.join()   # no sync goes on behind the error
         raise
     followers = set(sharing.followers)
     labels = {h.rank: h.label for h in cluster.hosts}
     writers = {rank: labels[sharing.writer_of(rank)] for rank in followers}
-    hosts = _Part(cluster, sync_part, [h for h in cluster.hosts if h.rank not in followers
-                                       and h.rank != head.rank], {}).run()
-    first = heading.join()
+    rest = _Part(cluster, sync_part, [h for h in cluster.hosts if h.rank not in followers
+                                      and (heading is None or h.rank != head.rank)], {})
+    hosts = rest.run()
+    first = heading.join() if heading is not None else rest.report
     hosts.update({h.rank: h for h in first.hosts})
     checker = checkers_of(sharing.groups, workdirs)
     checked = _check(cluster, writers, sync_part, {c for c in checker.values()})

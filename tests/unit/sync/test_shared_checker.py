@@ -109,6 +109,16 @@ def test_the_first_host_is_written_beside_the_probe():
     assert calls == [([0], {}), ([1], {1: "h1"})] and report.ok
 
 
+def test_a_tree_heavy_enough_for_relays_is_written_after_the_probe_in_one_part():
+    cluster = cluster_of(4)
+    sync_part, calls = syncing()
+    probed = []
+    report = one_writer_each(cluster, lambda: probed.append(list(calls)) or Sharing(((2, 3),)),
+                             {r: "~/proj" for r in range(4)}, sync_part, early=False)
+    assert probed == [[]]                          # nothing written before the probe answered
+    assert calls == [([0, 1, 2], {}), ([3], {3: "h3"})] and report.ok
+
+
 def test_a_failing_probe_leaves_no_sync_behind():
     cluster = cluster_of(3)
     sync_part, calls = syncing()
