@@ -78,6 +78,9 @@ class Sharing:
     groups: Tuple[Tuple[int, ...], ...] = ()
     code_everywhere: bool = False
     nonce: str = ""          # of the tokens left to remove (forget_tokens)
+    # Ranks the probe reached by a new connection (no OpenSSH master an earlier command
+    # left): a host no later step of the sync reaches is left one for the next command.
+    unmastered: Tuple[int, ...] = ()
 
     def writer_of(self, rank: int) -> Optional[int]:
         """The rank that writes the directory ``rank`` shares (None: its own)."""
@@ -154,6 +157,8 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
     token = mark_code_dir(os.path.abspath(code_dir), nonce) if code_dir else None
     where = os.path.abspath(code_dir) if token else ""
 
+    unmastered = set()
+
     def on(host, line):
         quick = cluster.reused(host)   # a master an earlier command left: no handshake
         try:
@@ -161,6 +166,7 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
         except MultihostError:
             result = None
         if result is None or result.exit_code == 255:
+            unmastered.add(host.rank)
             result = cluster.transport(host).run(line, timeout=30)
         return result
 
@@ -177,7 +183,7 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
     groups = group_owners({rank: owner for rank, (owner, _) in answers.items()})
     everywhere = bool(token) and len(answers) == len(hosts) and all(
         seen == token for _, seen in answers.values())
-    return Sharing(groups, everywhere, nonce)
+    return Sharing(groups, everywhere, nonce, tuple(sorted(unmastered)))
 
 
 def forget_tokens(cluster, workdirs: Dict[int, str], sharing: Sharing,
@@ -288,6 +294,8 @@ def one_writer_each(cluster, probe: Callable[[], Sharing], workdirs: Dict[int, s
     for rank, by in checker.items():
         if rank not in hosts:
             adopt(rank, by)
+            if rank in sharing.unmastered:   # as a host the sync wrote would be
+                cluster.leave_connection(next(h for h in cluster.hosts if h.rank == rank))
             hosts[rank] = HostSync(labels[rank], rank, checked[by].root, notes=(
                 f"shares the workdir of {writers[rank]}: written there once, checked from "
                 f"{labels[by]}",))

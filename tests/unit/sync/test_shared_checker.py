@@ -26,6 +26,12 @@ class FakeCluster:
     def subset(self, hosts):
         return FakeCluster(hosts)
 
+    def leave_connection(self, host):
+        LEFT.append(host.rank)
+
+
+LEFT = []
+
 
 def cluster_of(n):
     return FakeCluster(FakeHost(r, f"h{r + 1}") for r in range(n))
@@ -76,6 +82,15 @@ def test_64_hosts_sharing_a_workdir_write_once_check_once_and_say_so():
     lines = sync_lines(report)
     assert "64 hosts share /home/u/proj: written once by h1, checked from h2" in lines
     assert "h6: up to date (shares the workdir of h1: written there once, checked from h2)" in lines
+
+
+def test_a_counted_host_the_probe_reached_without_a_master_is_left_one():
+    LEFT.clear()
+    sync_part, _ = syncing()
+    one_writer_each(cluster_of(5), lambda: Sharing(((0, 1, 2, 3, 4),), unmastered=(0, 1, 3)),
+                    {r: "~/proj" for r in range(5)}, sync_part)
+    # 0 and 1 were written and checked (their sync leaves theirs); 2 and 4 have one
+    assert LEFT == [3]
 
 
 def test_when_the_check_fails_every_other_host_of_the_group_checks_itself():
