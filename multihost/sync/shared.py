@@ -32,7 +32,7 @@ from ..machines import IDENTITY_SHELL
 from ..remote.machine import machine_identity
 from ..remote.sync.plan import SHARE_DIR
 from ..transport.base import quote_path
-from .model import HostSync, SharedWorkdir
+from .model import HostSync, SharedWorkdir, sync_error
 
 
 # In: $w the directory, $nc the nonce, $c the code directory's path (or ""), $mk 1 to make
@@ -266,23 +266,21 @@ def one_writer_each(cluster, probe: Callable[[], Sharing], workdirs: Dict[int, s
     and never deletes what another host writes at that moment. The rest of the group is
     counted as verified by that check (``adopt(rank, checker)``: the checker's record
     becomes theirs); where the check failed, each of them checks for itself."""
-    from .model import sync_error
-
     started = time.monotonic()
     head = min(cluster.hosts, key=lambda h: h.rank)
     heading = _Part(cluster, sync_part, [head], {}).start() if early else None
     try:
         sharing = probe()
+        followers = set(sharing.followers)
+        rest = _Part(cluster, sync_part, [h for h in cluster.hosts if h.rank not in followers
+                                          and (heading is None or h.rank != head.rank)], {})
+        hosts = rest.run()
     except BaseException:
         if heading is not None:
             heading.thread.join()   # no sync goes on behind the error
         raise
-    followers = set(sharing.followers)
     labels = {h.rank: h.label for h in cluster.hosts}
     writers = {rank: labels[sharing.writer_of(rank)] for rank in followers}
-    rest = _Part(cluster, sync_part, [h for h in cluster.hosts if h.rank not in followers
-                                      and (heading is None or h.rank != head.rank)], {})
-    hosts = rest.run()
     first = heading.join() if heading is not None else rest.report
     hosts.update({h.rank: h for h in first.hosts})
     checker = checkers_of(sharing.groups, workdirs)
