@@ -42,7 +42,8 @@ from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, 
                     needs_from_plan, sync_error, waited_note)
 from .session import HostSession
 from .recorded import Looked, look_first, nothing_to_write
-from .shared import find_sharing, forget_tokens, one_writer_each
+from .shared import (find_sharing, forget_tokens, one_writer_each, remember_shared,
+                     shared_before)
 from ..remote.sync.lock import STALE
 from .transfer import RELAY_MIN_BYTES, stream_to
 
@@ -98,10 +99,13 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
             return _CodeSync(cluster, code_dir, workdirs, False, verify, listener,
                              looked=looked, manifest=manifest).run()
         tokens: List[threading.Thread] = []
+        head = min(cluster.hosts, key=lambda h: h.rank)
 
         def probe():
             sharing = find_sharing(cluster, workdirs)
             tokens.append(forget_tokens(cluster, workdirs, sharing))
+            remember_shared(head.label, workdirs[head.rank],
+                            any(head.rank in group for group in sharing.groups))
             return sharing
         # A host that shares another's workdir is checked after that one wrote it, and
         # not by its record (writers given): it is that writer's.
@@ -110,7 +114,8 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
                 part, code_dir, workdirs, False, verify, listener, writers,
                 looked={} if writers else looked, manifest=manifest).run(), functools.partial(
                     _adopt, cluster, workdirs, os.path.abspath(os.path.expanduser(code_dir))),
-                early=manifest.bytes < RELAY_MIN_BYTES)
+                early=manifest.bytes < RELAY_MIN_BYTES or shared_before(
+                    head.label, workdirs[head.rank]))
         finally:
             for thread in tokens:
                 thread.join(60)

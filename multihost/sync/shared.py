@@ -18,6 +18,7 @@ path, tells whether the code directory itself is shared: then nothing is copied.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shlex
@@ -32,6 +33,7 @@ from ..machines import IDENTITY_SHELL
 from ..remote.machine import machine_identity
 from ..remote.sync.plan import SHARE_DIR
 from ..transport.base import quote_path
+from .fastpath import STATE_DIR
 from .model import HostSync, SharedWorkdir, sync_error
 
 
@@ -229,6 +231,31 @@ def code_everywhere(cluster, code_dir: str) -> bool:
                for r in results)
 
 
+def _shared_mark(label: str, workdir: str) -> str:
+    key = hashlib.sha256("\0".join((label, os.path.dirname(workdir.rstrip("/")))).encode())
+    return os.path.join(os.path.expanduser(STATE_DIR), key.hexdigest()[:24] + ".shared")
+
+
+def shared_before(label: str, workdir: str) -> bool:
+    """The last probe found this host's workdir, or one beside it (the same parent, as
+    every default workdir in a home is), shared with other hosts of its sync."""
+    return os.path.exists(_shared_mark(label, workdir))
+
+
+def remember_shared(label: str, workdir: str, shared: bool) -> None:
+    """What the probe found of this host, for ``shared_before`` next time: a guess that
+    only decides whether its write waits for the probe (a wrong one costs time once)."""
+    path = _shared_mark(label, workdir)
+    try:
+        if shared:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            open(path, "a").close()
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 def checkers_of(groups: Tuple[Tuple[int, ...], ...],
                 workdirs: Dict[int, str]) -> Dict[int, int]:
     """For each host of a group but its writer, the host whose check of the written tree
@@ -256,8 +283,9 @@ def one_writer_each(cluster, probe: Callable[[], Sharing], workdirs: Dict[int, s
     host whose workdir another host has just written, that host.
 
     With ``early``, the first host is written beside the probe: whoever shares its
-    workdir comes after it in rank order, so it writes whatever the probe finds (not
-    for a tree heavy enough for relays: hosts written apart cannot relay to each
+    workdir comes after it in rank order, so it writes whatever the probe finds (the
+    caller leaves it off for a tree heavy enough for relays unless that host shared its
+    workdir last time: hosts with disks of their own written apart cannot relay to each
     other, and the controller would send the heavy files twice). The other hosts with a
     workdir of their own and the first host of each other shared one follow the probe;
     then one other host of each group checks the tree against what its writer recorded

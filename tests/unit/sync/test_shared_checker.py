@@ -172,3 +172,17 @@ def test_a_counted_host_takes_the_checkers_record_for_its_next_no_change_sync(tm
     record = load_record("h3", "~/proj", str(code))
     assert record["root"] == "/home/u/proj" and record["stat"] is None
     assert record_keys(record) == [keys[w[0]] for w in manifest.wires()]
+
+
+def test_a_host_whose_workdir_was_shared_last_time_is_expected_to_share_one_beside_it(
+        tmp_path, monkeypatch):
+    from multihost.sync.shared import remember_shared, shared_before
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert not shared_before("h1", "~/multihost/a")
+    remember_shared("h1", "~/multihost/a", True)
+    assert shared_before("h1", "~/multihost/b")          # another project in the same home
+    assert not shared_before("h2", "~/multihost/b")
+    assert not shared_before("h1", "/scratch/b")
+    remember_shared("h1", "~/multihost/b", False)        # the probe found it on its own
+    assert not shared_before("h1", "~/multihost/a")
