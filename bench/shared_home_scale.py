@@ -7,7 +7,8 @@ NFS export is), against the same sync to one of them, in one run.
 The tree is the one of bench/shared_home_bytes.py (30 MB, 1,500 files). One directory is
 shown in every lab host at the same path (`lab up N --share DIR`); each measured sync
 goes into a fresh workdir there, so both are first syncs: one host writes the tree, and
-at N hosts the others verify what it wrote. A first sync of a small tree to every host
+at N hosts a second one checks what it wrote (the others are counted as verified by
+that check). A first sync of a small tree to every host
 leaves each an OpenSSH master, as any earlier command would, so that neither side pays
 N handshakes. The two are measured in turn (1 host, N hosts, 1 host, ...), and the ratio
 of their medians is the cost of N hosts sharing the workdir. Goal (issue 35): <= 1.2x at

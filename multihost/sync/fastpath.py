@@ -326,6 +326,18 @@ def remember_check(host_label: str, workdir: str, code_root: str, record: dict) 
                {k: record[k] for k in ("v", "root", "digest", "stat", "keys") if k in record})
 
 
+def adopt_record(checker_label: str, host_label: str, workdir: str, code_root: str) -> None:
+    """A host of a shared workdir counted as verified by another host's check takes that
+    host's record as its own: its next sync checks it by its own `stat` (the hash of the
+    answer is its own to learn: the answer names the machine)."""
+    record = _read(record_path(checker_label, workdir, code_root))
+    if record is None:
+        forget_record(host_label, workdir, code_root)
+        return
+    record["stat"] = None
+    _write(record_path(host_label, workdir, code_root), record)
+
+
 def _tracked(path: str, kind: str) -> str:
     return path + "/" if kind == "d" else path
 

@@ -68,6 +68,18 @@ class HostSync:
 
 
 @dataclass(frozen=True)
+class SharedWorkdir:
+    """A workdir that several hosts of a sync see as one directory (sync/shared.py):
+    written once, by ``writer``, and checked from ``checkers`` (one host, unless that
+    check failed); the other hosts are counted as verified by that check."""
+
+    root: str
+    hosts: Tuple[str, ...]
+    writer: str
+    checkers: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SyncReport:
     code_dir: str
     files: int
@@ -79,6 +91,7 @@ class SyncReport:
     verify: bool = False
     warnings: Tuple[str, ...] = ()
     seconds: float = 0.0
+    shared: Tuple[SharedWorkdir, ...] = ()
 
     @property
     def ok(self) -> bool:

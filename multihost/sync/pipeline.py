@@ -34,7 +34,7 @@ from ..fanout import HostGroup, fan_out
 from ..machines import by_address, refuse_repeats
 from ..transport.base import pipe_errors_raise
 from .deliver import deliver, direct_fill
-from .fastpath import (forget_record, host_unchanged, load_record,
+from .fastpath import (adopt_record, forget_record, host_unchanged, load_record,
                        matches_manifest, plan_from_record, remember_check, save_record,
                        unchanged_keys)
 from .manifest import Manifest, build_manifest, code_revision, size_warnings
@@ -42,7 +42,8 @@ from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, 
                     needs_from_plan, sync_error, waited_note)
 from .session import HostSession
 from .recorded import Looked, look_first, nothing_to_write
-from .shared import find_sharing, forget_tokens, one_writer_each
+from .shared import (find_sharing, forget_tokens, one_writer_each, remember_shared,
+                     shared_before)
 from ..remote.sync.lock import STALE
 from .transfer import RELAY_MIN_BYTES, stream_to
 
@@ -97,16 +98,33 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
         if nothing_to_write(cluster, looked, manifest):   # who shares what matters not
             return _CodeSync(cluster, code_dir, workdirs, False, verify, listener,
                              looked=looked, manifest=manifest).run()
-        sharing = find_sharing(cluster, workdirs)
-        tokens = forget_tokens(cluster, workdirs, sharing)
-        # A host that shares another's workdir is checked after that one wrote it.
-        ahead = {rank: found for rank, found in looked.items() if rank not in sharing.followers}
+        tokens: List[threading.Thread] = []
+        head = min(cluster.hosts, key=lambda h: h.rank)
+
+        def probe():
+            sharing = find_sharing(cluster, workdirs)
+            tokens.append(forget_tokens(cluster, workdirs, sharing))
+            remember_shared(head.label, workdirs[head.rank],
+                            any(head.rank in group for group in sharing.groups))
+            return sharing
+        # A host that shares another's workdir is checked after that one wrote it, and
+        # not by its record (writers given): it is that writer's.
         try:
-            return one_writer_each(cluster, sharing, lambda part, writers: _CodeSync(
+            return one_writer_each(cluster, probe, workdirs, lambda part, writers: _CodeSync(
                 part, code_dir, workdirs, False, verify, listener, writers,
-                looked=ahead, manifest=manifest).run())
+                looked={} if writers else looked, manifest=manifest).run(), functools.partial(
+                    _adopt, cluster, workdirs, os.path.abspath(os.path.expanduser(code_dir))),
+                early=manifest.bytes < RELAY_MIN_BYTES or shared_before(
+                    head.label, workdirs[head.rank]))
         finally:
-            tokens.join(60)
+            for thread in tokens:
+                thread.join(60)
+
+
+def _adopt(cluster: HostGroup, workdirs: Dict[int, str], code_root: str, rank: int,
+           checker: int) -> None:
+    labels = {h.rank: h.label for h in cluster.hosts}
+    adopt_record(labels[checker], labels[rank], workdirs[rank], code_root)
 
 
 def _sync_code(cluster: HostGroup, code_dir: str, workdirs: Dict[int, str], dry_run: bool,

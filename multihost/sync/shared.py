@@ -18,10 +18,12 @@ path, tells whether the code directory itself is shared: then nothing is copied.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shlex
 import threading
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -31,6 +33,8 @@ from ..machines import IDENTITY_SHELL
 from ..remote.machine import machine_identity
 from ..remote.sync.plan import SHARE_DIR
 from ..transport.base import quote_path
+from .fastpath import STATE_DIR
+from .model import HostSync, SharedWorkdir, sync_error
 
 
 # In: $w the directory, $nc the nonce, $c the code directory's path (or ""), $mk 1 to make
@@ -76,6 +80,9 @@ class Sharing:
     groups: Tuple[Tuple[int, ...], ...] = ()
     code_everywhere: bool = False
     nonce: str = ""          # of the tokens left to remove (forget_tokens)
+    # Ranks the probe reached by a new connection (no OpenSSH master an earlier command
+    # left): a host no later step of the sync reaches is left one for the next command.
+    unmastered: Tuple[int, ...] = ()
 
     def writer_of(self, rank: int) -> Optional[int]:
         """The rank that writes the directory ``rank`` shares (None: its own)."""
@@ -152,6 +159,8 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
     token = mark_code_dir(os.path.abspath(code_dir), nonce) if code_dir else None
     where = os.path.abspath(code_dir) if token else ""
 
+    unmastered = set()
+
     def on(host, line):
         quick = cluster.reused(host)   # a master an earlier command left: no handshake
         try:
@@ -159,6 +168,7 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
         except MultihostError:
             result = None
         if result is None or result.exit_code == 255:
+            unmastered.add(host.rank)
             result = cluster.transport(host).run(line, timeout=30)
         return result
 
@@ -175,7 +185,7 @@ def find_sharing(cluster, workdirs: Dict[int, str], code_dir: Optional[str] = No
     groups = group_owners({rank: owner for rank, (owner, _) in answers.items()})
     everywhere = bool(token) and len(answers) == len(hosts) and all(
         seen == token for _, seen in answers.values())
-    return Sharing(groups, everywhere, nonce)
+    return Sharing(groups, everywhere, nonce, tuple(sorted(unmastered)))
 
 
 def forget_tokens(cluster, workdirs: Dict[int, str], sharing: Sharing,
@@ -221,36 +231,160 @@ def code_everywhere(cluster, code_dir: str) -> bool:
                for r in results)
 
 
-def one_writer_each(cluster, sharing: Sharing,
-                    sync_part: Callable[[Any, Dict[int, str]], Any]):
-    """The sync's report, one writer per shared directory: ``sync_part(hosts, writers)``
-    syncs a subset of the cluster (a HostGroup on the same connections); ``writers``
-    names, for each host whose workdir another host has just written, that host. The
-    hosts with a workdir of their own and the first host of each shared one go first;
-    then the others of each group check the tree against what their writer recorded
-    (one `stat` of every path; where that differs, by size and the time the writer
-    stamped, reading only a file that differs), which finds it written: they write
-    nothing, and never delete what another host writes at that moment."""
-    from .model import sync_error
+def _shared_mark(label: str, workdir: str) -> str:
+    key = hashlib.sha256("\0".join((label, os.path.dirname(workdir.rstrip("/")))).encode())
+    return os.path.join(os.path.expanduser(STATE_DIR), key.hexdigest()[:24] + ".shared")
 
-    if not sharing.followers:
-        return sync_part(cluster, {})
-    followers = set(sharing.followers)
-    first = sync_part(cluster.subset([h for h in cluster.hosts if h.rank not in followers]), {})
+
+def shared_before(label: str, workdir: str) -> bool:
+    """The last probe found this host's workdir, or one beside it (the same parent, as
+    every default workdir in a home is), shared with other hosts of its sync."""
+    return os.path.exists(_shared_mark(label, workdir))
+
+
+def remember_shared(label: str, workdir: str, shared: bool) -> None:
+    """What the probe found of this host, for ``shared_before`` next time: a guess that
+    only decides whether its write waits for the probe (a wrong one costs time once)."""
+    path = _shared_mark(label, workdir)
+    try:
+        if shared:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            open(path, "a").close()
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def checkers_of(groups: Tuple[Tuple[int, ...], ...],
+                workdirs: Dict[int, str]) -> Dict[int, int]:
+    """For each host of a group but its writer, the host whose check of the written tree
+    stands for it (itself: it checks). The probe proved that the group sees one
+    directory, so it is checked once, from the group's second host: a client other than
+    the one that wrote it, which is what the others are too. A host that names the
+    directory by another path than that checker checks itself: the checker's record (its
+    root, resolved there) may name another directory, or none, on that host."""
+    checker: Dict[int, int] = {}
+    for group in groups:
+        first = group[1] if len(group) > 1 else None
+        for rank in group[1:]:
+            same = workdirs.get(rank) == workdirs.get(first)
+            checker[rank] = first if same else rank
+    return checker
+
+
+def one_writer_each(cluster, probe: Callable[[], Sharing], workdirs: Dict[int, str],
+                    sync_part: Callable[[Any, Dict[int, str]], Any],
+                    adopt: Callable[[int, int], None] = lambda rank, checker: None,
+                    early: bool = True):
+    """The sync's report, one writer and one checker per shared directory: ``probe()``
+    finds who shares what (find_sharing); ``sync_part(hosts, writers)`` syncs a subset
+    of the cluster (a HostGroup on the same connections); ``writers`` names, for each
+    host whose workdir another host has just written, that host.
+
+    With ``early``, the first host is written beside the probe: whoever shares its
+    workdir comes after it in rank order, so it writes whatever the probe finds (the
+    caller leaves it off for a tree heavy enough for relays unless that host shared its
+    workdir last time: hosts with disks of their own written apart cannot relay to each
+    other, and the controller would send the heavy files twice). The other hosts with a
+    workdir of their own and the first host of each other shared one follow the probe;
+    then one other host of each group checks the tree against what its writer recorded
+    (one `stat` of every path; where that differs, by size and the time the writer
+    stamped, reading only a file that differs): it finds it written, writes nothing,
+    and never deletes what another host writes at that moment. The rest of the group is
+    counted as verified by that check (``adopt(rank, checker)``: the checker's record
+    becomes theirs); where the check failed, each of them checks for itself."""
+    started = time.monotonic()
+    head = min(cluster.hosts, key=lambda h: h.rank)
+    heading = _Part(cluster, sync_part, [head], {}).start() if early else None
+    try:
+        sharing = probe()
+        followers = set(sharing.followers)
+        rest = _Part(cluster, sync_part, [h for h in cluster.hosts if h.rank not in followers
+                                          and (heading is None or h.rank != head.rank)], {})
+        hosts = rest.run()
+    except BaseException:
+        if heading is not None:
+            heading.thread.join()   # no sync goes on behind the error
+        raise
     labels = {h.rank: h.label for h in cluster.hosts}
     writers = {rank: labels[sharing.writer_of(rank)] for rank in followers}
+    first = heading.join() if heading is not None else rest.report
+    hosts.update({h.rank: h for h in first.hosts})
+    checker = checkers_of(sharing.groups, workdirs)
+    checked = _check(cluster, writers, sync_part, {c for c in checker.values()})
+    hosts.update(checked)
+    again = {r for r, c in checker.items() if r != c and not checked[c].ok}
+    hosts.update(_check(cluster, writers, sync_part, again))
+    checked_by = set(checked) | again
+    for rank, by in checker.items():
+        if rank not in hosts:
+            adopt(rank, by)
+            if rank in sharing.unmastered:   # as a host the sync wrote would be
+                cluster.leave_connection(next(h for h in cluster.hosts if h.rank == rank))
+            hosts[rank] = HostSync(labels[rank], rank, checked[by].root, notes=(
+                f"shares the workdir of {writers[rank]}: written there once, checked from "
+                f"{labels[by]}",))
+    shared = tuple(SharedWorkdir(hosts[g[0]].root or workdirs[g[0]], tuple(labels[r] for r in g),
+                                 labels[g[0]], tuple(labels[r] for r in g[1:] if r in checked_by))
+                   for g in sharing.groups)
+    report = replace(first, hosts=tuple(hosts[h.rank] for h in cluster.hosts), shared=shared,
+                     seconds=time.monotonic() - started)
+    if not report.ok:
+        raise sync_error(report)
+    return report
+
+
+class _Part:
+    """One part of the sync (``sync_part`` of some hosts), run here or in a thread; its
+    report, a failed one included, is what ``run`` and ``join`` give."""
+
+    def __init__(self, cluster, sync_part, hosts, writers: Dict[int, str]):
+        self.cluster, self.sync_part, self.hosts, self.writers = cluster, sync_part, hosts, writers
+        self.report = None
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._work, daemon=True)
+
+    def start(self) -> "_Part":
+        self.thread.start()
+        return self
+
+    def _work(self) -> None:
+        try:
+            self.report = self.sync_part(self.cluster.subset(self.hosts), self.writers)
+        except SyncError as err:
+            self.report = getattr(err, "report", None)
+            if self.report is None:
+                self.error = err
+        except BaseException as err:  # handed to the thread that joins
+            self.error = err
+
+    def join(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.report
+
+    def run(self) -> Dict[int, HostSync]:
+        if not self.hosts:
+            return {}
+        self._work()
+        if self.error is not None:
+            raise self.error
+        return {h.rank: h for h in self.report.hosts}
+
+
+def _check(cluster, writers: Dict[int, str],
+           sync_part: Callable[[Any, Dict[int, str]], Any], ranks) -> Dict[int, HostSync]:
+    """The results of ``ranks`` checking the tree their writers just wrote."""
+    if not ranks:
+        return {}
     try:
-        then = sync_part(cluster.subset([h for h in cluster.hosts if h.rank in followers]), writers)
+        then = sync_part(cluster.subset([h for h in cluster.hosts if h.rank in ranks]),
+                         {rank: writers[rank] for rank in ranks})
     except SyncError as err:
         then = getattr(err, "report", None)
         if then is None:
             raise
-    hosts = {h.rank: h for h in first.hosts}
-    for host in then.hosts:
-        note = f"shares the workdir of {labels[sharing.writer_of(host.rank)]}: written there once"
-        hosts[host.rank] = replace(host, notes=(note,) + host.notes)
-    report = replace(first, hosts=tuple(hosts[h.rank] for h in cluster.hosts),
-                     seconds=first.seconds + then.seconds)
-    if not report.ok:
-        raise sync_error(report)
-    return report
+    note = "shares the workdir of {}: written there once"
+    return {h.rank: replace(h, notes=(note.format(writers[h.rank]),) + h.notes) for h in then.hosts}

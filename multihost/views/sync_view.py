@@ -84,6 +84,8 @@ def sync_lines(report: SyncReport) -> List[str]:
                 lines.append(f"    note: {note}")
         for path in result.kept:
             lines.append(f"    kept {path}/: it holds files multihost did not put there")
+    lines += [f"{len(s.hosts)} hosts share {s.root}: written once by {s.writer}, checked from "
+              f"{', '.join(s.checkers) or 'none'}" for s in report.shared]
     lines += [f"warning: {w}" for w in report.warnings]
     done = [h for h in report.hosts if h.ok]
     if report.dry_run:
@@ -154,6 +156,9 @@ class SyncView:
         self.out = out or sys.stdout
         self.plain = wants_plain(self.out) if plain is None else plain
         self._lock = threading.Lock()
+        # A sync of hosts that may share a workdir goes in parts (sync/shared.py), each
+        # scanning the same code: it is said once.
+        self._scanned = False
         self._last: Dict[str, float] = {}
         self._progress = None
         self._tasks: Dict[str, int] = {}
@@ -164,6 +169,9 @@ class SyncView:
 
         with self._lock:
             if isinstance(event, SyncScanned):
+                if self._scanned:
+                    return
+                self._scanned = True
                 self._say(f"code: {_count(event.files, 'file')}, {human_bytes(event.bytes)}"
                           + (f" (hashed {human_bytes(event.hashed_bytes)})" if event.hashed_files else ""))
             elif isinstance(event, SyncPlanned):

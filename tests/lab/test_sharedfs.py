@@ -131,9 +131,13 @@ def test_sync_writes_a_shared_workdir_once_and_check_says_it_is_shared(alice):
     assert synced.returncode == 0, synced.stderr
     said = (synced.stdout + synced.stderr).splitlines()
     written = [line for line in said if re.fullmatch(r"\S+: 300 files \(.*\) written", line)]
-    shares = [line for line in said if line.endswith(
-        f"up to date (shares the workdir of {alice.lab.address(1)}: written there once)")]
+    shares = [line for line in said if
+              f"up to date (shares the workdir of {alice.lab.address(1)}: written there once" in line]
     assert len(written) == 1 and len(shares) == 2, said
+    # checked once, from the second host; the third is counted as verified by that check
+    assert any(re.fullmatch(rf"3 hosts share \S+: written once by {re.escape(alice.lab.address(1))}, "
+                            rf"checked from {re.escape(alice.lab.address(2))}", line)
+               for line in said), said
     # a file removed here goes there once, and nothing races
     (alice.home / "tree" / "pkg0" / "m0.py").unlink()
     again = alice.multihost("sync", "--hostfile", str(alice.hosts), "--plain",
@@ -309,6 +313,7 @@ def test_over_sshfs_runs_in_a_row_and_a_sync_written_once(over_sshfs, tmp_path):
                          "--workdir", "~/again", timeout=300)
     assert said.returncode == 0, said.stderr
     assert said.stdout.count(f"shares the workdir of {lab.address(1)}") == 2, said.stdout
+    assert f"written once by {lab.address(1)}, checked from {lab.address(2)}" in said.stdout
     assert re.search(rf"^{re.escape(lab.address(1))}: 201 files \(.*\) written", said.stdout, re.M)
     state = files / ".multihost"
     assert len(list((state / "hosts").iterdir())) == 2 and (state / "host").exists()

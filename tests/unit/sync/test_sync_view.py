@@ -100,3 +100,11 @@ def test_a_host_that_waited_says_for_whom_under_its_line():
     assert lines[1:3] == ["10.0.0.2: 3 files (30 B) written",
                           "    note: waited 12 s for bob's multihost sync from ctl (pid 7) "
                           "since 16:02:11"]
+
+
+def test_the_code_is_said_once_when_the_sync_goes_in_parts():
+    out = io.StringIO()
+    view = SyncView(out, plain=True)
+    view(SyncScanned(10, 5000, 0, 0, 0.1))     # the first host's part, beside the probe
+    view(SyncScanned(10, 5000, 0, 0, 0.2))     # the other hosts' part
+    assert out.getvalue().splitlines() == ["code: 10 files, 5.0 KB"]
