@@ -3,7 +3,8 @@ records of runs on the controller."""
 from .control import query, stop
 from .env import check_user_env, mask_argv, parse_assignment, parse_env_file
 from .execute import RunOptions, launch_and_watch
-from .outcome import decode_exit, describe
+from .exits import decode_exit
+from .outcome import describe
 from .plan import build_plan
 from .records import NodeRecord, RunRecord, host_to_dict, list_runs, load_run, new_run_id
 

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from .. import helper
 from ..errors import MultihostError
 from ..events import GpuSample, RunState
-from .outcome import Failure, NodeView, conclude, decode_exit, failures_of, parse_status, root_cause
+from .exits import decode_exit
+from .outcome import Failure, NodeView, conclude, failures_of, parse_status, root_cause
 from .records import RunRecord, cause_to_json, save_run
 
 QUERY_TIMEOUT = 15.0

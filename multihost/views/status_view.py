@@ -26,7 +26,7 @@ def _ranks(first: int, count: int) -> str:
 
 def rows(status, now):
     """The table's cells, one row per node (the presentation of RunStatus)."""
-    from ..run.outcome import decode_exit
+    from ..run.exits import decode_exit
 
     out = []
     for node in status.nodes:

@@ -8,9 +8,9 @@ import signal
 import pytest
 
 from multihost.events import RunState
-from multihost.run.outcome import (Failure, conclude, decode_exit, describe, exit_status,
-                                   failures_of, parse_status, root_cause, run_status,
-                                   status_of_node_records, to_event)
+from multihost.run.exits import decode_exit, exit_status
+from multihost.run.outcome import (Failure, conclude, describe, failures_of, parse_status,
+                                   root_cause, run_status, status_of_node_records, to_event)
 
 # What `run.status` answered for a torchrun node whose local rank 1 exited 3, recorded
 # in the lab (trimmed): the launcher itself was ended by the teardown's SIGTERM.
@@ -136,7 +136,7 @@ TORCHRUN_TAIL = [
 
 
 def test_launchers_name_the_failed_rank_in_their_output():
-    from multihost.run.outcome import launcher_failure
+    from multihost.run.exits import launcher_failure
 
     assert launcher_failure(PADDLE_TAIL) == (1, 3)
     assert launcher_failure(TORCHRUN_TAIL) == (1, 3)
