@@ -184,6 +184,11 @@ class HelperOutput:
             return
         raise login_shell_ended(self._label, code, self._login)
 
+    def started(self) -> None:
+        """Wait until the host's shell runs our command (its marker line): the host
+        answers, whatever its helper then takes to say something."""
+        self._start()
+
     def read(self, size: Optional[int] = None) -> bytes:
         self._start()
         return self._raw.read() if size is None or size < 0 else self._raw.read(size)

@@ -104,6 +104,8 @@ class Monitor:
         asked = [h for h in self.hosts if not self._finished(h.rank) and h.rank not in self.lost]
         for host in asked:
             self.status_streams.stop(host, grace, reason)
+        for rank in self.lost:   # one that answers again while the others stop is stopped too
+            self.status_streams.stop_when_back(self.hosts[rank], grace, reason)
         now = time.time()
         if asked or interrupted:   # every host ended already: no stop to tell of
             self.listener(RunStopping(reason, len(asked), grace, interrupted, now))
@@ -145,6 +147,9 @@ class Monitor:
             if not self._finished(rank) and rank not in self.ended_by_slurm \
                     and self.slurm_cause is None:
                 self.slurm.ask(rank, when)
+            return
+        if kind == "contact":   # a stream reached the host again: it answers
+            self.last_contact[rank] = when
             return
         if kind == "error":
             self.last_error[rank] = payload

@@ -65,9 +65,18 @@ class StatusStreams:
                     asked = self.stop_asked.get(host.rank)
                 if asked is not None:  # the stream it was sent on broke: say it again
                     self._send_stop(process, *asked)
-                process.set_timeout(WATCH_SILENCE)
+                # The host's shell ran the helper: it answers. Its first line may then take
+                # a python start, seconds on a loaded host (64 streams open at once): that
+                # is not a dead link, and a stream given up on then would start another.
+                process.set_timeout(waits.helper_start())
+                process.stdout.started()
+                self.answers.put(("contact", host.rank, None, time.time()))
+                first = True
                 # A record is a few kB; a host sending an endless line is not waited on.
                 for raw in iter(lambda: process.stdout.readline(MAX_RECORD), b""):
+                    if first:   # from now on a heartbeat comes every second
+                        process.set_timeout(WATCH_SILENCE)
+                        first = False
                     reply = json.loads(raw.decode("utf-8", "replace"))
                     if not isinstance(reply, dict) or not raw.endswith(b"\n"):
                         raise ValueError("a status record that is not a JSON object line")
@@ -102,6 +111,11 @@ class StatusStreams:
         if not self.stop_by_stream(host, grace, reason):
             threading.Thread(target=self._stop_by_call, args=(host, grace, reason),
                              name=f"stop-{host.label}", daemon=True).start()
+
+    def stop_when_back(self, host, grace: float, reason: str) -> None:
+        """A lost host is asked to stop by the next stream that reaches it (none may)."""
+        with self.lock:
+            self.stop_asked[host.rank] = (grace, reason)
 
     def stop_by_stream(self, host, grace: float, reason: str) -> bool:
         """Ask a host to stop through its watch stream: no new session, no new helper on

@@ -116,7 +116,8 @@ def test_three_links_cut_mid_run_are_all_named_and_the_others_stopped(lab64, cod
             assert "host lost" in last and any(f"198.18.0.{10 + i}" in last for i in CUT), last
             run_id = re.search(r"\b(\d{8}-\d{6}-[0-9a-f]{4})\b", err).group(1)
             others = [i for i in range(1, HOSTS + 1) if i not in CUT]
-            assert found_on(lab64, others, token) == {}
+            left = found_on(lab64, others, token)
+            assert left == {}, f"left running on hosts {sorted(left)}; " + err[-3000:]
         stopped = lab64.multihost("stop", run_id, "--kill-wait", "1", timeout=120)
         assert stopped.returncode == 0, stopped.stderr
         assert found_on(lab64, range(1, HOSTS + 1), token) == {}

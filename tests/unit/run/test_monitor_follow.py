@@ -273,6 +273,9 @@ class FakeStream:
     def readline(self, size=-1):
         return b""
 
+    def started(self):
+        pass
+
     def set_timeout(self, seconds):
         pass
 
