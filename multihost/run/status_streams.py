@@ -122,16 +122,18 @@ class StatusStreams:
         the host, no thread here (a teardown of 64 hosts spent seconds starting 64
         threads on a busy controller); the stream then reports the stop. False when the
         host has no live stream. A send waits at most the stream's read timeout."""
+        # Under the lock: a stream that ends (its host finished as the stop was decided)
+        # leaves ``live`` before it is closed, so a stream found here is still open.
         with self.lock:
             self.stop_asked[host.rank] = (grace, reason)  # a stream opened later says it too
             process = self.live.get(host.rank)
-        if process is None:
-            return False
-        try:
-            self._send_stop(process, grace, reason)
-            return True
-        except OSError:
-            return False  # the stream broke just now
+            if process is None:
+                return False
+            try:
+                self._send_stop(process, grace, reason)
+                return True
+            except OSError:
+                return False  # the stream broke just now
 
     def close_all(self) -> None:
         """Close every live stream (``stop_polling`` is set first: no thread reopens)."""
