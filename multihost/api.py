@@ -241,8 +241,8 @@ class Cluster:
             allow_concurrent=allow_concurrent, log_dir=log_dir, kill_wait=kill_wait, wait=wait,
             detach=detach, setup=setup, setup_always=setup_always, hang_timeout=hang_timeout,
             gpu_interval=gpu_interval, max_restarts=max_restarts, spares=self.spares + more,
-            launch_timeout=launch_timeout, name=check_name(name), queue=queue, image=image, engine=engine,
-            image_from_controller=image_from_controller)
+            launch_timeout=launch_timeout, name=check_name(name), queue=queue, image=image,
+            engine=engine, image_from_controller=image_from_controller)
         validated = run_request.validate(self.hosts, request)   # before any host is asked
         cluster = self._connect()
         try:   # queue: in line until the hosts are free, as run --queue

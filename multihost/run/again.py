@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
-from ..hosts import Host, HostOptions
+from ..hosts import Host, HostOptions, load_inventory
 from .env import MASK, is_secret, mask_argv, mask_url_userinfo
 
 # Cluster.run's arguments that a job file keeps under the same name.
@@ -32,9 +32,6 @@ SSH_KEYS = {"connect_timeout": "connect_timeout", "accept_new_host_keys": "accep
             "ssh_config": "ssh_config", "fanout": "fanout"}  # Cluster's -> the file's
 HOST_KEYS = {"user": "user", "port": "port", "identity_file": "identity", "workdir": "workdir",
              "python": "python"}   # HostOptions' -> the file's: how spares are reached
-# Where the run's hosts come from: a rerun takes the hosts the run recorded (every
-# per-host setting kept) instead; the hostfile and `spares` still give its spares.
-HOSTS_KEYS = ("hosts", "hostfile", "include", "exclude")
 
 
 def cluster_table(ssh: Mapping[str, Any], host_options: Any, hostfile: Optional[str],
@@ -154,8 +151,9 @@ def recorded_env(table: Mapping[str, Any], given: Mapping[str, str]) -> Dict[str
 def recorded_spares(table: Mapping[str, Any], options: HostOptions) -> Tuple[Host, ...]:
     """The spares of a job file as ``run -f`` finds them (``load_inventory``, as
     ``commands.common.inventory_from_args``): its hostfile's ``spare = true`` hosts, then
-    its ``spares``, built with its host options and data, numbered after its hosts."""
-    from ..hosts import load_inventory
+    its ``spares``, built with its host options and data, numbered after its hosts. The
+    run's own recorded hosts stand for its ``hosts``, ``hostfile``, ``include`` and
+    ``exclude``: these only place the spares."""
     from ..spares import parse_spares
 
     listed = ",".join(_items(table.get("spares")))

@@ -129,7 +129,8 @@ def test_every_key_of_a_cli_job_file_is_reapplied_by_cluster_rerun_as_by_multiho
     assert (request.setup, request.setup_always, request.launch_timeout) == (
         "pip install -r requirements.txt", True, 30.0)
     assert dict(request.env) == {"FROM_FILE": "1", "A": "recorded", "NCCL_DEBUG": "INFO"}
-    assert (request.name, request.queue, request.kill_wait, request.wait) == ("bert", True, 3.0, 5.0)
+    assert (request.name, request.queue, request.kill_wait, request.wait) == (
+        "bert", True, 3.0, 5.0)
 
 
 def test_cluster_run_keeps_its_setup_timeouts_and_spares_for_either_rerun(project, begun):
