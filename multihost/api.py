@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from typing import Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import ConfigError
@@ -26,6 +27,7 @@ from .fanout import HostGroup
 from .hosts import Host, HostOptions, build_hosts, load_inventory, parse_gpu_ids
 from .job import JobOptions, parse_nproc, parse_start_port, workdir_for
 from .run.handle import Run, RunResult, notify
+from .spares import spare_item
 from .transport import SshOptions
 
 __all__ = ["Cluster", "Run", "RunResult"]
@@ -63,6 +65,8 @@ class Cluster:
         self.hosts = tuple(hosts)
         self.spares = tuple(spares)   # held back; each may take a lost host's node rank
         self.host_options = host_options   # what a spare named later is reached with
+        self.hostfile: Optional[str] = None   # the hostfile read, if any: its spares' source
+        self._listed_spares = tuple(spare_item(h) for h in self.spares)  # the others'
         self.ssh = SshOptions(connect_timeout=connect_timeout,
                               accept_new_host_keys=accept_new_host_keys, config_file=ssh_config)
         self.fanout = fanout
@@ -89,7 +93,10 @@ class Cluster:
         options = HostOptions(user=user, port=port, identity_file=identity, workdir=workdir,
                               python=python)
         hosts, spares = load_inventory(None, path, options)
-        return cls(hosts, spares=spares, host_options=options, **ssh)
+        cluster = cls(hosts, spares=spares, host_options=options, **ssh)
+        # A rerun reads the hostfile's spares again, with their own settings, as the CLI's
+        cluster.hostfile, cluster._listed_spares = os.path.abspath(os.path.expanduser(path)), ()
+        return cluster
 
     @classmethod
     def local(cls, *, python: Optional[str] = None, workdir: Optional[str] = None) -> "Cluster":
@@ -207,6 +214,7 @@ class Cluster:
             kill_wait: float = 10.0, wait: Optional[float] = None, setup: Optional[str] = None,
             hang_timeout: Optional[float] = None, gpu_interval: float = 5.0,
             max_restarts: Optional[int] = None, spares: Spares = None,
+            setup_always: bool = False, launch_timeout: float = 120.0,
             detach: bool = False, name: str = "", queue: bool = False,
             image: Optional[str] = None, engine: Optional[str] = None,
             image_from_controller: bool = False) -> "Run":
@@ -219,20 +227,22 @@ class Cluster:
         ``--name``'s: what the hosts' other users see; ``queue`` is ``--queue``'s: wait in
         line while the hosts are held, instead of refusing (docs/sharing.md). ``image``,
         ``engine`` and ``image_from_controller`` are ``--image``'s (docs/containers.md):
-        every node's launcher and ranks run inside the image."""
+        every node's launcher and ranks run inside the image. ``setup_always`` and
+        ``launch_timeout`` are ``--setup-always``'s and ``--launch-timeout``'s."""
         asked = {k: v for k, v in locals().items() if k not in ("self", "command")}  # the job file's
         from .run import request as run_request
         from .run.begin import begin
         from .registry.entry import check_name
 
+        more = self._more_spares(spares)
         request = self._request(
             command, _job(gpus, nproc_per_node, start_port, data, code), env,
             launcher=launcher, no_python=no_python, check=check, sync=sync,
             allow_concurrent=allow_concurrent, log_dir=log_dir, kill_wait=kill_wait, wait=wait,
-            detach=detach, setup=setup, hang_timeout=hang_timeout, gpu_interval=gpu_interval,
-            max_restarts=max_restarts, spares=self.spares + self._more_spares(spares),
-            name=check_name(name), queue=queue, image=image, engine=engine,
-            image_from_controller=image_from_controller)
+            detach=detach, setup=setup, setup_always=setup_always, hang_timeout=hang_timeout,
+            gpu_interval=gpu_interval, max_restarts=max_restarts, spares=self.spares + more,
+            launch_timeout=launch_timeout, name=check_name(name), queue=queue, image=image,
+            engine=engine, image_from_controller=image_from_controller)
         validated = run_request.validate(self.hosts, request)   # before any host is asked
         cluster = self._connect()
         try:   # queue: in line until the hosts are free, as run --queue
@@ -245,7 +255,7 @@ class Cluster:
             life.close()
             cluster.close()
 
-        _keep_job(life.record.run_id, command, asked, self)
+        _keep_job(life.record.run_id, command, asked, self, more)
         run = Run(life.record.run_id)
         if detach:
             try:
@@ -261,13 +271,18 @@ class Cluster:
               env: Optional[Mapping[str, str]] = None, same_code: bool = False,
               detach: bool = False) -> "Run":
         """A recorded run (by id, prefix or name; None: the last one) started again, as
-        ``multihost rerun RUN [-- ARGS]``: its hosts, command, code directory and options,
-        the code as it is now; ``args`` replace its program's arguments (``["--resume",
-        "ckpt/last.pt"]``); ``env`` gives its secrets again. Returns the new Run."""
+        ``multihost rerun RUN [-- ARGS]``: every key of its job file (docs/jobfile.md), read
+        as the CLI reads it: its hosts as recorded, its spares, command, code directory,
+        setup and options, the code as it is now; ``args`` replace its program's arguments
+        (``["--resume", "ckpt/last.pt"]``); ``env`` gives its secrets again. Returns the
+        new Run."""
         from .run.again import rerun_plan
 
-        record, ssh, command, options = rerun_plan(run, args, dict(env or {}), same_code)
-        return cls(record.hosts, **ssh).run(command, detach=detach, **options)
+        again = rerun_plan(run, args, dict(env or {}), same_code)
+        cluster = cls(again.record.hosts, spares=again.spares, host_options=again.host_options,
+                      **again.ssh)
+        cluster.hostfile, cluster._listed_spares = again.hostfile, again.listed
+        return cluster.run(again.command, detach=detach, **again.options)
 
     def _request(self, command: Sequence[str], job: JobOptions,
                  env: Optional[Mapping[str, str]], **options):
@@ -321,17 +336,20 @@ class Cluster:
         return ScaleTable(" ".join(command), MetricReader(metric).label, tuple(points))
 
 
-def _keep_job(run_id: str, command: Sequence[str], asked: Mapping, cluster: Cluster) -> None:
+def _keep_job(run_id: str, command: Sequence[str], asked: Mapping, cluster: Cluster,
+              more_spares: Sequence[Host]) -> None:
     """The run's job file, as the CLI keeps one: what `rerun` and Cluster.rerun start."""
-    from .run.again import job_table
+    from .run.again import cluster_table, job_table
     from .run.jobfile import dump
     from .run.records import save_job_file
 
     ssh = {"connect_timeout": cluster.ssh.connect_timeout,
            "accept_new_host_keys": cluster.ssh.accept_new_host_keys,
            "ssh_config": cluster.ssh.config_file, "fanout": cluster.fanout}
+    listed = cluster._listed_spares + tuple(spare_item(h) for h in more_spares)
+    reach = cluster_table(ssh, cluster.host_options, cluster.hostfile, listed)
     try:
-        save_job_file(run_id, dump(job_table(command, asked, ssh)))
+        save_job_file(run_id, dump(job_table(command, asked, reach)))
     except (OSError, TypeError, ValueError) as err:   # the run itself goes on
         notify(f"warning: run {run_id}: its job file was not kept ({err}): it cannot be rerun")
 

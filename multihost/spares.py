@@ -32,6 +32,11 @@ def parse_spares(text: str) -> List[Dict[str, object]]:
     return entries
 
 
+def spare_item(host: Host) -> str:
+    """A spare as ``--spares`` names it (``[user@]host[:port]``): what a job file keeps."""
+    return f"{host.user}@{host.label}" if host.user else host.label
+
+
 def host_key(host: Host) -> Tuple[str, int]:
     return host.name.lower(), host.port or 22
 

@@ -104,3 +104,38 @@ print(run.wait().exit_code, [r["spare"] for r in run.record.replacements], lines
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"0 ['{lab.address(3)}'] "), done.stdout
     assert "rank 1 on" in done.stdout and "rank 0 on" in done.stdout
+
+
+def test_cluster_rerun_runs_an_always_setup_again_and_keeps_the_spares(lab, job_dir):
+    (job_dir / "two.ini").write_text(
+        f"[defaults]\nuser = root\n[{lab.address(1)}]\n"
+        f"[{lab.address(2)}]\nport = 2\n")   # nothing listens there: a spare takes node 1
+    mark = f"setup-{job_dir.name}"            # this test's own, on every host
+    code = f"""
+import os, multihost
+cluster = multihost.Cluster.from_hostfile("two.ini", python={sys.executable!r}, workdir="/opt")
+first = cluster.run(["-c", "import sys; print('args', *sys.argv[1:], flush=True)", "--epochs", "1"],
+                    launcher="python", sync=False, nproc_per_node=1, setup_always=True,
+                    setup="echo ran-$(hostname) >> ~/{mark}",
+                    spares="{lab.address(3)},{lab.address(4)}")
+print("first", first.wait().exit_code, [r["spare"] for r in first.record.replacements])
+os.chdir("/")
+again = multihost.Cluster.rerun(first.run_id, ["--resume", "ckpt"])
+said = sorted(line.text for line in again.lines())
+print("again", again.wait().exit_code, [s["name"] for s in again.record.spares], said)
+"""
+    try:
+        done = lab.run([sys.executable, "-c", code], cwd=str(job_dir), timeout=240)
+        assert done.returncode == 0, done.stderr
+        assert f"first 0 ['{lab.address(3)}']" in done.stdout, done.stdout
+        # The spare that took node 1 runs it again; the one left stands by again.
+        assert f"again 0 ['{lab.address(4)}'] ['args --resume ckpt', 'args --resume ckpt']" \
+            in done.stdout, done.stdout
+        for host in (1, 3):   # the setup ran on each host of both runs, not "unchanged"
+            seen = lab.ssh(host, f"cat ~/{mark}; hostname")
+            lines = seen.stdout.split()
+            assert lines.count(f"ran-{lines[-1]}") == 2, seen.stdout
+        assert "setup unchanged" not in done.stderr
+    finally:
+        for host in (1, 3):
+            lab.ssh(host, f"rm -f ~/{mark}")
