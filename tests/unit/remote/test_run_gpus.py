@@ -38,6 +38,14 @@ def drive(sampler: GpuSampler, seconds: float) -> None:
         time.sleep(0.02)
 
 
+def drive_until(sampler: GpuSampler, done, limit: float = 30.0) -> None:
+    """The loop driven until ``done()`` (a loaded machine may take long), at most ``limit`` s."""
+    deadline = time.time() + limit
+    while not done():
+        assert time.time() < deadline, "the sampler never got there"
+        drive(sampler, 0.05)
+
+
 def env(path: Path, **more):
     return dict({"PATH": f"{path}:/usr/bin:/bin"}, **more)
 
@@ -47,7 +55,8 @@ def test_samples_go_to_gpu_log_with_their_time_and_only_the_runs_gpus(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     sampler = GpuSampler(str(run), env(bin_dir, CUDA_VISIBLE_DEVICES="2,3"), 0.2)
-    drive(sampler, 1.5)
+    log = run / "gpu.log"
+    drive_until(sampler, lambda: log.exists() and len(log.read_text().splitlines()) >= 5)
     sampler.stop()
     lines = (run / "gpu.log").read_text().splitlines()
     assert lines[0].startswith("# time, index,uuid,utilization.gpu")
@@ -77,11 +86,11 @@ def test_a_hung_nvidia_smi_is_killed_and_stop_leaves_none_running(tmp_path, monk
     monkeypatch.setattr(run_gpus, "TIMEOUT", 0.3)
     bin_dir = standin(tmp_path / "bin", "exec sleep 600\n")
     sampler = GpuSampler(str(tmp_path), env(bin_dir), 0.05)
-    drive(sampler, 0.2)
+    drive_until(sampler, lambda: sampler.proc is not None)
     first = sampler.proc.pid
-    drive(sampler, 0.6)          # killed past TIMEOUT, reaped, and a new one started
+    # killed past TIMEOUT and reaped (then a new one may have started)
+    drive_until(sampler, lambda: not os.path.exists(f"/proc/{first}"))
     assert sampler.proc is None or sampler.proc.pid != first
-    assert not os.path.exists(f"/proc/{first}")
     drive(sampler, 0.1)
     sampler.stop()
     assert sampler.proc is None and sampler.command is None
@@ -92,5 +101,5 @@ def test_an_nvidia_smi_that_keeps_failing_is_no_longer_asked(tmp_path):
     bin_dir = standin(tmp_path / "bin", "echo 'NVIDIA-SMI has failed because it couldn't "
                                         "communicate with the NVIDIA driver.'; exit 9\n")
     sampler = GpuSampler(str(tmp_path), env(bin_dir), 0.05)
-    drive(sampler, 1.0)
-    assert sampler.command is None and not (tmp_path / "gpu.log").exists()
+    drive_until(sampler, lambda: sampler.command is None)
+    assert not (tmp_path / "gpu.log").exists()
