@@ -30,6 +30,7 @@ from ..registry import holds
 from ..registry import ops as ops_hold
 from . import attempt as run_attempt
 from . import files as run_files
+from . import processes
 from ..sync import lock as sync_lock
 from .. import owners
 from ..proto import OpError, op
@@ -302,7 +303,7 @@ def _status(run_dir, node, tail, count_procs=True, tail_rank=None):
     # (the controller would blame it). A loaded host can take long between the reads.
     again = run_files.read_json(os.path.join(run_dir, "node.json"))
     node = again if isinstance(again, dict) else node
-    alive = run_files.supervisor_alive(node)
+    alive = processes.supervisor_alive(node)
     state = node.get("state")
     detail = node.get("error") or (node.get("stop_reason") if state == "stopped" else "") or ""
     if state == "running" and not alive:
@@ -311,7 +312,7 @@ def _status(run_dir, node, tail, count_procs=True, tail_rank=None):
             detail = run_files.NO_SPACE
     result = {"node": node, "state": state, "detail": detail, "supervisor_alive": alive,
               "ranks": ranks, "time": time.time(),
-              "procs": len(run_files.run_processes(node.get("run_id") or "",
+              "procs": len(processes.run_processes(node.get("run_id") or "",
                                                    (node.get("supervisor") or {}).get("pid")
                                                    if alive else None)) if count_procs else None}
     if tail:
@@ -384,7 +385,7 @@ def watch(request):
             result = _status(run_dir, node, 0, count_procs=False)
             final = result["state"] in run_files.FINAL_STATES
             if now - procs_at >= 2.0 or final:  # a /proc scan: not on every tick
-                procs = len(run_files.run_processes(node.get("run_id") or "", None))
+                procs = len(processes.run_processes(node.get("run_id") or "", None))
                 procs_at = now
             result["procs"] = procs
             key = json.dumps([result["node"], result["ranks"], result["state"]], sort_keys=True)
@@ -472,7 +473,7 @@ def _ask_stop(run_id, run_dir, node, grace, reason):
         run_files.release_lock(run_id)
         holds.ended(run_id)
         return False
-    if node.get("state") in run_files.FINAL_STATES or not run_files.supervisor_alive(node):
+    if node.get("state") in run_files.FINAL_STATES or not processes.supervisor_alive(node):
         return False
     stop_path = os.path.join(run_dir, "stop.json")
     asked = run_files.read_json(stop_path, {}) or {}
@@ -491,8 +492,8 @@ def _end_stop(run_id, run_dir, node, grace, reason, reply=False):
     answer of ``run.stop``."""
     node_path = os.path.join(run_dir, "node.json")
     hard = 0
-    if run_files.run_processes(run_id):
-        hard = run_files.terminate(run_id, None, grace)
+    if processes.run_processes(run_id):
+        hard = processes.terminate(run_id, None, grace)
     node = run_files.read_json(node_path, node) or node
     if node.get("container"):   # its containers too, by their label
         from .inimage import remove_for

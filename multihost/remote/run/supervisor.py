@@ -23,6 +23,7 @@ import traceback
 
 from ..registry import holds
 from . import files as run_files
+from . import processes
 from .blocked import BlockedRanks
 from . import ps as run_ps
 from ..sync import lock as sync_lock
@@ -261,7 +262,7 @@ class Supervisor(object):
             if not self.running():
                 self.stop_gpus()  # not an orphan: ours, and done with
                 # The launcher is done; anything it left behind is an orphan of the run.
-                if run_files.run_processes(self.run_id, os.getpid()):
+                if processes.run_processes(self.run_id, os.getpid()):
                     self.teardown(grace if self.stop_asked else min(grace, 3.0))
                     self.reap()
                 return
@@ -281,7 +282,7 @@ class Supervisor(object):
         def kill_now():
             self.say_stop_wait(blocked, said, started + grace)
             return self.kill_now or self.poll_exits_and_stop()
-        run_files.terminate(self.run_id, os.getpid(), grace, kill_now=kill_now,
+        processes.terminate(self.run_id, os.getpid(), grace, kill_now=kill_now,
                             skip_groups=(os.getpgrp(),), blocked=blocked)
         if blocked.ranks:
             self.record(stop_wait="", stop_note="%d rank%s blocked in a collective that %s peers left: "
@@ -341,7 +342,7 @@ class Supervisor(object):
         run_files.make_run_files_private(self.run_dir)
         state, code, sig = ("failed", None, None) if error else self.outcome()
         self.record(state=state, exit_code=code, signal=sig, ended=time.time(),
-                    error=error, ranks_left=len(run_files.run_processes(self.run_id, os.getpid())))
+                    error=error, ranks_left=len(processes.run_processes(self.run_id, os.getpid())))
         run_files.release_lock(self.run_id)  # only its own: a concurrent run holds none
         claim = getattr(self, "workdir_claim", None)
         if claim is not None:   # its name in a shared workdir's lock goes, not only its locks
@@ -357,7 +358,7 @@ def supervise(spec, run_dir, ready_fd):
     signal.signal(signal.SIGUSR1, sup.on_stop)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    me = {"pid": os.getpid(), "ticks": run_files.start_ticks(os.getpid())}
+    me = {"pid": os.getpid(), "ticks": processes.start_ticks(os.getpid())}
     try:
         run_files.make_reserve(run_dir)
         sup.record(supervisor=me)
@@ -402,7 +403,7 @@ def supervise(spec, run_dir, ready_fd):
         except OSError:
             pass
         try:
-            run_files.terminate(sup.run_id, os.getpid(), 0, skip_groups=(os.getpgrp(),))
+            processes.terminate(sup.run_id, os.getpid(), 0, skip_groups=(os.getpgrp(),))
             sup.finish(error=error)
         finally:
             sup.tell_launch_op({"ok": False, "error": error,
