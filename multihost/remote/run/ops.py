@@ -161,7 +161,7 @@ def start_supervisor(spec, run_dir, kept=None):
     tells us it started. Detached (a double fork, re-parented away from the ssh
     session), or, given ``kept``, our own child, its pid appended there (a Slurm step:
     remote/run/slurm.py)."""
-    from .supervisor import supervise
+    from .supervisor_main import supervise
 
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
@@ -223,7 +223,7 @@ def launch(request, kept=None):
         # Started beside the prepare, this waits for its turn with the supervisor loaded:
         # the spec, then the word "go". Without the word (the launch stopped before this
         # node's turn, the controller went away) nothing starts here.
-        from . import supervisor  # noqa: F401
+        from . import supervisor_main  # noqa: F401
 
         text, _, word = sys.stdin.read().partition("\n")
         if word.strip() != "go":
