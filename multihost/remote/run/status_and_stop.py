@@ -27,6 +27,9 @@ def expire_unlaunched(run_dir, node):
 
 
 def node_status(run_dir, node, tail, count_procs=True, tail_rank=None):
+    """What ``run.status`` and ``run.watch`` say of the node: its record, its state (a
+    running node whose supervisor died is failed), every rank's, and with ``tail`` the
+    last lines of the failed ranks' logs (and ``tail_rank``'s) and of the launcher's."""
     if node.get("state") == "prepared" and not node.get("supervisor") \
             and run_files.launch_expired(run_dir, node):
         expire_unlaunched(run_dir, node)
@@ -59,6 +62,7 @@ def node_status(run_dir, node, tail, count_procs=True, tail_rank=None):
 
 
 def node_or_fail(run_dir, run_id):
+    """The node's record, or an OpError when the run has none on this host."""
     node = run_files.read_json(os.path.join(run_dir, "node.json"))
     if not isinstance(node, dict):
         raise OpError("no run %s on this host" % run_id,
