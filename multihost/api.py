@@ -24,7 +24,8 @@ from typing import Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from .errors import ConfigError
 from .fanout import DEFAULT_FANOUT, HostResult
 from .fanout import HostGroup
-from .hosts import Host, HostOptions, build_hosts, load_inventory, parse_gpu_ids
+from .host_parsing import parse_gpu_ids
+from .hosts import Host, HostOptions, build_hosts, load_inventory
 from .job import JobOptions, parse_nproc, parse_start_port, workdir_for
 from .run.handle import Run, RunResult, notify
 from .spares import spare_item

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from .errors import ConfigError
-from .hosts import IN_PLACE, PROJECT, Host, parse_gpu_ids, parse_port
+from .host_parsing import parse_gpu_ids, parse_port
+from .hosts import IN_PLACE, PROJECT, Host
 
 # The reference docs recommend one FLAGS_START_PORT in 10000-20000 on every machine.
 DEFAULT_START_PORT = 17000

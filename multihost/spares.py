@@ -19,7 +19,7 @@ from .hosts import Host
 def parse_spares(text: str) -> List[Dict[str, object]]:
     """``--spares`` into one dict of fields per spare, like ``--ips`` (``[user@]host[:port]``),
     with node sets (``gpu[5-6]``) expanded in the order written."""
-    from .hosts import parse_host_item
+    from .host_parsing import parse_host_item
     from .nodeset import expand
 
     if not text.strip():

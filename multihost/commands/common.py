@@ -6,7 +6,8 @@ import os
 from typing import Tuple
 
 from ..errors import ConfigError
-from ..hosts import Host, HostOptions, load_inventory, parse_port, select_hosts
+from ..host_parsing import parse_port
+from ..hosts import Host, HostOptions, load_inventory, select_hosts
 
 HOST_OPTIONS_HELP = """\
 hosts:

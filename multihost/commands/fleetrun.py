@@ -88,7 +88,7 @@ def _count(flag: str):
 
 def _port(flag: str):
     def parse(text: str) -> int:
-        from ..hosts import parse_port
+        from ..host_parsing import parse_port
 
         return parse_port(text, flag)
     return parse

@@ -1,9 +1,10 @@
 """Read a run's log mirror on the controller: the lines of every rank, filtered.
 
-The mirror (``<log_dir>/<run_id>/<host>/log/workerlog.N``, written by ``follow.py``) is a
-byte-exact copy of each rank's log; beside each file, ``.<name>.times`` records when each
-chunk arrived (``offset epoch`` per line), which is what ``--since`` filters on: the
-controller saw those lines within a fraction of a second of their writing.
+The mirror (``<log_dir>/<run_id>/<host>/log/workerlog.N``, written by ``follow.py``; its
+layout: ``mirror_layout.py``) is a byte-exact copy of each rank's log; beside each file,
+``.<name>.times`` records when each chunk arrived (``offset epoch`` per line), which is
+what ``--since`` filters on: the controller saw those lines within a fraction of a
+second of their writing.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ..events import LogBlock, LogLine
 from .echo import LauncherEcho, fold_signal_trace
 
 from .frames import LineJoiner
-from .follow import Node, local_rank_of, mirror_path, role_of, times_path
+from .mirror_layout import Node, local_rank_of, mirror_path, role_of, times_path
 from ..untrusted import clean_block
 
 CHUNK = 1 << 20

@@ -16,7 +16,8 @@ from typing import Callable, Iterator, List, Optional, Tuple
 
 from ..errors import BadReply, ConfigError, MultihostError
 from ..events import LogBlock, LogLine, LogProgress, RunFinished
-from .follow import LogFollower, nodes_of
+from .follow import LogFollower
+from .mirror_layout import nodes_of
 from .mirror import LineFilter, parse_ranks, parse_since, read_mirror
 
 

@@ -94,7 +94,7 @@ def latest_gpu_sample(record: RunRecord, rank: int) -> Optional[GpuSample]:
     while a controller follows the run: `run`, or `logs --follow`)."""
     if not record.log_dir:
         return None
-    from ..logs.follow import mirror_path
+    from ..logs.mirror_layout import mirror_path
     from ..logs.gpus import latest_sample
 
     host = record.hosts[rank]

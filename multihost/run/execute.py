@@ -60,7 +60,7 @@ def _open_mirror(record: RunRecord, starter: Starter) -> Optional[Path]:
     cannot be made must stop the run, not leave it running with nobody watching."""
     if not record.log_dir:  # no mirror asked for (an embedding caller): states only
         return None
-    from ..logs.follow import ensure_private
+    from ..logs.mirror_layout import ensure_private
 
     try:
         return ensure_private(Path(record.log_dir))

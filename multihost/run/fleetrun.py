@@ -68,7 +68,7 @@ class PsLayout:
 
 
 def _split(text: str, flag: str, need_port: bool) -> List[Tuple[str, Optional[int]]]:
-    from ..hosts import parse_port
+    from ..host_parsing import parse_port
 
     items = []
     for item in (part.strip() for part in text.split(",")):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
 from ..errors import ConfigError
-from ..hosts import parse_gpu_ids
+from ..host_parsing import parse_gpu_ids
 from ..nodeset import expand
 
 # The variables an allocation is known by, newest spelling first (SLURM_NODELIST and

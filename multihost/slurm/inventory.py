@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
-from ..hosts import Host, parse_gpu_ids
+from ..host_parsing import parse_gpu_ids
+from ..hosts import Host
 from .allocation import Allocation, current
 
 TRANSPORTS = ("ssh", "srun")

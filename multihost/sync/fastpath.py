@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 from .manifest import Manifest
 from ..machines import IDENTITY_SHELL
-from ..remote.sync.lock import FALLBACK_DIR as FALLBACK_LOCKS, MARKER, SUFFIX as LOCK_SUFFIX
+from ..remote.sync.lock_files import FALLBACK_DIR as FALLBACK_LOCKS, MARKER, SUFFIX as LOCK_SUFFIX
 
 STATE_DIR = "~/.cache/multihost/sync-state"
 VERSION = 4
@@ -223,8 +223,8 @@ def matches_manifest(record: dict, manifest: Manifest) -> bool:
     return manifest.matches(record.get("digest"))
 
 
-# The lock of a tree kept in the home directory (remote/sync/lock.py lock_path: a tree
-# below /tmp, a run in place): read first, as the helper uses it once it exists.
+# The lock of a tree kept in the home directory (remote/sync/lock_files.py lock_path: a
+# tree below /tmp, a run in place): read first, as the helper uses it once it exists.
 HOME_LOCK = (f'"$HOME/{FALLBACK_LOCKS.partition("/")[2]}/$(printf %s "$PWD" | sha256sum | '
              f'cut -c1-24){LOCK_SUFFIX}"')
 

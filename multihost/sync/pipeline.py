@@ -8,7 +8,8 @@
    one: then it is done, or, for a small change, gets the change at once by the
    helper's stream.
 3. Any other host compares the manifest with its tree by content: one helper process
-   per host (session.py) answers the plan from its hash cache and stays to receive.
+   per host (session.py) answers the plan from its hash cache and stays to receive
+   (compare.py: the plans, and what follows them).
 4. What differs travels: one stream per host, plus relays host to host for heavy files
    several hosts need (deliver.py, transfer.py, bulk.py). Files removed here that
    a sync had put there are removed on the host; nothing else there is touched.
@@ -33,13 +34,13 @@ from ..events import Listener, SyncHostDone, SyncPlanned, SyncScanned, SyncWaiti
 from ..fanout import HostGroup, fan_out
 from ..machines import by_address, refuse_repeats
 from ..transport.base import pipe_errors_raise
-from .deliver import deliver, direct_fill
-from .fastpath import (adopt_record, forget_record, host_unchanged, load_record,
-                       matches_manifest, plan_from_record, remember_check, save_record,
-                       unchanged_keys)
+from .compare import compare_and_send, remember_synced
+from .deliver import direct_fill
+from .fastpath import (adopt_record, host_unchanged, load_record, matches_manifest,
+                       plan_from_record, remember_check, unchanged_keys)
 from .manifest import Manifest, build_manifest, code_revision, size_warnings
-from .model import (HostNeeds, HostSync, SyncReport, dry_result, failed_result, merge_result,
-                    needs_from_plan, sync_error, waited_note)
+from .model import (HostNeeds, HostSync, SyncReport, failed_result, merge_result,
+                    needs_from_plan, sync_error)
 from .session import HostSession
 from .recorded import Looked, look_first, nothing_to_write
 from .shared import (find_sharing, forget_tokens, one_writer_each, remember_shared,
@@ -66,11 +67,6 @@ def new_claim() -> dict:
         wait = WAIT_DEFAULT
     return {"id": "sync:" + secrets.token_hex(8), "kind": "sync", "wait": wait, "born": time.time(),
             "what": f"multihost sync from {socket.gethostname()} (controller pid {os.getpid()})"}
-
-
-def _same_tree(transport, code_root: str, remote_root: str) -> bool:
-    """A host that is this machine with its workdir on the code directory: nothing to do."""
-    return transport.is_local and os.path.realpath(remote_root) == os.path.realpath(code_root)
 
 
 @dataclass(frozen=True)
@@ -186,19 +182,19 @@ class _CodeSync:
         pending = {rank: k.needs for rank, k in self.known.items()
                    if k.needs is not None and k.nodes is None}
         try:
-            self.keys.update(_compare_and_send(self.cluster, manifest, self.sessions, pending,
-                                               self.results, self.dry_run, self.emit,
-                                               self.claims(), self.waits,
-                                               {rank: (item.record.get("machine"),
-                                                       item.record.get("root"))
-                                                for rank, item in self.known.items()}))
+            self.keys.update(compare_and_send(self.cluster, manifest, self.sessions, pending,
+                                              self.results, self.dry_run, self.emit,
+                                              self.claims(), self.waits,
+                                              {rank: (item.record.get("machine"),
+                                                      item.record.get("root"))
+                                               for rank, item in self.known.items()}))
         finally:
             for session in self.sessions.values():
                 session.abort()
         self.add_unchanged_keys(manifest)
         if not self.dry_run:
-            _record(self.cluster, manifest, self.workdirs, self.code_root, self.results,
-                    self.keys)
+            remember_synced(self.cluster, manifest, self.workdirs, self.code_root,
+                            self.results, self.keys)
         self.leave_connections()
         git.join()
         return self.report(manifest, revision[0] if revision else (None, False))
@@ -390,75 +386,3 @@ def _stream_small_change(transport, host, needs: HostNeeds, manifest: Manifest,
 def _ignore(*args) -> None:
     pass
 
-
-def _compare_and_send(cluster: HostGroup, manifest, sessions: Dict[int, HostSession],
-                      known: Dict[int, HostNeeds], results: Dict[int, HostSync], dry_run: bool,
-                      emit: Listener, claims: Dict[int, dict], waits: Dict[int, str],
-                      machines: Dict[int, Tuple[Optional[str], str]]
-                      ) -> Dict[int, Dict[str, list]]:
-    """Each session's plan, then what differs (with what ``known`` hosts need); fills
-    ``results`` (and ``waits``: the hosts whose helper waited for another sync), returns
-    the hosts' stat keys of what is in sync. One workdir of one machine listed twice
-    (``machines``: the known hosts' identities and roots; the sessions say theirs) is
-    refused before a byte is sent."""
-    payload = functools.lru_cache(maxsize=1)(manifest.encode)  # only for hosts that compare
-    needs: Dict[int, HostNeeds] = dict(known)
-    labels = {h.rank: h.label for h in cluster.hosts}
-    for rank, host_needs in known.items():
-        emit(SyncPlanned(labels[rank], host_needs))
-    planned_hosts = [h for h in cluster.hosts if h.rank in sessions]
-    plans: Dict[int, dict] = {}
-    for planned in cluster.map(lambda host, t: sessions[host.rank].plan(len(manifest.entries), payload), planned_hosts):
-        host = planned.host
-        if not planned.ok:
-            results[host.rank] = failed_result(host.label, host.rank, planned.error)
-            continue
-        if planned.value.get("waited"):
-            waits[host.rank] = waited_note(planned.value["waited"])
-        if planned.value.get("gen") is not None and host.rank in claims:
-            # The streams after this plan are applied only if no other sync wrote since.
-            claims[host.rank] = dict(claims[host.rank], gen=planned.value["gen"])
-        plans[host.rank] = planned.value
-        host_needs = needs_from_plan(manifest, host.rank, planned.value)
-        if _same_tree(cluster.transport(host), manifest.root, host_needs.root):
-            results[host.rank] = HostSync(host.label, host.rank, host_needs.root,
-                                          notes=("the workdir is the code directory itself",))
-            continue
-        needs[host.rank] = host_needs
-        emit(SyncPlanned(host.label, host_needs))
-    places = dict(machines)
-    for rank, session in sessions.items():
-        places[rank] = (session.machine, plans.get(rank, {}).get("root"))
-    refuse_repeats(cluster.hosts, {rank: f"{machine}|{root}" if machine and machine != "-"
-                                   and root else None for rank, (machine, root) in places.items()})
-    busy = {} if dry_run else {rank: n for rank, n in needs.items() if not n.empty}
-    for rank in needs.keys() - busy.keys():
-        label = labels[rank]
-        results[rank] = dry_result(label, needs[rank]) if dry_run else \
-            merge_result(label, needs[rank], [], None, (), 0.0)
-    # Already identical (or a dry run): end those sessions now; they answer their keys.
-    idle = [h for h in cluster.hosts if h.rank in sessions and h.rank not in busy]
-    keys: Dict[int, Dict[str, list]] = {}
-    for closed in cluster.map(lambda host, t: sessions[host.rank].close(), idle):
-        if closed.ok:
-            keys[closed.host.rank] = closed.value.get(str(closed.host.rank), {}).get("keys") or {}
-    if busy:
-        delivered, more_keys = deliver(cluster, manifest, busy, sessions, emit, claims)
-        results.update(delivered)
-        keys.update(more_keys)
-    return keys
-
-
-def _record(cluster: HostGroup, manifest, workdirs: Dict[int, str], code_root: str,
-            results: Dict[int, HostSync], keys: Dict[int, Dict[str, list]]) -> None:
-    """Remember each fully synced host's state for the next sync's fast path (the hash
-    of its `stat` answer is learned by that next check: see ``remember_check``)."""
-    for host in cluster.hosts:
-        if host.rank not in keys:
-            continue
-        result = results.get(host.rank)
-        if result is not None and result.ok and not result.kept:
-            save_record(host.label, workdirs[host.rank], code_root, result.root, manifest,
-                        keys[host.rank])
-        else:
-            forget_record(host.label, workdirs[host.rank], code_root)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ConfigError, ConnectError
-from ..hosts import Host, parse_host_item
+from ..host_parsing import parse_host_item
+from ..hosts import Host
 from ._paramiko import paramiko
 from .base import SshOptions
 from .hostcerts import CERT_SUFFIX

@@ -20,7 +20,8 @@ from rich.text import Text
 
 from ..events import NodeState, Notice, RunFinished
 from .terminal import no_color
-from .board import BoardModel, BoardSnapshot, FoldedRow, fold_rows, summary
+from .board import BoardModel, BoardSnapshot
+from .board_folding import FoldedRow, fold_rows, summary
 from .gpus import describe as describe_gpus
 from .plain import PlainView, describe_root_cause, describe_stopping, logs_line, restart_line
 

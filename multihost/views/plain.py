@@ -51,7 +51,7 @@ def logs_line(event: RunFinished) -> str:
     """Where each rank's log is, as the reference docs' users look for it:
     ``logs: log/latest/workerlog.N (this run: log/<run id>)``; N is the root cause's
     rank when one is known."""
-    from ..logs.follow import latest_link
+    from ..logs.mirror_layout import latest_link
 
     mirror = shown_path(event.logs)
     cause = event.root_cause

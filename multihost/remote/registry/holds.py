@@ -35,6 +35,7 @@ import time
 import unicodedata
 
 from ..run import files as run_files
+from ..run import processes
 from .place import (DIR, Unwritable, ensure_dir as _ensure_dir, holds_dir, locked,  # noqa: F401
                     personal_dir, root_fix, shared_trouble, user_of as _user_of)
 
@@ -134,7 +135,7 @@ def live(entry, now=None):
         # Her entry naming pid 1, or a pid of ours, holds nothing: the process must be
         # the owner's, with the start time recorded.
         return entry["ticks"] is not None and _owner_uid(entry["pid"]) == entry["uid"] and \
-            run_files.is_alive(entry["pid"], entry["ticks"])
+            processes.is_alive(entry["pid"], entry["ticks"])
     return now - entry["time"] < entry["stale_after"]
 
 

@@ -7,6 +7,7 @@ go on reading the run directory itself, which is always the current attempt.
 import os
 
 from . import files as run_files
+from . import processes
 from ..proto import OpError
 
 KEPT = ("rankwrap.py", "stackhook")   # written again by every prepare: nothing of the attempt's own
@@ -22,7 +23,7 @@ def archive_attempt(run_dir, attempt):
     if previous >= attempt:
         # This attempt was prepared here already: a second entry of the same machine.
         return
-    if node.get("supervisor") and run_files.supervisor_alive(node):
+    if node.get("supervisor") and processes.supervisor_alive(node):
         raise OpError("attempt %d of run %s still runs on this host" % (previous, node.get("run_id")),
                       "stop it first: multihost stop %s" % node.get("run_id"))
     target = os.path.join(run_dir, "attempt_%d" % previous)

@@ -9,7 +9,7 @@ and a conmon carrying the run's marker would be taken for one of the run's proce
 import os
 
 from . import container
-from . import files as run_files
+from . import processes
 
 # Exit statuses the engine's client gives a container whose process died of a signal.
 SIGNALLED = range(129, 160)
@@ -120,7 +120,7 @@ def rank_host_pid(run_id, stacks_path, inner=None):
         pid = int(name)
         env = dict(entry.partition("=")[::2] for entry in _proc_text(pid, "environ").split("\0")
                    if entry)
-        if env.get(run_files.MARKER) != run_id or env.get("MULTIHOST_STACKS_FILE") != stacks_path:
+        if env.get(processes.MARKER) != run_id or env.get("MULTIHOST_STACKS_FILE") != stacks_path:
             continue
         if inner is not None:
             if innermost_pid(pid) == inner:

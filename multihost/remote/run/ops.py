@@ -30,6 +30,9 @@ from ..registry import holds
 from ..registry import ops as ops_hold
 from . import attempt as run_attempt
 from . import files as run_files
+from . import processes
+from .status_and_stop import (StopLines, ask_stop, end_stop, expire_unlaunched, node_or_fail,
+                              node_status, say_launched)
 from ..sync import lock as sync_lock
 from .. import owners
 from ..proto import OpError, op
@@ -158,7 +161,7 @@ def start_supervisor(spec, run_dir, kept=None):
     tells us it started. Detached (a double fork, re-parented away from the ssh
     session), or, given ``kept``, our own child, its pid appended there (a Slurm step:
     remote/run/slurm.py)."""
-    from .supervisor import supervise
+    from .supervisor_main import supervise
 
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
@@ -220,7 +223,7 @@ def launch(request, kept=None):
         # Started beside the prepare, this waits for its turn with the supervisor loaded:
         # the spec, then the word "go". Without the word (the launch stopped before this
         # node's turn, the controller went away) nothing starts here.
-        from . import supervisor  # noqa: F401
+        from . import supervisor_main  # noqa: F401
 
         text, _, word = sys.stdin.read().partition("\n")
         if word.strip() != "go":
@@ -239,7 +242,7 @@ def launch(request, kept=None):
         key: spec.get(key) for key in ("run_id", "node_rank", "cwd", "spawn", "nproc",
                                        "rank_offset", "world_size", "grace", "display")})
     if run_files.launch_expired(run_dir, node):
-        _expire_unlaunched(run_dir, node)
+        expire_unlaunched(run_dir, node)
         raise OpError(run_files.LAUNCH_LOST, "start the run again: multihost rerun %s"
                       % spec["run_id"])
     reply = start_supervisor(spec, run_dir, kept)
@@ -268,8 +271,8 @@ def launched(request):
     """Every node of the run launched: this node's job may go on past its launch
     deadline. Refused when the node already gave up (its deadline passed first)."""
     run_dir = _run_dir(request)
-    _say_launched(run_dir)
-    node = _node_or_fail(run_dir, request["run_id"])
+    say_launched(run_dir)
+    node = node_or_fail(run_dir, request["run_id"])
     # A job that already ended by itself did start everywhere it ran: only a node that
     # gave up waiting refuses the word.
     if node.get("stop_reason") == run_files.LAUNCH_LOST:
@@ -279,65 +282,12 @@ def launched(request):
     return {}
 
 
-def _say_launched(run_dir):
-    """The word the supervisor waits for until its launch deadline (supervisor.py)."""
-    run_files.write_json(os.path.join(run_dir, run_files.LAUNCHED), {"time": time.time()})
-
-
-def _expire_unlaunched(run_dir, node):
-    """A node prepared but never launched, past its launch deadline: stopped, for good."""
-    node.update(state="stopped", ended=time.time(), stop_reason=run_files.LAUNCH_LOST)
-    run_files.write_json(os.path.join(run_dir, "node.json"), node)
-    run_files.release_lock(node.get("run_id"))
-    holds.ended(node.get("run_id"))
-
-
-def _status(run_dir, node, tail, count_procs=True, tail_rank=None):
-    if node.get("state") == "prepared" and not node.get("supervisor") \
-            and run_files.launch_expired(run_dir, node):
-        _expire_unlaunched(run_dir, node)
-    ranks = run_files.rank_records(run_dir)
-    # The node's record read again, after its ranks': the supervisor records a stop
-    # before it signals a rank, so a rank the stop ended is never sent without the stop
-    # (the controller would blame it). A loaded host can take long between the reads.
-    again = run_files.read_json(os.path.join(run_dir, "node.json"))
-    node = again if isinstance(again, dict) else node
-    alive = run_files.supervisor_alive(node)
-    state = node.get("state")
-    detail = node.get("error") or (node.get("stop_reason") if state == "stopped" else "") or ""
-    if state == "running" and not alive:
-        state, detail = "failed", "its supervisor died (host rebooted, or killed?)"
-        if run_files.no_space(run_dir):
-            detail = run_files.NO_SPACE
-    result = {"node": node, "state": state, "detail": detail, "supervisor_alive": alive,
-              "ranks": ranks, "time": time.time(),
-              "procs": len(run_files.run_processes(node.get("run_id") or "",
-                                                   (node.get("supervisor") or {}).get("pid")
-                                                   if alive else None)) if count_procs else None}
-    if tail:
-        wanted = {r["local_rank"] for r in ranks if r.get("exit_code") or r.get("signal")}
-        if tail_rank is not None:
-            wanted.add(int(tail_rank))
-        result["tails"] = {str(local): run_files.tail_lines(
-            os.path.join(run_dir, "log", "workerlog.%d" % local), tail) for local in sorted(wanted)}
-        result["launcher_tail"] = run_files.tail_lines(os.path.join(run_dir, "launcher.log"), tail)
-    return result
-
-
-def _node_or_fail(run_dir, run_id):
-    node = run_files.read_json(os.path.join(run_dir, "node.json"))
-    if not isinstance(node, dict):
-        raise OpError("no run %s on this host" % run_id,
-                      "list runs with `multihost status --list`")
-    return node
-
-
 @op("run.status")
 def status(request):
     run_dir = _run_dir(request)
-    node = _node_or_fail(run_dir, request["run_id"])
-    return _status(run_dir, node, int(request.get("tail") or 0),
-                   tail_rank=request.get("tail_rank"))
+    node = node_or_fail(run_dir, request["run_id"])
+    return node_status(run_dir, node, int(request.get("tail") or 0),
+                       tail_rank=request.get("tail_rank"))
 
 
 @op("run.watch", stream=True)
@@ -358,7 +308,7 @@ def watch(request):
 
     run_dir = _run_dir(request)
     if request.get("launched") and os.path.isfile(os.path.join(run_dir, "node.json")):
-        _say_launched(run_dir)
+        say_launched(run_dir)
     interval = float(request.get("interval", 0.2))
     heartbeat = float(request.get("heartbeat", 1.0))
     # Looked at every QUICK_TICK in the first ``quick_for`` seconds (waits.quick_start): a
@@ -366,7 +316,7 @@ def watch(request):
     quick_until = time.time() + float(request.get("quick_for") or 0)
     out = sys.stdout
     last_key, last_sent, procs, procs_at = None, 0.0, None, 0.0
-    commands = _StopLines() if request.get("stoppable") else None
+    commands = StopLines() if request.get("stoppable") else None
     stop_deadline = None   # (time, grace, reason): when the stop is finished by hand
     try:
         while True:
@@ -379,12 +329,12 @@ def watch(request):
             now = time.time()
             if stop_deadline is not None and now >= stop_deadline[0] \
                     and node.get("state") not in run_files.FINAL_STATES:
-                node = _end_stop(request["run_id"], run_dir, node, *stop_deadline[1:])
+                node = end_stop(request["run_id"], run_dir, node, *stop_deadline[1:])
                 stop_deadline = None
-            result = _status(run_dir, node, 0, count_procs=False)
+            result = node_status(run_dir, node, 0, count_procs=False)
             final = result["state"] in run_files.FINAL_STATES
             if now - procs_at >= 2.0 or final:  # a /proc scan: not on every tick
-                procs = len(run_files.run_processes(node.get("run_id") or "", None))
+                procs = len(processes.run_processes(node.get("run_id") or "", None))
                 procs_at = now
             result["procs"] = procs
             key = json.dumps([result["node"], result["ranks"], result["state"]], sort_keys=True)
@@ -402,43 +352,12 @@ def watch(request):
             select.select([0], [], [], tick)
             for stop in commands.read():
                 grace, reason = stop
-                if _ask_stop(request["run_id"], run_dir, node, grace, reason):
+                if ask_stop(request["run_id"], run_dir, node, grace, reason):
                     stop_deadline = (time.time() + grace + 10, grace, reason)
                 else:  # no supervisor to ask: stopped here, now
-                    _end_stop(request["run_id"], run_dir, node, grace, reason)
+                    end_stop(request["run_id"], run_dir, node, grace, reason)
     except (BrokenPipeError, IOError):
         return 0  # the controller went away; the run goes on
-
-
-class _StopLines:
-    """Stop requests arriving on stdin, one JSON line each, read without blocking the
-    watch (called after select says stdin is readable, or not). EOF (the controller
-    closed its side, or went away) ends the reading, not the watch."""
-
-    def __init__(self):
-        self.closed = False
-        self.buffer = b""
-
-    def read(self):
-        import select
-
-        if self.closed or not select.select([0], [], [], 0)[0]:
-            return []
-        data = os.read(0, 65536)
-        if not data:
-            self.closed = True
-            return []
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
-        self.buffer = self.buffer[-65536:]   # a line with no end is not kept forever
-        stops = []
-        for line in lines:
-            try:
-                stop = json.loads(line.decode("utf-8", "replace")).get("stop")
-                stops.append((float(stop.get("grace", 10)), str(stop.get("reason") or "stopped")))
-            except (ValueError, AttributeError, TypeError):
-                continue  # not a stop request: nothing else is asked on this stream
-        return stops
 
 
 @op("run.stop")
@@ -447,64 +366,15 @@ def stop(request):
     a second call with grace 0 turns a graceful stop into an immediate kill."""
     run_id = request["run_id"]
     run_dir = _run_dir(request)
-    node = _node_or_fail(run_dir, run_id)
+    node = node_or_fail(run_dir, run_id)
     grace = float(request.get("grace", 10))
     reason = request.get("reason") or "stopped"
     node_path = os.path.join(run_dir, "node.json")
-    if _ask_stop(run_id, run_dir, node, grace, reason):
+    if ask_stop(run_id, run_dir, node, grace, reason):
         deadline = time.time() + grace + 10
         while time.time() < deadline:
             node = run_files.read_json(node_path, node) or node
             if node.get("state") in run_files.FINAL_STATES:
                 break
             time.sleep(0.05)
-    return _end_stop(run_id, run_dir, node, grace, reason, reply=True)
-
-
-def _ask_stop(run_id, run_dir, node, grace, reason):
-    """Ask the run's supervisor to stop it (grace, then SIGKILL); True if there is one to
-    ask. A prepared node that never launched is marked stopped here and then."""
-    import signal
-
-    if node.get("state") == "prepared" and not node.get("supervisor"):
-        node.update(state="stopped", ended=time.time(), stop_reason=reason)
-        run_files.write_json(os.path.join(run_dir, "node.json"), node)
-        run_files.release_lock(run_id)
-        holds.ended(run_id)
-        return False
-    if node.get("state") in run_files.FINAL_STATES or not run_files.supervisor_alive(node):
-        return False
-    stop_path = os.path.join(run_dir, "stop.json")
-    asked = run_files.read_json(stop_path, {}) or {}
-    if "grace" not in asked or grace < float(asked["grace"]):
-        run_files.write_json(stop_path, {"grace": grace, "reason": reason, "time": time.time()})
-    try:
-        os.kill(node["supervisor"]["pid"], signal.SIGUSR1 if grace <= 0 else signal.SIGTERM)
-    except OSError:
-        pass
-    return True
-
-
-def _end_stop(run_id, run_dir, node, grace, reason, reply=False):
-    """No supervisor (it died, or never ran), or it did not finish in time: stop what is
-    left here and record the node stopped. The node's record, or with ``reply`` the
-    answer of ``run.stop``."""
-    node_path = os.path.join(run_dir, "node.json")
-    hard = 0
-    if run_files.run_processes(run_id):
-        hard = run_files.terminate(run_id, None, grace)
-    node = run_files.read_json(node_path, node) or node
-    if node.get("container"):   # its containers too, by their label
-        from .inimage import remove_for
-
-        remove_for(node["container"], run_id)
-    if node.get("state") not in run_files.FINAL_STATES:
-        node.update(state="stopped", ended=time.time(), stop_reason=reason)
-        run_files.write_json(node_path, node)
-        run_files.release_lock(run_id)
-        holds.ended(run_id)
-    if not reply:
-        return node
-    result = _status(run_dir, node, 0)
-    result["killed_hard"] = hard
-    return result
+    return end_stop(run_id, run_dir, node, grace, reason, reply=True)

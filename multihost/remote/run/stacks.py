@@ -13,6 +13,7 @@ import subprocess
 import time
 
 from . import files as run_files
+from . import processes
 from .ops import _run_dir
 from ..proto import op
 
@@ -105,7 +106,7 @@ def dump(request):
         pid = record.get("pid")
         entry = {"local_rank": record.get("local_rank"), "rank": record.get("rank"),
                  "pid": pid, "method": None, "stack": None, "error": None}
-        if not pid or record.get("ended") is not None or not run_files.is_alive(pid):
+        if not pid or record.get("ended") is not None or not processes.is_alive(pid):
             entry["error"] = "not running"
         elif py_spy:
             entry["method"] = "py-spy"

@@ -1,45 +1,26 @@
-"""The supervisor of one node of a run: a detached process on the host that starts the
-launcher (or one process per rank), waits for it, tears down whatever it leaves behind,
-and records every change in node.json. Stdlib only, Python 3.6+.
-
-It is started by the ``run.launch`` operation with a double fork and setsid, so it
-belongs to no ssh session: a controller that disconnects or dies does not end the job.
-It declares itself a child subreaper, so a grandchild whose parent dies (a data-loader
-worker of a killed rank) is re-parented to it and is still found and stopped.
-
-Signals: SIGTERM asks for a stop with the grace period written in stop.json; SIGUSR1
-asks to kill at once. It never dies before writing the final state: every path out of
-``supervise`` goes through ``finish``.
+"""The supervisor of one node of a run: on the host, it starts the launcher (or one
+process per rank), waits for it, tears down whatever it leaves behind, and records every
+change in node.json; a stop asked (stop.json, a signal) or a rank's failure ends the
+node. Its process, detached from every ssh session, is supervisor_main.py's. Stdlib
+only, Python 3.6+.
 """
-import ctypes
 import errno
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
-import traceback
 
 from ..registry import holds
 from . import files as run_files
+from . import processes
 from .blocked import BlockedRanks
 from . import ps as run_ps
-from ..sync import lock as sync_lock
-from .container import ContainerError
 from .gpus import GpuSampler
 from .rankwrap import child_env, exit_mark
 
 PR_SET_CHILD_SUBREAPER = 36
 POLL = 0.05
-
-
-def set_subreaper():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: orphans go to init, and are still found by their env marker
 
 
 class Supervisor(object):
@@ -261,7 +242,7 @@ class Supervisor(object):
             if not self.running():
                 self.stop_gpus()  # not an orphan: ours, and done with
                 # The launcher is done; anything it left behind is an orphan of the run.
-                if run_files.run_processes(self.run_id, os.getpid()):
+                if processes.run_processes(self.run_id, os.getpid()):
                     self.teardown(grace if self.stop_asked else min(grace, 3.0))
                     self.reap()
                 return
@@ -281,7 +262,7 @@ class Supervisor(object):
         def kill_now():
             self.say_stop_wait(blocked, said, started + grace)
             return self.kill_now or self.poll_exits_and_stop()
-        run_files.terminate(self.run_id, os.getpid(), grace, kill_now=kill_now,
+        processes.terminate(self.run_id, os.getpid(), grace, kill_now=kill_now,
                             skip_groups=(os.getpgrp(),), blocked=blocked)
         if blocked.ranks:
             self.record(stop_wait="", stop_note="%d rank%s blocked in a collective that %s peers left: "
@@ -341,70 +322,9 @@ class Supervisor(object):
         run_files.make_run_files_private(self.run_dir)
         state, code, sig = ("failed", None, None) if error else self.outcome()
         self.record(state=state, exit_code=code, signal=sig, ended=time.time(),
-                    error=error, ranks_left=len(run_files.run_processes(self.run_id, os.getpid())))
+                    error=error, ranks_left=len(processes.run_processes(self.run_id, os.getpid())))
         run_files.release_lock(self.run_id)  # only its own: a concurrent run holds none
         claim = getattr(self, "workdir_claim", None)
         if claim is not None:   # its name in a shared workdir's lock goes, not only its locks
             claim.give_back()
         holds.ended(self.run_id)             # the host-wide registry, which every user reads
-
-
-def supervise(spec, run_dir, ready_fd):
-    """Body of the detached grandchild; returns the process exit status."""
-    sup = Supervisor(spec, run_dir, ready_fd)
-    set_subreaper()
-    signal.signal(signal.SIGTERM, sup.on_stop)
-    signal.signal(signal.SIGUSR1, sup.on_stop)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    me = {"pid": os.getpid(), "ticks": run_files.start_ticks(os.getpid())}
-    try:
-        run_files.make_reserve(run_dir)
-        sup.record(supervisor=me)
-        run_files.set_lock_supervisor(sup.run_id, me)
-        holds.supervised(sup.run_id, me["pid"], me["ticks"])   # the host-wide registry
-        try:
-            # Held for the run's life: a sync into this workdir is refused naming the run.
-            sup.workdir_claim = sync_lock.hold_for_run(
-                os.path.join(os.path.expanduser("~"), os.path.expanduser(spec.get("cwd") or "~")),
-                sup.run_id, in_place=bool(spec.get("in_place")))
-        except sync_lock.Busy as busy:
-            sup.finish(error=busy.text)
-            sup.tell_launch_op({"ok": False, "error": busy.text, "fix": busy.fix})
-            return 1
-        try:
-            sup.start()
-        except OSError as err:
-            what = err.filename or spec["argv"][0]
-            message = "cannot start %s: %s" % (what, err.strerror or err)
-            sup.finish(error=message)
-            sup.tell_launch_op({"ok": False, "error": message})  # no log: the message is all
-            return 1
-        except ContainerError as err:
-            sup.finish(error=err.text)
-            sup.tell_launch_op({"ok": False, "error": err.text, "fix": err.fix})
-            return 1
-        first = min(sup.children) if sup.children else None
-        sup.record(state="running", started=time.time(), pid=first, pgid=sup.pgid,
-                   pids=sorted(sup.children))
-        sup.tell_launch_op({"ok": True, "node": sup.node})
-        sup.loop()
-        sup.finish()
-        return 0
-    except BaseException as exc:  # never leave without a final state
-        text = traceback.format_exc()
-        error = "supervisor crashed: %s" % text.strip().splitlines()[-1]
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            error = run_files.NO_SPACE
-        try:
-            sys.stderr.write(text)  # supervisor.log (see ops_run.start_supervisor)
-            sys.stderr.flush()
-        except OSError:
-            pass
-        try:
-            run_files.terminate(sup.run_id, os.getpid(), 0, skip_groups=(os.getpgrp(),))
-            sup.finish(error=error)
-        finally:
-            sup.tell_launch_op({"ok": False, "error": error,
-                                "log": os.path.join(run_dir, "supervisor.log")})
-        return 1

@@ -23,7 +23,8 @@ import time
 
 from ..machine import machine_identity
 from .. import owners
-from .lock import Busy, Claim, remove_marker
+from .lock import Busy, Claim
+from .lock_files import remove_marker
 from .fs import FILE, LINK, UnsafePath, check_relpath, resolve_root
 from .receiver import Progress, Receiver
 from .pipe import grow_pipe

@@ -4,7 +4,8 @@ import textwrap
 import pytest
 
 from multihost.errors import ConfigError
-from multihost.hosts import HostOptions, load_hosts, parse_ips
+from multihost.host_parsing import parse_ips
+from multihost.hosts import HostOptions, load_hosts
 
 
 def hostfile(tmp_path, text):

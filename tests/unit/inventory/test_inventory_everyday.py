@@ -5,7 +5,8 @@ import pytest
 
 from multihost.run import env as run_env
 from multihost.errors import ConfigError
-from multihost.hosts import load_hosts, parse_gpu_ids, select_hosts
+from multihost.host_parsing import parse_gpu_ids
+from multihost.hosts import load_hosts, select_hosts
 from multihost.job import JobOptions
 from multihost.nodeset import expand, fold
 

@@ -6,7 +6,7 @@ import time
 
 from multihost.hosts import Host
 from multihost.logs.echo import LauncherEcho
-from multihost.logs.follow import Node
+from multihost.logs.mirror_layout import Node
 from multihost.logs.mirror import read_node
 
 from test_logs import RUN, follow, home, lines  # noqa: F401 (fixture)

@@ -88,7 +88,7 @@ def test_follow_streams_until_the_node_finishes(home, tmp_path):
 
 
 def test_global_rank_counts_the_processes_of_earlier_nodes(home, tmp_path):
-    from multihost.logs.follow import nodes_of
+    from multihost.logs.mirror_layout import nodes_of
 
     nodes = nodes_of([(Host(name="a", rank=0), 4), (Host(name="b", rank=1), 2),
                       (Host(name="c", rank=2), 2)])

@@ -5,7 +5,7 @@ import pytest
 
 from multihost.errors import ConfigError
 from multihost.hosts import Host
-from multihost.logs.follow import nodes_of, times_path
+from multihost.logs.mirror_layout import nodes_of, times_path
 from multihost.logs.mirror import LineFilter, parse_ranks, parse_since, read_mirror
 
 HOSTS = [Host(name="198.18.0.11", rank=0), Host(name="198.18.0.12", rank=1)]
@@ -66,7 +66,7 @@ def test_since_and_ranks_parsing():
 
 
 def test_latest_names_the_newest_run_and_each_rank_by_its_global_rank(tmp_path):
-    from multihost.logs.follow import link_latest
+    from multihost.logs.mirror_layout import link_latest
 
     for run in ("run-a", "run-b"):
         mirror = tmp_path / run
@@ -87,7 +87,7 @@ def test_latest_names_the_newest_run_and_each_rank_by_its_global_rank(tmp_path):
 
 
 def test_latest_names_the_newest_attempt_of_a_restarted_run(tmp_path):
-    from multihost.logs.follow import link_latest
+    from multihost.logs.mirror_layout import link_latest
 
     for attempt in (0, 1):
         mirror = tmp_path / "run-a" / f"attempt_{attempt}"

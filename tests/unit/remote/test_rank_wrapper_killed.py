@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from multihost.remote.run import files
+from multihost.remote.run import processes as run_processes
 
 
 def test_a_killed_wrappers_rank_is_dated_before_the_peers_its_launcher_stopped(tmp_path):
@@ -24,7 +25,7 @@ def test_a_killed_wrappers_rank_is_dated_before_the_peers_its_launcher_stopped(t
 def test_a_live_wrappers_rank_is_left_running(tmp_path):
     (tmp_path / "rank.0.json").write_text(json.dumps(
         {"local_rank": 0, "rank": 0, "ended": None, "signal": None, "exit_code": None,
-         "wrapper": [subprocess.os.getpid(), files.start_ticks(subprocess.os.getpid())]}))
+         "wrapper": [subprocess.os.getpid(), run_processes.start_ticks(subprocess.os.getpid())]}))
     running, = files.rank_records(str(tmp_path))
     assert running["ended"] is None and "wrapper_killed" not in running
 
@@ -32,11 +33,11 @@ def test_a_live_wrappers_rank_is_left_running(tmp_path):
 def _container(monkeypatch, processes):
     """A host whose processes are ``{host pid: (pid namespace, pid in there, ticks)}``;
     this process's namespace is the host's."""
-    monkeypatch.setattr(files, "_all_pids", lambda: list(processes) + [subprocess.os.getpid()])
-    monkeypatch.setattr(files, "_pid_namespace", lambda pid="self": "pid:[1]" if pid in (
+    monkeypatch.setattr(run_processes, "_all_pids", lambda: list(processes) + [subprocess.os.getpid()])
+    monkeypatch.setattr(run_processes, "_pid_namespace", lambda pid="self": "pid:[1]" if pid in (
         "self", subprocess.os.getpid()) else processes[pid][0])
-    monkeypatch.setattr(files, "_ns_pid", lambda pid: processes[pid][1])
-    monkeypatch.setattr(files, "is_alive", lambda pid, ticks=None: pid in processes and (
+    monkeypatch.setattr(run_processes, "_ns_pid", lambda pid: processes[pid][1])
+    monkeypatch.setattr(run_processes, "is_alive", lambda pid, ticks=None: pid in processes and (
         ticks is None or processes[pid][2] == ticks))
 
 

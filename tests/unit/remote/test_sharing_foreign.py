@@ -6,7 +6,7 @@ import sys
 import time
 
 from multihost.remote.registry import holds
-from multihost.remote.run import files as run_files
+from multihost.remote.run import processes as run_processes
 from multihost.remote.check import proc as ops_check_proc
 from multihost.remote.registry import ops as ops_hold
 
@@ -28,8 +28,8 @@ def launcher(tmp_path, name="torchrun", wait=10.0):
 
 def stop(proc):
     for pid in [proc.pid] + [int(p) for p in os.listdir("/proc") if p.isdigit()
-                             and ops_check_proc.run_files._stat(int(p))
-                             and ops_check_proc.run_files._stat(int(p))[1] == proc.pid]:
+                             and run_processes._stat(int(p))
+                             and run_processes._stat(int(p))[1] == proc.pid]:
         try:
             os.kill(pid, 9)
         except OSError:
@@ -63,7 +63,7 @@ def test_the_processes_of_a_run_in_the_registry_are_not_foreign(tmp_path):
         assert found is not None
         run_id = "20261127-110200-ab12"
         ops_hold.claim({"run_id": run_id, "hold": {}})
-        holds.update(run_id, pid=os.getpid(), ticks=run_files.start_ticks(os.getpid()))   # its supervisor: our pytest
+        holds.update(run_id, pid=os.getpid(), ticks=run_processes.start_ticks(os.getpid()))   # its supervisor: our pytest
         assert not [f for f in ops_check_proc.foreign_facts({}) if f["pid"] == proc.pid]
     finally:
         stop(proc)

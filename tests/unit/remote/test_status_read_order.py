@@ -5,6 +5,7 @@ import json
 import os
 
 from multihost.remote.run import files, ops
+from multihost.remote.run import processes
 from multihost.run.outcome import failures_of, parse_status
 
 
@@ -15,7 +16,7 @@ def test_a_rank_ended_by_a_stop_between_the_reads_comes_with_the_stop(tmp_path, 
     os.makedirs(run_dir)
     node_path = os.path.join(run_dir, "node.json")
     node = {"run_id": run_id, "state": "running",   # this process plays the supervisor
-            "supervisor": {"pid": os.getpid(), "ticks": files.start_ticks(os.getpid())}}
+            "supervisor": {"pid": os.getpid(), "ticks": processes.start_ticks(os.getpid())}}
     with open(node_path, "w") as out:
         json.dump(node, out)
     with open(os.path.join(run_dir, "rank.0.json"), "w") as out:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from multihost.errors import ConfigError
-from multihost.hosts import load_hosts, parse_hostfile
+from multihost.host_parsing import parse_hostfile
+from multihost.hosts import load_hosts
 from multihost.run.launcher_choice import choose_launcher
 
 

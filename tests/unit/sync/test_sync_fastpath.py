@@ -10,7 +10,7 @@ import types
 from multihost.sync.fastpath import (load_record, parse_stat_output, record_entries,
                                      remember_check, save_record, stat_command,
                                      stat_generation, stat_machine, verified_digest)
-from multihost.remote.sync.lock import MARKER, SUFFIX
+from multihost.remote.sync.lock_files import MARKER, SUFFIX
 from multihost.sync.manifest import build_manifest
 
 # The workdir's generation, then

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from multihost.remote.sync.lock import (MARKER, STALE, Busy, Claim, lock_path, marked,
-                                        refuse_unfinished)
+from multihost.remote.sync.lock import STALE, Busy, Claim, refuse_unfinished
+from multihost.remote.sync.lock_files import MARKER, lock_path, marked
 
 HOLD = """
 import sys, time

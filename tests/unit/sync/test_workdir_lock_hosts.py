@@ -12,7 +12,8 @@ import pytest
 
 from multihost.remote.machine import host_name
 from multihost.remote.sync import hostlock
-from multihost.remote.sync.lock import Busy, Claim, lock_path
+from multihost.remote.sync.lock import Busy, Claim
+from multihost.remote.sync.lock_files import lock_path
 
 
 @pytest.fixture(autouse=True)
