@@ -37,6 +37,16 @@ def reexec_inside(lab: Lab, script: str, args: Sequence[str]) -> int:
     return subprocess.call(argv, env=env)
 
 
+def remove_scratch(directory: Path) -> None:
+    """A bench's scratch directory, and the workdir lock its runs left beside it (a run's
+    hold on a workdir is a file next to it, kept for the next run)."""
+    import shutil
+
+    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        directory.with_name(directory.name + ".multihost-lock").unlink()
+
+
 def timed(argv: Sequence[str], **kw) -> float:
     started = time.perf_counter()
     done = subprocess.run(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)

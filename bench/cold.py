@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _lab import REPO, addresses, bench_lab, hostfile, measured, reexec_inside  # noqa: E402
+from _lab import (REPO, addresses, bench_lab, hostfile, measured, reexec_inside,  # noqa: E402
+                  remove_scratch)
 
 SMALL_FILES = 2000
 RERUN_GOAL = 1.0
@@ -156,7 +156,7 @@ def inside(args) -> int:
         if args.before:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
                             str(scratch / "before")], check=False)
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)
     return 1 if missed else 0
 
 

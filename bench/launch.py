@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _lab import REPO, addresses, main_with_lab
+from _lab import REPO, addresses, main_with_lab, remove_scratch
 
 SIZES = (1, 4, 8)
 GRACE = 10.0
@@ -148,7 +148,7 @@ def inside(runs: int) -> None:
             print(f"first failure to last process gone, 4 hosts, grace {GRACE:g}s, {what}: "
                   f"{statistics.median(times):.2f}s (goal <= {GRACE + 3:g}s)")
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_scratch(directory)
 
 
 if __name__ == "__main__":

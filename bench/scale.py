@@ -41,7 +41,7 @@ from typing import Callable, Dict, List, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _lab import (REPO, WRITER, Measure, addresses, bench_lab, hostfile, measured,  # noqa: E402
-                  parallel_ssh, reexec_inside)
+                  parallel_ssh, reexec_inside, remove_scratch)
 
 LAB_HOSTS = 64
 GRACE = 2.0
@@ -335,7 +335,7 @@ def inside(name: str, sizes: Sequence[int], runs: int) -> None:
                     rows.setdefault(case, {}).setdefault(n, []).append(pair)
         report(name, rows)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_scratch(work)
 
 
 def main() -> int:
