@@ -95,7 +95,10 @@ def test_a_cut_host_is_marked_without_holding_the_others(lab):
         done, doc = check(lab, "--connect-timeout", "2")
         elapsed = time.monotonic() - started
     assert done.returncode == 3 and doc["ok"] is False
-    assert elapsed < 12, f"the report took {elapsed:.1f}s"
+    # Not held by the cut host: a wait on its TCP connect would take minutes (the
+    # kernel's SYN retries), the check's own waits (--connect-timeout 2, the probes'
+    # budget) some seconds, more on a machine busy with other work.
+    assert elapsed < 60, f"the report took {elapsed:.1f}s"
     cut = by_name(doc, 2)
     assert cut["reach"]["status"] == "fail" and cut["ssh"]["status"] == "fail"
     assert "198.18.0.13:22" in cut["ssh"]["detail"]
