@@ -349,7 +349,8 @@ def test_a_slow_host_is_marked_and_does_not_hold_the_report(lab, tmp_path):
         started = time.monotonic()
         done, doc = check(lab, "--timeout", "1", hostfile=hostfile)
         elapsed = time.monotonic() - started
-    assert done.returncode == 3 and elapsed < 15, f"{elapsed:.1f}s"
+    # The stalled python never answers: held by it, the report would never come.
+    assert done.returncode == 3 and elapsed < 60, f"{elapsed:.1f}s"
     software = by_name(doc, 2)["software"]
     assert software["status"] == "fail"
     assert software["detail"].startswith("the checks did not answer within 8s")
