@@ -55,7 +55,8 @@ class Session:
         self.rendezvous: Optional[dict] = None
         self.rendezvous_error: Optional[str] = None
 
-    def probe(self, budget: float, data: Optional[CheckResult]) -> HostProbe:
+    def probe(self, budget: float, data: Optional[CheckResult],
+              budgets: Optional[dict] = None) -> HostProbe:
         skew = self.skew
         if skew is not None:
             # The reply's trip back takes about half a round trip (the controller's ping),
@@ -64,7 +65,8 @@ class Session:
             skew += min(self.skew_error, rtt / 2000.0) if rtt is not None else self.skew_error / 2
         return HostProbe(self.host, self.address, self.local, self.via, self.reach,
                          self.ssh_ms, self.ssh_error, self.facts, self.facts_error, skew,
-                         self.skew_error, self.rendezvous, self.rendezvous_error, data, budget)
+                         self.skew_error, self.rendezvous, self.rendezvous_error, data, budget,
+                         dict(budgets or {}))
 
 
 def _connect(cluster: HostGroup, session: Session, notify: Progress):

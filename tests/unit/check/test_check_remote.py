@@ -237,6 +237,18 @@ def test_a_hung_probe_is_reported_and_not_waited_for(monkeypatch):
     assert facts["timed_out"] == ["disk"] and "hostname" in facts
 
 
+def test_a_probe_given_a_longer_budget_is_waited_for_while_the_others_keep_theirs(monkeypatch):
+    import threading
+
+    never = threading.Event()
+    monkeypatch.setitem(ops_check.PROBES, "image", lambda request: time.sleep(0.5) or {"id": 1})
+    monkeypatch.setitem(ops_check.PROBES, "disk", lambda request: never.wait(30))
+    facts = ops_check.gather({"probes": ["image", "disk", "hostname"], "budget": 0.2,
+                              "budgets": {"image": 60.0}})
+    assert facts["image"] == {"id": 1}   # past the common budget, within its own
+    assert facts["timed_out"] == ["disk"] and "hostname" in facts
+
+
 def test_disk_facts_for_a_workdir_not_made_yet(tmp_path):
     facts = ops_check.disk_facts({"workdir": str(tmp_path / "a" / "b")})
     assert facts["exists"] is False and facts["existing"] == str(tmp_path)
