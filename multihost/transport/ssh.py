@@ -137,8 +137,9 @@ class SshTransport(Transport):
     def _channel(self) -> paramiko.Channel:
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
-            raise ConnectError("the ssh connection was lost", host=self.host.label,
-                               kind=ConnectError.LOST, fix="check the host and the network")
+            raise ConnectError(f"the ssh connection was lost{_why_ended(transport)}",
+                               host=self.host.label, kind=ConnectError.LOST,
+                               fix="check the host and the network")
         try:
             return transport.open_session(timeout=self.target.connect_timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -207,6 +208,17 @@ class SshTransport(Transport):
 
 
 KILL_WAIT = 5.0
+
+
+def _why_ended(transport) -> str:
+    """What ended a connection, as its reader saw it: ' (the host closed it)', or the
+    socket's error (ETIMEDOUT: nothing acknowledged for ssh_login.DEAD_LINK seconds)."""
+    exc = getattr(transport, "saved_exception", None)
+    if exc is None:
+        return ""
+    if isinstance(exc, EOFError):
+        return " (the host closed it)"
+    return f" ({exc or type(exc).__name__})"
 
 
 def _drain(channel: paramiko.Channel, deadline: Optional[float]):
