@@ -200,8 +200,12 @@ class Round:
             _store(session, call(transport, "check.host", request, self.timeout),
                    began_wall, self.merge)
             return
+        # The listener outlives the round unless told (stdin closed, once every peer is
+        # done): a peer whose python starts late on a busy host connects late, and a
+        # listener gone a budget after this host's facts would have it told `refused`.
         request = dict(request, listen={"port": self.listen_port, "token": self.token,
-                                        "address": self.master}, hold=self.timeout)
+                                        "address": self.master},
+                       hold=max(self.timeout, self.deadline - time.monotonic()))
         _hold(transport, session, request, self.master_said, self.peers_done, self.deadline,
               began_wall, self.merge)
 
