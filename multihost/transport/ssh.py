@@ -44,7 +44,41 @@ class ChannelInput(InputStream):
         paramiko closes it again when it is collected, and a second close raises (in
         __del__, where it can only be printed)."""
         self._raw.flush()
-        self._channel.shutdown_write()
+        send_eof(self._channel)
+
+
+EOF_WAIT = 30.0   # paramiko's own bound on a key exchange that holds up a message
+
+
+def send_eof(channel: paramiko.Channel) -> None:
+    """The channel's EOF, never after its CLOSE. paramiko's ``shutdown_write`` picks the
+    EOF under the channel's lock but sends it after releasing it: a command that ends
+    meanwhile has its CLOSE answered first, sshd frees the channel, then reads an EOF
+    for a channel it no longer has and drops the whole connection ("ieof packet referred
+    to nonexistent channel"): every other command of the host's was lost with it. On a
+    busy controller that gap is wide, and a stream's end is when its command ends.
+    Here the EOF goes out holding the transport's send lock, taken under the channel's:
+    a CLOSE answered meanwhile waits for it, and a channel closed already gets none."""
+    transport = channel.get_transport()
+    deadline = time.monotonic() + EOF_WAIT
+    while True:
+        transport.clear_to_send.wait(0.1)   # not while keys are exchanged (as paramiko)
+        if not transport.is_active():
+            return
+        with channel.lock:
+            if channel.closed or channel.eof_sent:
+                return
+            transport.clear_to_send_lock.acquire()
+            if transport.clear_to_send.is_set():
+                message = channel._send_eof()
+                break
+            transport.clear_to_send_lock.release()
+        if time.monotonic() > deadline:
+            raise paramiko.SSHException("Key-exchange timed out waiting for key negotiation")
+    try:
+        transport._send_message(message)
+    finally:
+        transport.clear_to_send_lock.release()
 
 
 class SshProcess(Process):
@@ -157,7 +191,7 @@ class SshTransport(Transport):
             channel.exec_command(remote_line(line))
             if input:
                 channel.sendall(input)
-            channel.shutdown_write()
+            send_eof(channel)
             stdout, stderr = _drain(channel, deadline)
             if stdout is None:
                 pid = split_start(stderr)[0]
@@ -188,7 +222,7 @@ class SshTransport(Transport):
             channel = self._channel()
             try:
                 channel.exec_command(kill_group_line(pid))
-                channel.shutdown_write()
+                send_eof(channel)
                 channel.status_event.wait(KILL_WAIT)
             finally:
                 channel.close()
