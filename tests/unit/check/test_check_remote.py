@@ -4,6 +4,7 @@ import errno
 import shutil
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from multihost.remote.check import ping as net_ping
 from multihost.remote.check import ops as ops_check
 from multihost.remote.check import net
 
-RUN_ID = "20261121-101500-3f2a"
+# Its own in each test process: the scan sees every process of this user, and another
+# worker's test (or another checkout's) leaves a sleeper with its run id meanwhile.
+RUN_ID = "20261121-101500-" + secrets.token_hex(2)
 
 
 def free_port() -> int:
