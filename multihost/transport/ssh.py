@@ -68,11 +68,14 @@ def send_eof(channel: paramiko.Channel) -> None:
         with channel.lock:
             if channel.closed or channel.eof_sent:
                 return
-            transport.clear_to_send_lock.acquire()
-            if transport.clear_to_send.is_set():
-                message = channel._send_eof()
-                break
-            transport.clear_to_send_lock.release()
+            # Never waited for under the channel's lock: its holder may be a send blocked
+            # on a full socket, and paramiko's reader needs this lock to read on.
+            if transport.clear_to_send_lock.acquire(blocking=False):
+                if transport.clear_to_send.is_set():
+                    message = channel._send_eof()
+                    break
+                transport.clear_to_send_lock.release()
+        time.sleep(0.005)
         if time.monotonic() > deadline:
             raise paramiko.SSHException("Key-exchange timed out waiting for key negotiation")
     try:
