@@ -33,7 +33,7 @@ def not_checked(probe: HostProbe, name: str) -> Optional[CheckResult]:
         detail, fix = (record.on_timeout if record and record.on_timeout else (
             "did not finish within {s:g}s", "check again (the same command); if it "
             "repeats, look at the host's load (uptime)"))
-        return CheckResult(name, FAIL, detail.format(s=probe.budget), fix, brief="timeout")
+        return CheckResult(name, FAIL, detail.format(s=probe.budget_of(source)), fix, brief="timeout")
     error = probe.facts.get("errors", {}).get(source)
     if error:
         return CheckResult(name, WARN, f"could not check: {error}",

@@ -52,9 +52,14 @@ class HostProbe:
     rendezvous_error: Optional[str] = None # why it was not tried
     data: Optional[CheckResult] = None     # from data.verify_data, when it exists
     budget: float = 8.0
+    budgets: Dict[str, float] = field(default_factory=dict)  # probes given longer
 
     def fact(self, name: str) -> Optional[dict]:
         return (self.facts or {}).get(name)
+
+    def budget_of(self, probe: Optional[str]) -> float:
+        """The seconds the host gave ``probe`` before reporting it timed out."""
+        return self.budgets.get(probe or "", self.budget)
 
 
 @dataclass(frozen=True)

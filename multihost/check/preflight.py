@@ -26,7 +26,7 @@ from .checks.network import choose_start_port
 from .data_check import DataVerification
 from .fixes import hosts_flags
 from .judge import judge, make_survey, ping_matrix
-from .registry import probes_for
+from .registry import budgets_for, probes_for
 from .report import CheckReport
 from .rounds import Round, Session
 from ..events import CheckStage, Listener
@@ -72,7 +72,9 @@ def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] 
     auto = job.start_port is None
     requests = [_facts_request(s, sessions, job, _workdir(s.host, job, workdirs), budget)
                 for s in sessions]
-    Round(cluster, sessions, None if auto else job.start_port, budget, notify).run(
+    # The round waits for its slowest probe's budget; a host done sooner is not held.
+    longest = max([budget] + [b for r in requests for b in r["budgets"].values()])
+    Round(cluster, sessions, None if auto else job.start_port, longest, notify).run(
         requests, data.start)
     start_port, note = job.start_port, ""
     if auto:
@@ -91,7 +93,8 @@ def run_checks(cluster: HostGroup, job: JobOptions, *, workdirs: Optional[dict] 
     # Hashing a big dataset the first time takes what it takes (its cache makes the next
     # time fast); the hours-long bound only guards against a hang.
     verified = data.results(timeout=DATA_TIMEOUT)
-    probes = [s.probe(budget, verified.get(s.host.rank)) for s in sessions]
+    probes = [s.probe(budget, verified.get(s.host.rank), r["budgets"])
+              for s, r in zip(sessions, requests)]
     verdict = make_survey(probes, job, start_port, master, auto, note, known_runs=run_ids(),
                            given=given)
     sharing.join(30)
@@ -123,13 +126,15 @@ def _facts_request(session: Session, sessions: Sequence[Session], job: JobOption
     low, high = AUTO_PORT_RANGE
     auto = job.start_port is None
     widest = max(len(job.ports(low, h.host)) for h in sessions)
+    probes = probes_for(job, host)
     return {
-        "probes": probes_for(job, host),
+        "probes": probes,
         "ports": [] if auto else list(job.ports(job.start_port, host)),
         "scan": [low, high + widest] if auto else None,
         "workdir": workdir, "master": sessions[0].address,
         "peers": [s.address for s in sessions if s is not session and s.address],
         "ping_timeout": PING_TIMEOUT, "budget": budget,
+        "budgets": budgets_for(probes, budget),
         "data": list(job.data) + list(host.data),
         "image": job.image, "engine": job.engine,
         # Where the controller's own environment lives: a host may have one at the same

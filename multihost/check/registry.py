@@ -39,6 +39,7 @@ class Check:
     on_timeout: Optional[Tuple[str, str]] = None  # (detail, fix) when ``source`` timed out;
                                                   # ``{s}`` is the budget in seconds
     wanted: Optional[Callable[["JobOptions", "Host"], bool]] = None  # asked only when true
+    budget: float = 0.0                  # seconds its probes get at the least (see budgets)
 
     @property
     def header(self) -> str:
@@ -50,9 +51,10 @@ _CHECKS: Dict[str, Check] = {}
 
 def check(name: str, order: int, *, probes: Tuple[str, ...] = (), source: Optional[str] = "",
           short: str = "", on_timeout: Optional[Tuple[str, str]] = None,
-          wanted: Optional[Callable[["JobOptions", "Host"], bool]] = None):
+          wanted: Optional[Callable[["JobOptions", "Host"], bool]] = None, budget: float = 0.0):
     """Register the decorated judge as the check ``name``. ``source`` defaults to the
-    first probe (None: no probe's timeout concerns it). The judge is returned as it is."""
+    first probe (None: no probe's timeout concerns it); ``budget``: the seconds its probes
+    get when the check's budget is less. The judge is returned as it is."""
     def register(judge: "Judge") -> "Judge":
         known = _CHECKS.get(name)
         if known is not None and known.judge.__qualname__ != judge.__qualname__:
@@ -60,7 +62,7 @@ def check(name: str, order: int, *, probes: Tuple[str, ...] = (), source: Option
                              f"{judge.__module__}")
         _CHECKS[name] = Check(name, order, judge, tuple(probes),
                               (probes[0] if probes else None) if source == "" else source,
-                              short, on_timeout, wanted)
+                              short, on_timeout, wanted, budget)
         return judge
     return register
 
@@ -87,3 +89,15 @@ def probes_for(job: "JobOptions", host: "Host") -> List[str]:
         if record.wanted is None or record.wanted(job, host):
             wanted += [p for p in record.probes if p not in wanted]
     return wanted
+
+
+def budgets_for(probes: List[str], budget: float) -> Dict[str, float]:
+    """The probes among ``probes`` whose checks need more than ``budget``, each with its
+    own: a probe that starts programs slow to start on a busy host (podman, a Go binary
+    that opens its storage, takes seconds a command there) is not late at ``budget``."""
+    longer: Dict[str, float] = {}
+    for record in checks():
+        for name in record.probes:
+            if name in probes and record.budget > max(budget, longer.get(name, 0.0)):
+                longer[name] = record.budget
+    return longer

@@ -55,7 +55,8 @@ class Session:
         self.rendezvous: Optional[dict] = None
         self.rendezvous_error: Optional[str] = None
 
-    def probe(self, budget: float, data: Optional[CheckResult]) -> HostProbe:
+    def probe(self, budget: float, data: Optional[CheckResult],
+              budgets: Optional[dict] = None) -> HostProbe:
         skew = self.skew
         if skew is not None:
             # The reply's trip back takes about half a round trip (the controller's ping),
@@ -64,7 +65,8 @@ class Session:
             skew += min(self.skew_error, rtt / 2000.0) if rtt is not None else self.skew_error / 2
         return HostProbe(self.host, self.address, self.local, self.via, self.reach,
                          self.ssh_ms, self.ssh_error, self.facts, self.facts_error, skew,
-                         self.skew_error, self.rendezvous, self.rendezvous_error, data, budget)
+                         self.skew_error, self.rendezvous, self.rendezvous_error, data, budget,
+                         dict(budgets or {}))
 
 
 def _connect(cluster: HostGroup, session: Session, notify: Progress):
@@ -198,8 +200,12 @@ class Round:
             _store(session, call(transport, "check.host", request, self.timeout),
                    began_wall, self.merge)
             return
+        # The listener outlives the round unless told (stdin closed, once every peer is
+        # done): a peer whose python starts late on a busy host connects late, and a
+        # listener gone a budget after this host's facts would have it told `refused`.
         request = dict(request, listen={"port": self.listen_port, "token": self.token,
-                                        "address": self.master}, hold=self.timeout)
+                                        "address": self.master},
+                       hold=max(self.timeout, self.deadline - time.monotonic()))
         _hold(transport, session, request, self.master_said, self.peers_done, self.deadline,
               began_wall, self.merge)
 

@@ -44,7 +44,44 @@ class ChannelInput(InputStream):
         paramiko closes it again when it is collected, and a second close raises (in
         __del__, where it can only be printed)."""
         self._raw.flush()
-        self._channel.shutdown_write()
+        send_eof(self._channel)
+
+
+EOF_WAIT = 30.0   # paramiko's own bound on a key exchange that holds up a message
+
+
+def send_eof(channel: paramiko.Channel) -> None:
+    """The channel's EOF, never after its CLOSE. paramiko's ``shutdown_write`` picks the
+    EOF under the channel's lock but sends it after releasing it: a command that ends
+    meanwhile has its CLOSE answered first, sshd frees the channel, then reads an EOF
+    for a channel it no longer has and drops the whole connection ("ieof packet referred
+    to nonexistent channel"): every other command of the host's was lost with it. On a
+    busy controller that gap is wide, and a stream's end is when its command ends.
+    Here the EOF goes out holding the transport's send lock, taken under the channel's:
+    a CLOSE answered meanwhile waits for it, and a channel closed already gets none."""
+    transport = channel.get_transport()
+    deadline = time.monotonic() + EOF_WAIT
+    while True:
+        transport.clear_to_send.wait(0.1)   # not while keys are exchanged (as paramiko)
+        if not transport.is_active():
+            return
+        with channel.lock:
+            if channel.closed or channel.eof_sent:
+                return
+            # Never waited for under the channel's lock: its holder may be a send blocked
+            # on a full socket, and paramiko's reader needs this lock to read on.
+            if transport.clear_to_send_lock.acquire(blocking=False):
+                if transport.clear_to_send.is_set():
+                    message = channel._send_eof()
+                    break
+                transport.clear_to_send_lock.release()
+        time.sleep(0.005)
+        if time.monotonic() > deadline:
+            raise paramiko.SSHException("Key-exchange timed out waiting for key negotiation")
+    try:
+        transport._send_message(message)
+    finally:
+        transport.clear_to_send_lock.release()
 
 
 class SshProcess(Process):
@@ -137,8 +174,9 @@ class SshTransport(Transport):
     def _channel(self) -> paramiko.Channel:
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
-            raise ConnectError("the ssh connection was lost", host=self.host.label,
-                               kind=ConnectError.LOST, fix="check the host and the network")
+            raise ConnectError(f"the ssh connection was lost{_why_ended(transport)}",
+                               host=self.host.label, kind=ConnectError.LOST,
+                               fix="check the host and the network")
         try:
             return transport.open_session(timeout=self.target.connect_timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -156,7 +194,7 @@ class SshTransport(Transport):
             channel.exec_command(remote_line(line))
             if input:
                 channel.sendall(input)
-            channel.shutdown_write()
+            send_eof(channel)
             stdout, stderr = _drain(channel, deadline)
             if stdout is None:
                 pid = split_start(stderr)[0]
@@ -187,7 +225,7 @@ class SshTransport(Transport):
             channel = self._channel()
             try:
                 channel.exec_command(kill_group_line(pid))
-                channel.shutdown_write()
+                send_eof(channel)
                 channel.status_event.wait(KILL_WAIT)
             finally:
                 channel.close()
@@ -207,6 +245,17 @@ class SshTransport(Transport):
 
 
 KILL_WAIT = 5.0
+
+
+def _why_ended(transport) -> str:
+    """What ended a connection, as its reader saw it: ' (the host closed it)', or the
+    socket's error (ETIMEDOUT: nothing acknowledged for ssh_login.DEAD_LINK seconds)."""
+    exc = getattr(transport, "saved_exception", None)
+    if exc is None:
+        return ""
+    if isinstance(exc, EOFError):
+        return " (the host closed it)"
+    return f" ({exc or type(exc).__name__})"
 
 
 def _drain(channel: paramiko.Channel, deadline: Optional[float]):

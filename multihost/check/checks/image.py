@@ -10,6 +10,10 @@ from ..registry import check
 from ..report import FAIL, PASS, WARN, CheckResult
 
 SHORT_ID = 19   # "sha256:" and 12 hex digits, as `podman images` shows an id
+# The probe runs the engine three to five times (info, image inspect, ps; nvidia-smi and
+# nvidia-ctk with GPUs): a tenth of a second each on a quiet host, seconds each on a busy
+# one, where podman (a Go binary that opens its storage) waits for the cores.
+IMAGE_BUDGET = 30.0
 
 
 def _wanted(job, host) -> bool:
@@ -29,7 +33,8 @@ def reference(survey: Survey):
     return None, None
 
 
-@check("image", order=45, probes=("image",), short="image", wanted=_wanted)
+@check("image", order=45, probes=("image",), short="image", wanted=_wanted,
+       budget=IMAGE_BUDGET)
 def judge_image(probe: HostProbe, survey: Survey) -> Optional[CheckResult]:
     if not survey.job.image:
         return None   # no image, no column

@@ -249,8 +249,9 @@ PROBES = {
 
 
 def gather(request):
-    """Run the probes the request names, each in its own thread, within its budget; a
-    probe still running at the deadline is reported as timed out, never waited for."""
+    """Run the probes the request names, each in its own thread, within its budget (the
+    request's ``budget``, or its own in ``budgets``), counted from their common start; a
+    probe still running at its deadline is reported as timed out, never waited for."""
     sampled, sampled_at = time.time(), time.monotonic()
     wanted = [name for name in request.get("probes", []) if name in PROBES]
     results, errors = {}, {}
@@ -267,8 +268,10 @@ def gather(request):
         thread.daemon = True  # a probe stuck in a hung NFS mount must not keep us alive
         thread.start()
         threads.append(thread)
-    deadline = sampled_at + float(request.get("budget", 8.0))
-    for thread in threads:
+    budget = float(request.get("budget", 8.0))
+    longer = request.get("budgets") or {}
+    for name, thread in zip(wanted, threads):
+        deadline = sampled_at + max(budget, float(longer.get(name, 0.0)))
         thread.join(max(0.0, deadline - time.monotonic()))
     facts = dict(results)
     facts["errors"] = errors

@@ -1,8 +1,10 @@
 """check --image (check/checks/image.py): a row per host from its engine's facts."""
 import dataclasses
 
-from multihost.check.checks.image import judge_image
-from multihost.check.judge import make_survey
+from multihost.check.checks.image import IMAGE_BUDGET, judge_image
+from multihost.check.judge import judge, make_survey
+from multihost.check.registry import budgets_for, probes_for
+from multihost.hosts import Host
 from multihost.job import JobOptions
 
 from test_check_samples import ADDRESSES, lab_probes, with_facts
@@ -66,3 +68,21 @@ def test_no_image_no_column():
     probes = lab_probes(2)
     cluster = make_survey(probes, JobOptions(), 17000, ADDRESSES[0], False)
     assert [judge_image(p, cluster) for p in cluster.probes] == [None, None]
+
+
+def test_the_engine_probe_gets_its_own_budget_and_its_timeout_names_it():
+    """podman takes seconds a command on a busy host: the image probe is not held to the
+    8 s of the quick probes, and a timeout names the seconds it was really given."""
+    host = Host("198.18.0.11")
+    asked = probes_for(JobOptions(image=IMAGE), host)
+    assert budgets_for(asked, 8.0) == {"image": IMAGE_BUDGET} and IMAGE_BUDGET > 8.0
+    assert budgets_for(probes_for(JobOptions(), host), 8.0) == {}   # no image: as before
+    assert budgets_for(asked, IMAGE_BUDGET + 10) == {}   # a --timeout above it: for all
+    late = {"timed_out": ["image", "disk"], "errors": {}}
+    probes = [dataclasses.replace(with_facts(p, **late), budgets=budgets_for(asked, 8.0))
+              for p in lab_probes(2)]
+    cluster = make_survey(probes, JobOptions(image=IMAGE), 17000, ADDRESSES[0], False)
+    row = judge_image(cluster.probes[1], cluster)
+    assert row.status == "fail" and row.detail == f"did not finish within {IMAGE_BUDGET:g}s"
+    disk = [r for r in judge(cluster)[1].results if r.name == "disk"][0]
+    assert "8s" in disk.detail and f"{IMAGE_BUDGET:g}s" not in disk.detail

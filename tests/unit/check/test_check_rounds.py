@@ -35,6 +35,7 @@ def run_round(monkeypatch, first_delay: float):
             events.append(what)
 
     def start(transport, op, request, deadline):
+        note(("hold", request["hold"], deadline - time.monotonic()))
         time.sleep(first_delay)  # the first host's session comes up late
         note(("first listens", op))
         return FakeProcess(), b'{"listening": true}\n', SimpleNamespace(cancel=lambda: None)
@@ -73,3 +74,12 @@ def test_the_other_hosts_connect_only_after_the_first_host_listens(monkeypatch):
     told = [i for i, e in enumerate(events) if e[0] == "peer may connect"]
     assert len(told) == 3 and min(told) > listens
     assert all(s.rendezvous == {"ok": True} for s in sessions[1:])
+
+
+def test_the_first_host_holds_its_listener_until_the_rounds_deadline(monkeypatch):
+    """A peer whose helper starts late on a busy host connects late: the listener is
+    still there (the controller ends it once every peer is done), not closed on its own
+    a budget after the first host's facts, and the peer's call told `refused`."""
+    events, _ = run_round(monkeypatch, first_delay=0.0)
+    (_, hold, left), = [e for e in events if e[0] == "hold"]
+    assert hold >= left > rounds.CALL_SLACK + 5.0   # the round's connect time and all

@@ -115,9 +115,10 @@ def test_paramikos_own_stream_errors_are_a_broken_stream(error):
     assert str(info.value)  # names the cause, even for a bare EOFError
 
 
-def test_end_of_input_on_a_channel_shuts_its_write_side_once_and_keeps_the_file():
+def test_end_of_input_on_a_channel_shuts_its_write_side_once_and_keeps_the_file(monkeypatch):
     # closing paramiko's file would make its __del__ close it again and print noise
     channel = _Channel(OSError())
+    monkeypatch.setattr("multihost.transport.ssh.send_eof", lambda c: c.shutdown_write())
     stdin = ChannelInput(channel)
     stdin.close()
     stdin.close()
