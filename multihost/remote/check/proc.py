@@ -10,6 +10,7 @@ import os
 import socket
 
 from ..run import files as run_files
+from ..run import processes as run_processes
 
 TCP_LISTEN = "0A"
 TCP_TIME_WAIT = "06"
@@ -136,7 +137,8 @@ def leftover_facts(request):
     their environment; and runs whose node.json says they still run with a live pid.
     Other users' processes are none of this run's business: never reported."""
     runs = {}
-    for run_id, pids in sorted(run_files.own_marked_processes(run_files.ancestors()).items()):
+    marked = run_processes.own_marked_processes(run_processes.ancestors())
+    for run_id, pids in sorted(marked.items()):
         runs[run_id] = {"run_id": run_id, "pids": sorted(pids), "command": _command(min(pids))}
     base = os.path.join(run_files.root_dir(), "runs")
     try:
@@ -152,7 +154,7 @@ def leftover_facts(request):
             ticks = supervisor.get("ticks") if supervisor.get("pid") else None
         except (OSError, ValueError, TypeError, AttributeError):
             continue
-        if node.get("state") in LIVE_STATES and pid > 1 and run_files.is_alive(pid, ticks):
+        if node.get("state") in LIVE_STATES and pid > 1 and run_processes.is_alive(pid, ticks):
             run = runs.setdefault(name, {"run_id": name, "pids": [], "command": _command(pid)})
             if pid not in run["pids"]:
                 run["pids"].append(pid)  # the supervisor, which the job's env may not name
@@ -230,12 +232,12 @@ def foreign_facts(request):
     pids = _pids()
     parent = {}
     for pid in pids:
-        stat = run_files._stat(pid)
+        stat = run_processes._stat(pid)
         if stat:
             parent[pid] = stat[1]
     roots = set(e["pid"] for e in holds.read_all() if e["kind"] == "run" and e["live"] and e["pid"])
     marked = set()
-    for found in run_files.own_marked_processes(run_files.ancestors()).values():
+    for found in run_processes.own_marked_processes(run_processes.ancestors()).values():
         marked.update(found)
     # Not this probe's ancestors: sshd's daemon is every session's ancestor.
     me = os.getpid()

@@ -18,9 +18,6 @@ from ..machine import host_dir
 from .processes import supervisor_alive, wrapper_alive
 from .states import FINAL_STATES, LAUNCH_LOST, NO_SPACE
 
-# check/proc.py reads these here; they belong to processes.py.
-from .processes import _stat, ancestors, is_alive, own_marked_processes  # noqa: F401
-
 ROOT = os.path.join("~", ".multihost")
 HEX = "0123456789abcdef"
 
