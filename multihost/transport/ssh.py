@@ -215,7 +215,13 @@ class SshTransport(Transport):
 
     def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
         channel = self._channel()
-        channel.exec_command(remote_line(to_shell(command, cwd)))
+        try:
+            channel.exec_command(remote_line(to_shell(command, cwd)))
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            channel.close()   # the host closed the connection as the command was asked for
+            raise ConnectError(f"the ssh connection was lost ({exc or type(exc).__name__})",
+                               host=self.host.label, kind=ConnectError.LOST,
+                               fix="check the host and the network") from None
         return SshProcess(channel, self.host.label, self)
 
     def kill_group(self, pid: int) -> None:

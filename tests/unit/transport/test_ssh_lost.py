@@ -91,3 +91,23 @@ def test_a_channel_already_closed_gets_no_eof():
     channel._handle_close(None)   # the host's CLOSE came first: answered with EOF, CLOSE
     send_eof(channel)
     assert wire.sent == [EOF, CLOSE]
+
+
+def test_a_connection_the_host_closes_as_a_stream_starts_is_a_lost_host_not_a_traceback():
+    class Refusing:
+        closed = False
+
+        def exec_command(self, line):
+            raise EOFError()   # paramiko, when the host closed the connection meanwhile
+
+        def close(self):
+            self.closed = True
+
+    channel = Refusing()
+    live = SimpleNamespace(is_active=lambda: True, open_session=lambda timeout: channel)
+    client = SimpleNamespace(get_transport=lambda: live)
+    transport = SshTransport(Host("198.18.0.12"), client, SimpleNamespace(connect_timeout=10))
+    with pytest.raises(ConnectError) as raised:
+        transport.start("sleep 1")
+    assert raised.value.kind == ConnectError.LOST and raised.value.host == "198.18.0.12"
+    assert raised.value.fix == "check the host and the network" and channel.closed
