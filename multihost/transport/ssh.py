@@ -60,6 +60,11 @@ def send_eof(channel: paramiko.Channel) -> None:
     Here the EOF goes out holding the transport's send lock, taken under the channel's:
     a CLOSE answered meanwhile waits for it, and a channel closed already gets none."""
     transport = channel.get_transport()
+    if not all(hasattr(transport, name) for name in ("clear_to_send", "clear_to_send_lock",
+                                                       "_send_message")) \
+            or not hasattr(channel, "_send_eof"):
+        channel.shutdown_write()   # a paramiko without these internals: its own way
+        return
     deadline = time.monotonic() + EOF_WAIT
     while True:
         transport.clear_to_send.wait(0.1)   # not while keys are exchanged (as paramiko)
