@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from multihost import helper
+from multihost import helper, helper_output
 from multihost.errors import CommandTimeout, RemoteError
 from multihost.hosts import Host
 from multihost.transport import LocalTransport
@@ -124,7 +124,7 @@ def test_a_chatty_login_shell_is_never_taken_for_the_helpers_reply(chatty):
 
 
 def test_a_shell_that_prints_without_end_is_cut_off_with_one_line(chatty, monkeypatch):
-    monkeypatch.setattr(helper, "MAX_NOISE", 4096)
+    monkeypatch.setattr(helper_output, "MAX_NOISE", 4096)
     chatty.noise = "yes welcome | head -c 100000; "
     process = helper.launch(chatty, "basic.hello")
     with pytest.raises(RemoteError) as info:
