@@ -3,8 +3,7 @@
 One thread per host follows a ``run.watch`` stream (status_streams.py): a status line on
 every change and at least every second, so a silent stream means a dead link (it is
 reopened, and a host with no answer for MULTIHOST_LOST_AFTER seconds, 15 by default, is
-lost: waits.py). The main loop turns
-the answers into NodeChanged events and decides:
+lost: waits.py). The main loop turns the answers into NodeChanged events and decides:
 
 - the first rank that exits non-zero (or a node that fails, or a host unreachable for
   those seconds) ends the run on every host: ``run.stop`` with the grace period
