@@ -179,15 +179,11 @@ class SshTransport(Transport):
     def _channel(self) -> paramiko.Channel:
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
-            raise ConnectError(f"the ssh connection was lost{_why_ended(transport)}",
-                               host=self.host.label, kind=ConnectError.LOST,
-                               fix="check the host and the network")
+            raise _lost(self.host.label, _why_ended(transport))
         try:
             return transport.open_session(timeout=self.target.connect_timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise ConnectError(f"the ssh connection was lost ({exc or type(exc).__name__})",
-                               host=self.host.label, kind=ConnectError.LOST,
-                               fix="check the host and the network") from None
+            raise _lost(self.host.label, f" ({exc or type(exc).__name__})") from None
 
     def run(self, command: Command, *, input: Optional[bytes] = None,
             timeout: Optional[float] = None, cwd: Optional[str] = None) -> CommandResult:
@@ -209,9 +205,7 @@ class SshTransport(Transport):
                                      host=self.host.label)
             code = channel.recv_exit_status()
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise ConnectError(f"the ssh connection was lost during a command ({exc})",
-                               host=self.host.label, kind=ConnectError.LOST,
-                               fix="check the host and the network") from None
+            raise _lost(self.host.label, f" during a command ({exc})") from None
         finally:
             channel.close()
         return judge_start(CommandResult(self.host.label, line, code, stdout, stderr,
@@ -224,9 +218,7 @@ class SshTransport(Transport):
             channel.exec_command(remote_line(to_shell(command, cwd)))
         except (paramiko.SSHException, OSError, EOFError) as exc:
             channel.close()   # the host closed the connection as the command was asked for
-            raise ConnectError(f"the ssh connection was lost ({exc or type(exc).__name__})",
-                               host=self.host.label, kind=ConnectError.LOST,
-                               fix="check the host and the network") from None
+            raise _lost(self.host.label, f" ({exc or type(exc).__name__})") from None
         return SshProcess(channel, self.host.label, self)
 
     def kill_group(self, pid: int) -> None:
@@ -256,6 +248,12 @@ class SshTransport(Transport):
 
 
 KILL_WAIT = 5.0
+
+
+def _lost(label: str, why: str) -> ConnectError:
+    """A connection that died, ``why`` as a clause after the words ("" when unknown)."""
+    return ConnectError(f"the ssh connection was lost{why}", host=label,
+                        kind=ConnectError.LOST, fix="check the host and the network")
 
 
 def _why_ended(transport) -> str:
