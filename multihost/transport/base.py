@@ -68,7 +68,9 @@ def split_start(stderr: bytes) -> Tuple[Optional[int], bool, bytes]:
 
 
 def kill_group_line(pid: int) -> str:
-    return (f"kill -TERM -- -{pid} 2>/dev/null; sleep 1; kill -KILL -- -{pid} 2>/dev/null; "
+    """The POSIX shell line that ends process group ``pid`` (for ``remote_line``). Not
+    `kill -TERM -- -PID`: dash, Debian's sh, takes `--` for a pid and kills nothing."""
+    return (f"kill -TERM -{pid} 2>/dev/null; sleep 1; kill -KILL -{pid} 2>/dev/null; "
             "exit 0")
 
 
@@ -76,8 +78,6 @@ def judge_start(result: "CommandResult", label: str, login: str) -> "CommandResu
     """The result without the start marker; a RemoteError when the marker never came (the
     login shell ended before our command ran: its exit status is not the command's).
     Exit 255 is the ssh client's own failure, left to its caller."""
-    from ..errors import RemoteError
-
     _, found, stderr = split_start(result.stderr)
     if not found and result.exit_code != 255:
         raise login_shell_ended(label, "the command", result.exit_code, login)

@@ -227,7 +227,7 @@ class SshTransport(Transport):
         try:
             channel = self._channel()
             try:
-                channel.exec_command(kill_group_line(pid))
+                channel.exec_command(remote_line(kill_group_line(pid)))
                 send_eof(channel)
                 channel.status_event.wait(KILL_WAIT)
             finally:

@@ -3,13 +3,14 @@ sshd runs `SHELL -c LINE`, and tcsh, fish and zsh each read quotes their own way
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
 
 import pytest
 
-from multihost.transport.base import START, remote_line, split_start
+from multihost.transport.base import START, kill_group_line, remote_line, split_start
 from multihost.remote.sync.relay import any_login_shell
 
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
@@ -58,3 +59,25 @@ def test_a_relay_hop_line_reaches_sh_whatever_the_next_hosts_shell(shell):
 def test_a_plain_line_travels_as_it_is():
     line = remote_line("cd /srv && ls -la")
     assert line == f"exec sh -c 'echo >&2; echo {START.decode()} $$ >&2; cd /srv && ls -la'"
+
+
+def live_in_group(pgid: int) -> list:
+    """The processes of group ``pgid`` that still run (a zombie is not running)."""
+    table = subprocess.run(["ps", "-eo", "pgid=,stat=,args="], capture_output=True,
+                           text=True).stdout
+    return [line for line in table.splitlines()
+            if line.split()[0] == str(pgid) and not line.split()[1].startswith("Z")]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_command_given_up_on_has_its_whole_group_ended_whatever_the_login_shell(shell):
+    victim = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300; wait"], start_new_session=True)
+    try:
+        ended = as_login_shell(shell, remote_line(kill_group_line(victim.pid)))
+        assert ended.returncode == 0, ended
+        assert victim.wait(timeout=10) != 0   # the group's leader, and its child with it
+        assert not live_in_group(victim.pid)
+    finally:
+        if victim.poll() is None:
+            os.killpg(victim.pid, 9)
+            victim.wait()
