@@ -93,12 +93,7 @@ class LocalTransport(Transport):
             timeout: Optional[float] = None, cwd: Optional[str] = None) -> CommandResult:
         line = to_shell(command, cwd)
         started = time.monotonic()
-        # own session: a Ctrl-C at the terminal is the controller's to handle, as it
-        # would be for a command on a remote host; and a command given up on is ended
-        # with everything it started (its process group)
-        popen = subprocess.Popen(self._argv(line), stdin=None if input is None else subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 start_new_session=True)
+        popen = self._spawn(line, with_stdin=input is not None)
         try:
             stdout, stderr = popen.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -124,13 +119,21 @@ class LocalTransport(Transport):
         return result
 
     def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
-        popen = subprocess.Popen(self._argv(to_shell(command, cwd)), stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 start_new_session=True)
-        return LocalProcess(popen, self.host.label)
+        return LocalProcess(self._spawn(to_shell(command, cwd), with_stdin=True), self.host.label)
+
+    def _spawn(self, line: str, with_stdin: bool):
+        """The running shell line with pipes for its outputs (and its input: ``with_stdin``),
+        Popen or alike (the OpenSSH transport's runs on the host, through a master)."""
+        # own session: a Ctrl-C at the terminal is the controller's to handle, as it
+        # would be for a command on a remote host; and a command given up on is ended
+        # with everything it started (its process group)
+        return subprocess.Popen(self._argv(line),
+                                stdin=subprocess.PIPE if with_stdin else None,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
 
     def _argv(self, line: str) -> list:
-        """The argv that runs a shell line (the OpenSSH transport puts `ssh` in front)."""
+        """The argv that runs a shell line here (srun's puts `srun` in front)."""
         return ["/bin/sh", "-c", line]
 
     def close(self) -> None:

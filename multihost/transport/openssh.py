@@ -1,12 +1,12 @@
 """Reused OpenSSH connections: one ControlMaster per host that outlives the command.
 
 A sync that finds nothing to do costs one `stat` per host, and a full SSH handshake per
-host would be most of its time. So, as Ansible and SkyPilot do, a command that connects to a host also leaves an
-OpenSSH master connection behind it (ControlMaster=auto, ControlPersist: it ends by
+host would be most of its time. So, as Ansible and SkyPilot do, a command that connects
+to a host also leaves an OpenSSH master connection behind it (ControlMaster=auto, ControlPersist: it ends by
 itself after MULTIHOST_CONTROL_PERSIST idle seconds, 600 by default; 0 turns this off);
 a sync starts them once its files are delivered.
-The next command's quick checks go through that master with the ordinary `ssh` client
-(as Ansible and SkyPilot use theirs): no handshake.
+The next command's quick checks go through that master (no handshake), spoken to over
+its control socket as the `ssh` client speaks to it (mux_client.py).
 
 Only quick, retryable steps use these connections (the sync's no-change and small-change
 path). When there is no master, or it does not answer, the caller goes the paramiko way,
@@ -16,8 +16,8 @@ Security: the control sockets live in ~/.cache/multihost/ssh (or, when HOME is t
 for a socket's path, /tmp/multihost-ssh-UID), a directory that must be ours alone (0700,
 not a link; OpenSSH makes the sockets 0600), named by a hash of everything that decides
 where a connection goes (host, user, port, identity file, ssh config file). A master is
-an ordinary `ssh` in batch mode with strict host-key checking: an unknown key is refused unless --accept-new-host-keys, a
-changed key always is, as on the paramiko path.
+an ordinary `ssh` in batch mode with strict host-key checking: an unknown key is refused
+unless --accept-new-host-keys, a changed key always is, as on the paramiko path.
 """
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ from typing import List, Optional
 
 from ..errors import ConfigError
 from ..hosts import Host
-from .base import (CommandResult, SshOptions, judge_start, kill_group_line, remote_line,
-                   split_start)
-from .local import LocalTransport
+from .base import (Command, CommandResult, Process, SshOptions, judge_start, kill_group_line,
+                   remote_line, split_start, to_shell)
+from .local import LocalProcess, LocalTransport
+from .mux_client import MuxChannel
 
 CONTROL_DIRS = ("~/.cache/multihost/ssh", "/tmp/multihost-ssh-{uid}")
 PERSIST_ENV = "MULTIHOST_CONTROL_PERSIST"
@@ -141,49 +142,77 @@ def private_dir(directory: str) -> bool:
 
 
 class MuxTransport(LocalTransport):
-    """Commands through a live master, by the ordinary `ssh` client (``-S``-style
-    ControlPath, ControlMaster=no). With ProxyCommand=false the client falls back to
-    nothing: a master that is gone makes it fail at once (exit 255) instead of starting
-    a handshake of its own, and the caller goes the paramiko way."""
+    """Commands through a live master, spoken to over its control socket (mux_client.py:
+    no `ssh` client process per command). A master that is gone makes a command end at
+    once with status 255, as the `ssh` client would with ProxyCommand=false, instead of
+    starting a handshake of its own: the caller goes the paramiko way."""
 
     is_local = False
 
-    def __init__(self, host: Host, argv: List[str]):
+    def __init__(self, host: Host, path: str):
         super().__init__(host)
-        self._ssh = argv
+        self._path = path
 
     @classmethod
     def open(cls, host: Host, options: SshOptions) -> Optional["MuxTransport"]:
         """A transport through the host's master, or None when there is none (or its
         socket's directory is not ours alone)."""
         path = control_path(host, options)
-        if path is None or not os.path.exists(path) or not private_dir(os.path.dirname(path)) \
-                or shutil.which("ssh") is None:
+        if path is None or not os.path.exists(path) or not private_dir(os.path.dirname(path)):
             return None
-        return cls(host, client_argv(host, options) + [
-            "-o", "ControlMaster=no", "-o", f"ControlPath={path}", "-o", "ProxyCommand=false",
-            "--", host.name])
+        return cls(host, path)
 
-    def _argv(self, line: str) -> list:
-        return self._ssh + [remote_line(line)]
+    def _spawn(self, line: str, with_stdin: bool) -> MuxChannel:
+        return MuxChannel(self._path, remote_line(line), with_stdin)
 
-    def _give_up(self, popen) -> bytes:
-        """The `ssh` client ends; on the host, the command's process group is ended too
+    def start(self, command: Command, *, cwd: Optional[str] = None) -> Process:
+        channel = self._spawn(to_shell(command, cwd), with_stdin=True)
+        return MuxProcess(channel, self.host.label, lambda: self._end_on_host(channel))
+
+    def _give_up(self, popen: MuxChannel) -> bytes:
+        """The session is left; on the host, the command's process group is ended too
         (through the master): a hung python there is not left behind."""
-        stderr = super()._give_up(popen)
-        pid = split_start(stderr)[0]
-        if pid is not None:
-            try:
-                subprocess.run(self._ssh + [kill_group_line(pid)], stdin=subprocess.DEVNULL,
-                               capture_output=True, timeout=15, check=False)
-            except (subprocess.SubprocessError, OSError):
-                pass   # best effort: the master may be gone with the host
-        return stderr
+        popen.kill()
+        self._end_on_host(popen)
+        try:
+            return popen.communicate(timeout=5)[1]
+        except subprocess.TimeoutExpired:   # a child that left the group holds the pipes
+            return popen.output_so_far()[1]
+
+    def _end_on_host(self, channel: MuxChannel) -> None:
+        """The process group of the command on ``channel`` ended where it runs (its
+        shell's pid came first on its stderr), with a line of its own through the master."""
+        pid = split_start(channel.output_so_far()[1])[0]
+        if pid is None:
+            return
+        ender = self._spawn(kill_group_line(pid), with_stdin=False)
+        try:
+            ender.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            pass   # best effort: the master may be gone with the host
+        finally:
+            ender.close()
 
     def _result(self, result: CommandResult) -> CommandResult:
         return judge_start(result, self.host.label,
                            login_command(self.host.user, shlex.quote(self.host.name),
                                          self.host.port))
+
+
+class MuxProcess(LocalProcess):
+    """A started command through a master: no local process stands for it, so ending
+    its group is done on the host, through the master."""
+
+    def __init__(self, channel: MuxChannel, label: str, end_on_host):
+        super().__init__(channel, label)
+        self._end_on_host = end_on_host
+
+    def end_group(self) -> None:
+        self._end_on_host()
+
+    def close(self) -> None:
+        super().close()
+        self._popen.kill()   # an `ssh` client left with its pipes closed would end too
 
 
 def start_master(host: Host, options: SshOptions) -> Optional["subprocess.Popen[bytes]"]:

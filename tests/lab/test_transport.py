@@ -1,5 +1,6 @@
 """The SSH transport end to end: real sshd hosts, real keys, every failure a user meets."""
 import subprocess
+import sys
 
 import pytest
 
@@ -146,3 +147,45 @@ def test_proxyjump_reaches_a_host_through_another(lab, tmp_path):
     assert done.returncode == 0, done.stderr
     # the connection came from the jump host, not from the controller
     assert done.stdout.startswith(f"behind: {lab.address(1)} ")
+
+
+MUX_SCRIPT = r'''
+import sys, time
+from multihost.errors import CommandTimeout
+from multihost.hosts import Host
+from multihost.transport import SshOptions
+from multihost.transport.openssh import MuxTransport, start_master
+
+host, options = Host(name=sys.argv[1]), SshOptions()
+start_master(host, options)
+deadline = time.monotonic() + 30
+while MuxTransport.open(host, options) is None:
+    assert time.monotonic() < deadline, "no master"
+    time.sleep(0.1)
+mux = MuxTransport.open(host, options)
+done = mux.run("tr a-z A-Z; echo to-stderr >&2; exit 7", input=b"abc" * 100000)
+print("run", done.exit_code, done.stdout[:3].decode(), len(done.stdout), done.stderr.decode().strip())
+process = mux.start("read line; echo got $line; exit 4")
+process.stdin.write(b"hello\n")
+process.stdin.close()
+print("start", process.stdout.read().decode().strip(), process.wait(30))
+process.close()
+try:
+    mux.run("sleep 3171", timeout=2)
+except CommandTimeout as err:
+    print("timeout", err)
+'''
+
+
+def test_quick_steps_go_through_the_master_without_an_ssh_client(lab):
+    """Through an OpenSSH master's control socket (no `ssh` process): input, output,
+    stderr and exit status come through whole; a started command streams both ways; a
+    command past its time is given up and ended on the host, as the `ssh` client's was."""
+    done = lab.run([sys.executable, "-c", MUX_SCRIPT, lab.address(1)], timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "run 7 ABC 300000 to-stderr", lines
+    assert lines[1] == "start got hello 4", lines
+    assert lines[2].startswith(f"timeout {lab.address(1)}: command did not finish within 2s")
+    # ended (TERM, then KILL a second later) before the timeout was raised
+    assert "sleep 3171" not in lab.host_run(1, ["ps", "-eo", "args"]).stdout
