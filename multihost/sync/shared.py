@@ -5,7 +5,7 @@ host. A sync that writes such a workdir from every host at once races itself (on
 deletes the temporary file another renames), and writes the tree once per host. So
 before a sync, every host is asked one shell line, through the connection it already
 has: in ``<workdir>/.multihost-share/`` it creates, exclusively (O_EXCL, the shell's
-noclobber), a file named by this command's nonce holding its own machine identity
+noclobber), a file named by this command's nonce holding its rank in the command
 (removed again once every host has answered). An exclusive create holds on NFS (v3 and
 later) and sshfs, where flock does not: only the first host's file is made, and every
 host reads back whose it is. Hosts that read the same owner see the same directory; a host
@@ -29,7 +29,6 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ..errors import MultihostError, SyncError
 from ..fanout import fan_out
-from ..machines import IDENTITY_SHELL
 from ..remote.machine import machine_identity
 from ..remote.sync.plan import SHARE_DIR
 from ..transport.base import quote_path
@@ -37,38 +36,37 @@ from .fastpath import STATE_DIR
 from .model import HostSync, SharedWorkdir, sync_error
 
 
-# In: $w the directory, $nc the nonce, $c the code directory's path (or ""), $mk 1 to make
-# the directory when missing, $m this machine's identity, $r the host's rank (one machine
-# listed twice with two workdirs writes two tokens, each read back by itself alone). Prints the owner of the nonce
-# in the directory, then the code directory's token as read here ("-": none), each after
-# its tag: a login shell may have printed lines of its own before. Shell builtins only,
-# but for a mkdir: a sync of 64 hosts starts with it.
-PROBE = r'''
-d="$w/.multihost-share"; f="$d/$nc"; i=0
+# In: $w the directory, $nc the nonce, $c the code directory's path (or nothing), $mk 1
+# to make the directory when missing, $r the host's rank (unique in the command: one
+# machine listed twice with two workdirs writes two tokens, each read back by itself
+# alone). Prints the owner of the nonce in the directory, then the code directory's
+# token as read here ("-": none), each after its tag: a login shell may have printed
+# lines of its own before. One line of characters every login shell passes on as they
+# are (transport/base.py remote_line: no decoding step), and shell builtins but for one
+# mkdir: at 64 hosts every process a host starts here is CPU the sync's write needs.
 # Hosts make the directories at once: over sshfs a mkdir that another host won fails
-# (not EEXIST: an SFTP "failure"), so it is tried again until the directory is seen.
-until [ -d "$d" ] || mkdir "$d" 2>/dev/null; do
-  [ "$mk" = 1 ] && mkdir -p "$w" 2>/dev/null
-  i=$((i + 1))
-  if [ $i -gt 20 ] || { [ "$mk" != 1 ] && [ ! -d "$w" ]; }; then
-    echo "=owner= -"; echo "=code= -"; exit 0
-  fi
-  sleep 0.05
-done
-set -C
-printf '%s:%s\n' "$m" "$r" 2>/dev/null > "$f"
-set +C
-# The winner's line may show late (a network filesystem caches sizes): read again, 2 s at
-# most, rather than test the size first.
-i=0; o=""
+# (not EEXIST: an SFTP "failure"), so it is tried again until the directory is seen. The
+# winner's line may show late (a network filesystem caches sizes): it is read again, 2 s
+# at most, rather than its size tested first. (Written over lines, sent as one: no
+# string in it holds two spaces.)
+PROBE = " ".join("""
+d="$w/.multihost-share"; f="$d/$nc"; i=0; p=; [ "$mk" = 1 ] && p=-p;
+until [ -d "$d" ] || mkdir $p "$d" 2>/dev/null; do
+  i=$((i + 1)); [ -d "$w" ] || [ -n "$p" ] || i=99;
+  if [ $i -gt 20 ]; then
+    echo "=owner= -"; echo "=code= -"; exit 0;
+  fi;
+  sleep 0.05;
+done;
+set -C; echo "r$r" 2>/dev/null > "$f"; set +C;
+i=0; o=;
 while [ $i -lt 100 ]; do
-  read -r o 2>/dev/null < "$f"; [ -n "$o" ] && break
-  sleep 0.02; i=$((i + 1))
-done
-echo "=owner= ${o:--}"
-t=-; [ -n "$c" ] && read -r t 2>/dev/null < "$c/.multihost-share/$nc"; echo "=code= ${t:--}"
-exit 0
-'''
+  read -r o 2>/dev/null < "$f"; [ -n "$o" ] && break;
+  sleep 0.02; i=$((i + 1));
+done;
+echo "=owner= ${o:--}";
+t=-; [ -n "$c" ] && read -r t 2>/dev/null < "$c/.multihost-share/$nc"; echo "=code= ${t:--}";
+exit 0""".split())
 
 
 @dataclass(frozen=True)
@@ -98,8 +96,9 @@ class Sharing:
 
 def probe_line(workdir: str, nonce: str, code_dir: str = "", make: bool = True,
                rank: int = 0) -> str:
-    return (f"w={quote_path(workdir)}; nc={nonce}; c={shlex.quote(code_dir)}; "
-            f"mk={1 if make else 0}; r={int(rank)}; " + IDENTITY_SHELL + PROBE)
+    code = shlex.quote(code_dir) if code_dir else ""
+    return (f"w={quote_path(workdir)}; nc={nonce}; c={code}; mk={1 if make else 0}; "
+            f"r={int(rank)}; " + PROBE)
 
 
 def remove_line(workdir: str, nonce: str) -> str:

@@ -3,9 +3,13 @@ the first host to link the nonce's token owns it, the others read its owner back
 what a chatty login shell prints first is never taken for an answer."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 
+import pytest
+
 from multihost.sync.shared import group_owners, probe_line, remove_line, tagged
+from multihost.transport.base import remote_line
 
 
 def probe(workdir, nonce, code="", make=True, noise="", rank=0):
@@ -41,3 +45,15 @@ def test_a_check_makes_no_workdir(tmp_path):
 def test_owners_group_only_hosts_that_read_the_same_one():
     owners = {0: "m1", 1: "m1", 2: "m3", 3: "-", 4: "m1", 5: None}
     assert group_owners(owners) == ((0, 1, 4),)
+
+
+@pytest.mark.parametrize("shell", ["bash", "dash", "zsh", "tcsh", "fish"])
+def test_the_probe_answers_the_same_whatever_the_login_shell(tmp_path, shell):
+    path = shutil.which(shell)
+    if path is None:
+        pytest.skip(f"{shell} is not installed (scripts/setup.sh installs it)")
+    lines = [remote_line(probe_line(str(tmp_path / "w"), "ab99", "", True, rank)) for rank in (3, 4)]
+    owners = [tagged(subprocess.run([path, "-c", line], capture_output=True, text=True,
+                                    timeout=30).stdout, "=owner= ") for line in lines]
+    assert owners[0] != "-" and owners == [owners[0]] * 2      # the second read the first's
+    assert (tmp_path / "w" / ".multihost-share" / "ab99").read_text().strip() == owners[0]
