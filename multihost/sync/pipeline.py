@@ -26,6 +26,7 @@ import secrets
 import socket
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -110,8 +111,8 @@ def sync_code(cluster: HostGroup, code_dir: str, *, workdirs: Dict[int, str], dr
                 part, code_dir, workdirs, False, verify, listener, writers,
                 looked={} if writers else looked, manifest=manifest).run(), functools.partial(
                     _adopt, cluster, workdirs, os.path.abspath(os.path.expanduser(code_dir))),
-                early=manifest.bytes < RELAY_MIN_BYTES or shared_before(
-                    head.label, workdirs[head.rank]))
+                early=shared_before(head.label, workdirs[head.rank])
+                or manifest.result().bytes < RELAY_MIN_BYTES)
         finally:
             for thread in tokens:
                 thread.join(60)
@@ -136,10 +137,10 @@ class _CodeSync:
     def __init__(self, cluster: HostGroup, code_dir: str, workdirs: Dict[int, str],
                  dry_run: bool, verify: bool, listener: Optional[Listener],
                  writers: Optional[Dict[int, str]] = None, looked: Optional[Looked] = None,
-                 manifest: Optional[Manifest] = None):
+                 manifest: Optional["Future[Manifest]"] = None):
         self.cluster = cluster
         self.looked = looked or {}     # hosts checked by `stat` already (recorded.py)
-        self.built = manifest
+        self.built = manifest          # being built already (recorded.py)
         # Hosts whose workdir another host of this sync has just written (they share it):
         # rank -> that host's label.
         self.writers = writers or {}
@@ -311,7 +312,8 @@ class _CodeSync:
         """The manifest of the code directory; if it cannot be built, the sessions
         started meanwhile are ended before the error goes on."""
         try:
-            manifest = self.built or build_manifest(self.code_dir, verify=self.verify)
+            manifest = self.built.result() if self.built is not None else build_manifest(
+                self.code_dir, verify=self.verify)
         except BaseException:
             self.ready.set()
             connecting.join()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import Future
 from typing import Dict, Tuple, Union
 
 from ..errors import MultihostError
@@ -24,10 +25,12 @@ Looked = Dict[int, Union[dict, bool]]
 
 
 def look_first(cluster, code_dir: str, workdirs: Dict[int, str], through_master: float,
-               verify: bool = False) -> Tuple[Looked, Manifest]:
-    """Each host's record checked by `stat` (hosts without one are not asked), beside
-    the manifest's build here. A host that cannot be reached is left out: the sync
-    reports it."""
+               verify: bool = False) -> Tuple[Looked, "Future[Manifest]"]:
+    """Each host's record checked by `stat` (hosts without one are not asked), while the
+    manifest is built here in the background: what was found, and the manifest to come
+    (waited for only by what needs it: a sync that writes starts its first host without
+    it, as a sync of one host does). A host that cannot be reached is left out: the
+    sync reports it."""
     code_root = os.path.abspath(os.path.expanduser(code_dir))
     looked: Looked = {}
 
@@ -45,19 +48,22 @@ def look_first(cluster, code_dir: str, workdirs: Dict[int, str], through_master:
             pass   # the master went away half-way: ask the host the ordinary way
         looked[host.rank] = record if host_unchanged(cluster.transport(host), record) else False
 
-    if verify:   # compared by content, whatever the records say
-        return looked, build_manifest(code_dir, verify=True)
-    asking = threading.Thread(target=fan_out, daemon=True,
-                              args=(cluster.hosts, look, cluster.workers))
-    asking.start()
-    try:
-        manifest = build_manifest(code_dir)
-    finally:
-        asking.join()
+    manifest: "Future[Manifest]" = Future()
+
+    def build() -> None:
+        try:
+            manifest.set_result(build_manifest(code_dir, verify=verify))
+        except BaseException as err:  # handed to whoever waits for it
+            manifest.set_exception(err)
+
+    threading.Thread(target=build, daemon=True).start()
+    if not verify:   # compared by content otherwise, whatever the records say
+        fan_out(cluster.hosts, look, cluster.workers)
     return looked, manifest
 
 
-def nothing_to_write(cluster, looked: Looked, manifest: Manifest) -> bool:
-    """Every host is as recorded, and every record is of this very manifest."""
-    return all(isinstance(looked.get(h.rank), dict) and matches_manifest(looked[h.rank], manifest)
-               for h in cluster.hosts)
+def nothing_to_write(cluster, looked: Looked, manifest: "Future[Manifest]") -> bool:
+    """Every host is as recorded, and every record is of this very manifest (waited for
+    only when every host is)."""
+    return all(isinstance(looked.get(h.rank), dict) for h in cluster.hosts) and all(
+        matches_manifest(looked[h.rank], manifest.result()) for h in cluster.hosts)
