@@ -16,7 +16,7 @@ from typing import Dict, Tuple, Union
 
 from ..errors import MultihostError
 from ..fanout import fan_out
-from .fastpath import host_unchanged, load_record, matches_manifest
+from .fastpath import host_unchanged, load_record, matches_manifest, record_path
 from .manifest import Manifest, build_manifest
 
 # Per rank: the host's record, its keys just found unchanged (with the generation and
@@ -57,8 +57,12 @@ def look_first(cluster, code_dir: str, workdirs: Dict[int, str], through_master:
             manifest.set_exception(err)
 
     threading.Thread(target=build, daemon=True).start()
-    if not verify:   # compared by content otherwise, whatever the records say
-        fan_out(cluster.hosts, look, cluster.workers)
+    # compared by content otherwise, whatever the records say; a host without a record
+    # file is not given a thread (at 64 hosts, new workdirs: 64 threads for nothing)
+    recorded = [] if verify else [h for h in cluster.hosts if os.path.exists(
+        record_path(h.label, workdirs[h.rank], code_root))]
+    if recorded:
+        fan_out(recorded, look, cluster.workers)
     return looked, manifest
 
 
