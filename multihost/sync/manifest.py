@@ -101,14 +101,20 @@ def wires_digest(wires: Sequence[list]) -> str:
     return hashlib.sha256(body.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def build_manifest(code_dir: str, *, verify: bool = False,
-                   cache_dir: Optional[str] = None) -> Manifest:
-    """Walk and hash the code directory. Anything unreadable is an error, never a skip:
-    a file missing from the manifest would be deleted on the hosts."""
+def code_root(code_dir: str) -> str:
+    """The code directory's absolute path; a ConfigError when it is not a directory."""
     root = os.path.abspath(os.path.expanduser(code_dir))
     if not os.path.isdir(root):
         raise ConfigError(f"code directory {code_dir} does not exist or is not a directory",
                           fix="run from your project directory or give --code DIR")
+    return root
+
+
+def build_manifest(code_dir: str, *, verify: bool = False,
+                   cache_dir: Optional[str] = None) -> Manifest:
+    """Walk and hash the code directory. Anything unreadable is an error, never a skip:
+    a file missing from the manifest would be deleted on the hosts."""
+    root = code_root(code_dir)
     rules = IgnoreRules(root)
     found: List[Tuple[str, str, os.stat_result, Optional[str]]] = []
     try:

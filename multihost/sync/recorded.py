@@ -17,7 +17,7 @@ from typing import Dict, Tuple, Union
 from ..errors import MultihostError
 from ..fanout import fan_out
 from .fastpath import host_unchanged, load_record, matches_manifest, record_path
-from .manifest import Manifest, build_manifest
+from .manifest import Manifest, build_manifest, code_root
 
 # Per rank: the host's record, its keys just found unchanged (with the generation and
 # machine its answer gave); False: asked, and it is not as recorded.
@@ -30,12 +30,13 @@ def look_first(cluster, code_dir: str, workdirs: Dict[int, str], through_master:
     manifest is built here in the background: what was found, and the manifest to come
     (waited for only by what needs it: a sync that writes starts its first host without
     it, as a sync of one host does). A host that cannot be reached is left out: the
-    sync reports it."""
-    code_root = os.path.abspath(os.path.expanduser(code_dir))
+    sync reports it. A code directory that is not one is refused here, before any host
+    is asked anything."""
+    root = code_root(code_dir)
     looked: Looked = {}
 
     def look(host):
-        record = load_record(host.label, workdirs[host.rank], code_root)
+        record = load_record(host.label, workdirs[host.rank], root)
         if record is None:
             return
         quick = cluster.reused(host)
@@ -60,7 +61,7 @@ def look_first(cluster, code_dir: str, workdirs: Dict[int, str], through_master:
     # compared by content otherwise, whatever the records say; a host without a record
     # file is not given a thread (at 64 hosts, new workdirs: 64 threads for nothing)
     recorded = [] if verify else [h for h in cluster.hosts if os.path.exists(
-        record_path(h.label, workdirs[h.rank], code_root))]
+        record_path(h.label, workdirs[h.rank], root))]
     if recorded:
         fan_out(recorded, look, cluster.workers)
     return looked, manifest

@@ -186,3 +186,25 @@ def test_a_host_whose_workdir_was_shared_last_time_is_expected_to_share_one_besi
     assert not shared_before("h1", "/scratch/b")
     remember_shared("h1", "~/multihost/b", False)        # the probe found it on its own
     assert not shared_before("h1", "~/multihost/a")
+
+
+def test_a_code_directory_that_is_not_there_is_refused_before_any_host_is_asked(
+        tmp_path, monkeypatch):
+    """Even where the first host is written beside the probe (its workdir was shared last
+    time), a wrong --code makes no workdir on any host."""
+    from multihost.errors import ConfigError
+    from multihost.fanout import HostGroup
+    from multihost.hosts import Host
+    from multihost.sync.pipeline import sync_code
+    from multihost.sync.shared import remember_shared
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    remember_shared("gpu1", "~/multihost/proj", True)
+    asked = []
+    monkeypatch.setattr(HostGroup, "reused", lambda self, host: asked.append(host) or None)
+    monkeypatch.setattr(HostGroup, "transport", lambda self, host: asked.append(host))
+    cluster = HostGroup([Host(name="gpu1"), Host(name="gpu2", rank=1)])
+    with pytest.raises(ConfigError, match="does not exist or is not a directory"):
+        sync_code(cluster, str(tmp_path / "no-such-dir"),
+                  workdirs={0: "~/multihost/proj", 1: "~/multihost/proj"})
+    assert asked == []
