@@ -30,6 +30,11 @@ def main():
         optimizer.zero_grad()
         bar.set_postfix(loss=f"{loss.item():.4f}")
         time.sleep(args.nap)
+    # As with the Trainer and Lightning: gloo's group ended together, not by each
+    # interpreter's exit (SIGABRT in gloo's destructor when a peer tears down first).
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     accelerator.print("done")
 
 

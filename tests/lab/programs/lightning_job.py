@@ -47,6 +47,11 @@ def main():
                         num_nodes=args.num_nodes, strategy="ddp", callbacks=callbacks,
                         enable_checkpointing=False, logger=False, enable_model_summary=False)
     trainer.fit(Tiny(args.nap), DataLoader(data, batch_size=8))
+    # Lightning leaves gloo's group open: a rank that exits while its peer still tears
+    # its group down can die of SIGABRT in gloo's destructor. End it together.
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     print("done", flush=True)
 
 
