@@ -155,9 +155,7 @@ class MuxChannel:
         # the hello, the session opened, a tty's failure: nothing to do
 
     def _ended(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        self.kill()
         self.returncode = LOST if self._status is None else self._status
 
     def wait(self, timeout: Optional[float] = None) -> int:
@@ -262,6 +260,3 @@ class MuxChannel:
         for stream in (self.stdin, self.stdout, self.stderr):
             if stream is not None:
                 stream.close()
-
-    def poll(self) -> Optional[int]:
-        return self.returncode
